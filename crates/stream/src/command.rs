@@ -1,0 +1,357 @@
+//! Commands: their numbers, protocol versions, and typed fields.
+//!
+//! One macro table lists every command with its fields in the order the
+//! kernel emits them; decoding and encoding are both derived from it, so the
+//! two can never disagree about which attribute carries which field.
+
+use crate::attr::{Attr, ValueType};
+use crate::error::WriteError;
+
+pub use uuid::Uuid;
+
+/// A btrfs timestamp: le64 seconds and le32 nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Timespec {
+    /// Seconds since the epoch (signed, as `time_t`).
+    pub sec: i64,
+    /// Nanoseconds, normally below 10^9 (not enforced on the wire).
+    pub nsec: u32,
+}
+
+/// Attribute values of one command payload, indexed by attribute number.
+///
+/// When an attribute appears twice the last one wins, as in btrfs-progs.
+pub(crate) struct Attrs<'a> {
+    pub(crate) payload: &'a [u8],
+    pub(crate) slots: [Option<(u32, u32)>; crate::attr::ATTR_MAX as usize + 1],
+}
+
+impl<'a> Attrs<'a> {
+    fn get(&self, a: Attr) -> Option<&'a [u8]> {
+        let (start, len) = self.slots[a as usize]?;
+        self.payload
+            .get(start as usize..start as usize + len as usize)
+    }
+}
+
+/// Why one field could not be taken from a command's attributes.
+pub(crate) enum FieldError {
+    Missing(Attr),
+    BadSize { attr: Attr, got: usize },
+}
+
+fn fixed<'a, const N: usize>(attrs: &Attrs<'a>, a: Attr) -> Result<Option<[u8; N]>, FieldError> {
+    match attrs.get(a) {
+        None => Ok(None),
+        Some(v) => v.try_into().map(Some).map_err(|_| FieldError::BadSize {
+            attr: a,
+            got: v.len(),
+        }),
+    }
+}
+
+/// Serializes one attribute into a command payload under construction.
+pub(crate) struct Encoder<'b> {
+    pub(crate) out: &'b mut Vec<u8>,
+    pub(crate) version: u32,
+}
+
+impl Encoder<'_> {
+    fn put(&mut self, a: Attr, value: &[u8]) -> Result<(), WriteError> {
+        self.out.extend_from_slice(&(a as u16).to_le_bytes());
+        if a == Attr::Data && self.version >= 2 {
+            // From v2 on, DATA has no length; it runs to the end of the command.
+            self.out.extend_from_slice(value);
+            return Ok(());
+        }
+        let len = u16::try_from(value.len()).map_err(|_| WriteError::AttrTooLong {
+            attr: a,
+            len: value.len(),
+        })?;
+        self.out.extend_from_slice(&len.to_le_bytes());
+        self.out.extend_from_slice(value);
+        Ok(())
+    }
+}
+
+/// A value that one attribute carries.
+pub(crate) trait Field<'a>: Sized {
+    fn decode(attrs: &Attrs<'a>, a: Attr) -> Result<Self, FieldError>;
+    fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError>;
+}
+
+macro_rules! required {
+    () => {
+        fn decode(attrs: &Attrs<'a>, a: Attr) -> Result<Self, FieldError> {
+            <Option<Self> as Field<'a>>::decode(attrs, a)?.ok_or(FieldError::Missing(a))
+        }
+    };
+}
+
+impl<'a> Field<'a> for Option<&'a [u8]> {
+    fn decode(attrs: &Attrs<'a>, a: Attr) -> Result<Self, FieldError> {
+        debug_assert_eq!(a.value_type(), ValueType::Bytes);
+        Ok(attrs.get(a))
+    }
+    fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
+        self.map_or(Ok(()), |v| enc.put(a, v))
+    }
+}
+impl<'a> Field<'a> for &'a [u8] {
+    required!();
+    fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
+        enc.put(a, self)
+    }
+}
+
+macro_rules! int_field {
+    ($t:ty, $n:literal, $vt:ident) => {
+        impl<'a> Field<'a> for Option<$t> {
+            fn decode(attrs: &Attrs<'a>, a: Attr) -> Result<Self, FieldError> {
+                debug_assert_eq!(a.value_type(), ValueType::$vt);
+                Ok(fixed::<$n>(attrs, a)?.map(<$t>::from_le_bytes))
+            }
+            fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
+                self.map_or(Ok(()), |v| enc.put(a, &v.to_le_bytes()))
+            }
+        }
+        impl<'a> Field<'a> for $t {
+            required!();
+            fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
+                enc.put(a, &self.to_le_bytes())
+            }
+        }
+    };
+}
+int_field!(u8, 1, U8);
+int_field!(u32, 4, U32);
+int_field!(u64, 8, U64);
+
+impl<'a> Field<'a> for Option<Uuid> {
+    fn decode(attrs: &Attrs<'a>, a: Attr) -> Result<Self, FieldError> {
+        Ok(fixed::<16>(attrs, a)?.map(Uuid::from_bytes))
+    }
+    fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
+        self.map_or(Ok(()), |v| enc.put(a, v.as_bytes()))
+    }
+}
+impl<'a> Field<'a> for Uuid {
+    required!();
+    fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
+        enc.put(a, self.as_bytes())
+    }
+}
+
+impl Timespec {
+    fn from_bytes(b: [u8; 12]) -> Timespec {
+        let mut sec = [0u8; 8];
+        let mut nsec = [0u8; 4];
+        sec.copy_from_slice(&b[..8]);
+        nsec.copy_from_slice(&b[8..]);
+        Timespec {
+            sec: i64::from_le_bytes(sec),
+            nsec: u32::from_le_bytes(nsec),
+        }
+    }
+    fn to_bytes(self) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        b[..8].copy_from_slice(&self.sec.to_le_bytes());
+        b[8..].copy_from_slice(&self.nsec.to_le_bytes());
+        b
+    }
+}
+impl<'a> Field<'a> for Option<Timespec> {
+    fn decode(attrs: &Attrs<'a>, a: Attr) -> Result<Self, FieldError> {
+        Ok(fixed::<12>(attrs, a)?.map(Timespec::from_bytes))
+    }
+    fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
+        self.map_or(Ok(()), |v| enc.put(a, &v.to_bytes()))
+    }
+}
+impl<'a> Field<'a> for Timespec {
+    required!();
+    fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
+        enc.put(a, &self.to_bytes())
+    }
+}
+
+macro_rules! commands {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident = $num:literal, $wire:literal, $dump:literal, since $ver:literal
+            { $($field:ident : $fty:ty = $attr:ident),* $(,)? };
+    )*) => {
+        /// A command number (`BTRFS_SEND_C_*`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u16)]
+        pub enum CommandKind {
+            $(
+                #[doc = concat!("`BTRFS_SEND_C_", $wire, "`, since protocol v", $ver, ".")]
+                $name = $num,
+            )*
+        }
+
+        impl CommandKind {
+            /// Every command, in number order.
+            pub const ALL: &'static [CommandKind] = &[$(CommandKind::$name),*];
+
+            /// Maps a command number to its command.
+            pub fn from_u16(n: u16) -> Option<CommandKind> {
+                match n {
+                    $($num => Some(CommandKind::$name),)*
+                    _ => None,
+                }
+            }
+
+            /// The kernel's name without the `BTRFS_SEND_C_` prefix.
+            pub fn name(self) -> &'static str {
+                match self { $(CommandKind::$name => $wire,)* }
+            }
+
+            /// The operation name `btrfs receive --dump` prints.
+            pub fn dump_name(self) -> &'static str {
+                match self { $(CommandKind::$name => $dump,)* }
+            }
+
+            /// The first protocol version that has this command.
+            pub fn since(self) -> u32 {
+                match self { $(CommandKind::$name => $ver,)* }
+            }
+        }
+
+        /// One decoded command. Byte fields borrow from the reader's buffer.
+        ///
+        /// Paths, names and xattr values stay raw bytes: btrfs names need not
+        /// be UTF-8. `Option` fields are attributes the kernel sends but
+        /// receivers do not require.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum Command<'a> {
+            $(
+                $(#[$doc])*
+                $name { $($field: $fty),* },
+            )*
+        }
+
+        impl<'a> Command<'a> {
+            /// This command's number.
+            pub fn kind(&self) -> CommandKind {
+                match self { $(Command::$name { .. } => CommandKind::$name,)* }
+            }
+
+            pub(crate) fn decode(kind: CommandKind, attrs: &Attrs<'a>) -> Result<Self, FieldError> {
+                Ok(match kind {
+                    $(CommandKind::$name => Command::$name {
+                        $($field: <$fty as Field<'a>>::decode(attrs, Attr::$attr)?),*
+                    },)*
+                })
+            }
+
+            pub(crate) fn encode_attrs(&self, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
+                match self {
+                    $(Command::$name { $($field),* } => {
+                        $( Field::encode($field, Attr::$attr, enc)?; )*
+                    })*
+                }
+                Ok(())
+            }
+        }
+    };
+}
+
+commands! {
+    /// Start of a full stream: create subvolume `path`.
+    Subvol = 1, "SUBVOL", "subvol", since 1 { path: &'a [u8] = Path, uuid: Uuid = Uuid, ctransid: u64 = Ctransid };
+    /// Start of an incremental stream: snapshot the parent `clone_uuid` as `path`.
+    Snapshot = 2, "SNAPSHOT", "snapshot", since 1 {
+        path: &'a [u8] = Path, uuid: Uuid = Uuid, ctransid: u64 = Ctransid,
+        clone_uuid: Uuid = CloneUuid, clone_ctransid: u64 = CloneCtransid };
+    /// Create an empty regular file.
+    Mkfile = 3, "MKFILE", "mkfile", since 1 { path: &'a [u8] = Path, ino: Option<u64> = Ino };
+    /// Create a directory.
+    Mkdir = 4, "MKDIR", "mkdir", since 1 { path: &'a [u8] = Path, ino: Option<u64> = Ino };
+    /// Create a device node; `rdev` uses the kernel's new_encode_dev layout.
+    Mknod = 5, "MKNOD", "mknod", since 1 {
+        path: &'a [u8] = Path, ino: Option<u64> = Ino, rdev: u64 = Rdev, mode: u64 = Mode };
+    /// Create a fifo.
+    Mkfifo = 6, "MKFIFO", "mkfifo", since 1 {
+        path: &'a [u8] = Path, ino: Option<u64> = Ino, rdev: Option<u64> = Rdev, mode: Option<u64> = Mode };
+    /// Create a unix socket node.
+    Mksock = 7, "MKSOCK", "mksock", since 1 {
+        path: &'a [u8] = Path, ino: Option<u64> = Ino, rdev: Option<u64> = Rdev, mode: Option<u64> = Mode };
+    /// Create a symlink at `path` pointing to `target`.
+    Symlink = 8, "SYMLINK", "symlink", since 1 {
+        path: &'a [u8] = Path, ino: Option<u64> = Ino, target: &'a [u8] = PathLink };
+    /// Rename `from` to `to`.
+    Rename = 9, "RENAME", "rename", since 1 { from: &'a [u8] = Path, to: &'a [u8] = PathTo };
+    /// Create hardlink `path` to the existing `target`.
+    Link = 10, "LINK", "link", since 1 { path: &'a [u8] = Path, target: &'a [u8] = PathLink };
+    /// Remove a non-directory name.
+    Unlink = 11, "UNLINK", "unlink", since 1 { path: &'a [u8] = Path };
+    /// Remove an empty directory.
+    Rmdir = 12, "RMDIR", "rmdir", since 1 { path: &'a [u8] = Path };
+    /// Set an extended attribute.
+    SetXattr = 13, "SET_XATTR", "set_xattr", since 1 {
+        path: &'a [u8] = Path, name: &'a [u8] = XattrName, data: &'a [u8] = XattrData };
+    /// Remove an extended attribute.
+    RemoveXattr = 14, "REMOVE_XATTR", "remove_xattr", since 1 {
+        path: &'a [u8] = Path, name: &'a [u8] = XattrName };
+    /// Write `data` at `offset`.
+    Write = 15, "WRITE", "write", since 1 {
+        path: &'a [u8] = Path, offset: u64 = FileOffset, data: &'a [u8] = Data };
+    /// Reflink `len` bytes from `clone_path` at `clone_offset` in subvolume
+    /// `clone_uuid` into `path` at `offset`.
+    Clone = 16, "CLONE", "clone", since 1 {
+        offset: u64 = FileOffset, len: u64 = CloneLen, path: &'a [u8] = Path,
+        clone_uuid: Uuid = CloneUuid, clone_ctransid: u64 = CloneCtransid,
+        clone_path: &'a [u8] = ClonePath, clone_offset: u64 = CloneOffset };
+    /// Set the file size.
+    Truncate = 17, "TRUNCATE", "truncate", since 1 { path: &'a [u8] = Path, size: u64 = Size };
+    /// Set permission bits (`mode & 07777`).
+    Chmod = 18, "CHMOD", "chmod", since 1 { path: &'a [u8] = Path, mode: u64 = Mode };
+    /// Set owner and group.
+    Chown = 19, "CHOWN", "chown", since 1 { path: &'a [u8] = Path, uid: u64 = Uid, gid: u64 = Gid };
+    /// Set times; `otime` is sent from protocol v2 on.
+    Utimes = 20, "UTIMES", "utimes", since 1 {
+        path: &'a [u8] = Path, atime: Timespec = Atime, mtime: Timespec = Mtime,
+        ctime: Timespec = Ctime, otime: Option<Timespec> = Otime };
+    /// End of one stream.
+    End = 21, "END", "end", since 1 {};
+    /// A changed extent, sent instead of data under `--no-data`.
+    UpdateExtent = 22, "UPDATE_EXTENT", "update_extent", since 1 {
+        path: &'a [u8] = Path, offset: u64 = FileOffset, len: u64 = Size };
+    /// fallocate(2) with `mode` flags over `[offset, offset + len)`.
+    Fallocate = 23, "FALLOCATE", "fallocate", since 2 {
+        path: &'a [u8] = Path, mode: u32 = FallocateMode, offset: u64 = FileOffset, len: u64 = Size };
+    /// The raw btrfs inode flags.
+    Fileattr = 24, "FILEATTR", "fileattr", since 2 { path: &'a [u8] = Path, attr: u64 = Fileattr };
+    /// Write still-encoded (compressed) extent bytes.
+    EncodedWrite = 25, "ENCODED_WRITE", "encoded_write", since 2 {
+        path: &'a [u8] = Path, offset: u64 = FileOffset,
+        unencoded_file_len: u64 = UnencodedFileLen, unencoded_len: u64 = UnencodedLen,
+        unencoded_offset: u64 = UnencodedOffset, compression: Option<u32> = Compression,
+        encryption: Option<u32> = Encryption, data: &'a [u8] = Data };
+    /// Enable fs-verity on a file.
+    EnableVerity = 26, "ENABLE_VERITY", "enable_verity", since 3 {
+        path: &'a [u8] = Path, algorithm: u8 = VerityAlgorithm, block_size: u32 = VerityBlockSize,
+        salt: &'a [u8] = VeritySaltData, sig: &'a [u8] = VeritySigData };
+}
+
+impl std::fmt::Display for CommandKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `BTRFS_ENCODED_IO_COMPRESSION_*` values carried by ENCODED_WRITE.
+pub mod compression {
+    /// Not compressed.
+    pub const NONE: u32 = 0;
+    /// One zlib stream.
+    pub const ZLIB: u32 = 1;
+    /// One zstd frame.
+    pub const ZSTD: u32 = 2;
+    /// btrfs LZO framing with 4 KiB sectors; 4..=7 are 8 KiB to 64 KiB.
+    pub const LZO_4K: u32 = 3;
+    /// btrfs LZO framing with 64 KiB sectors.
+    pub const LZO_64K: u32 = 7;
+}

@@ -1,0 +1,25 @@
+//! The 17-byte stream header: magic `btrfs-stream\0` and a le32 version.
+
+/// The 13 magic bytes that open every stream, NUL included.
+pub const MAGIC: &[u8; 13] = b"btrfs-stream\0";
+/// Total length of the stream header.
+pub const STREAM_HEADER_LEN: usize = 17;
+/// The highest protocol version this crate reads and writes.
+pub const MAX_VERSION: u32 = 3;
+
+/// A decoded stream header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamHeader {
+    /// Protocol version, 1 to [`MAX_VERSION`].
+    pub version: u32,
+}
+
+impl StreamHeader {
+    /// Encodes the header.
+    pub fn to_bytes(self) -> [u8; STREAM_HEADER_LEN] {
+        let mut out = [0u8; STREAM_HEADER_LEN];
+        out[..13].copy_from_slice(MAGIC);
+        out[13..].copy_from_slice(&self.version.to_le_bytes());
+        out
+    }
+}
