@@ -1,1 +1,116 @@
+//! Formatting of btrfs send streams: the `btrfs receive --dump` text, JSON
+//! lines, and a summary table.
+//!
+//! [`dump`] drives a [`btrfs_stream::Reader`] and hands each command to a
+//! [`Sink`]. On a broken stream everything valid before the fault has been
+//! written when the error is returned.
 
+pub mod escape;
+pub mod json;
+pub mod summary;
+pub mod text;
+pub mod time;
+
+use std::io::{Read, Write};
+
+use btrfs_stream::{Command, Reader};
+
+pub use json::JsonDump;
+pub use summary::Summary;
+pub use text::TextDump;
+
+/// Why a dump stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    /// The input stream is malformed.
+    #[error(transparent)]
+    Stream(#[from] btrfs_stream::Error),
+    /// A command could not be formatted, as btrfs-progs also refuses it.
+    #[error("{what} at byte {offset} (command #{command})")]
+    Format {
+        /// What is wrong.
+        what: String,
+        /// Offset of the command.
+        offset: u64,
+        /// 1-based command number.
+        command: u64,
+    },
+    /// Writing the output failed.
+    #[error("write error: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+pub use btrfs_stream::Position;
+
+/// A refusal to format one command; [`dump`] adds the position.
+#[derive(Debug)]
+pub enum SinkError {
+    /// The command cannot be shown (btrfs-progs refuses it too).
+    Format(String),
+    /// Output failed.
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for SinkError {
+    fn from(e: std::io::Error) -> Self {
+        SinkError::Io(e)
+    }
+}
+
+/// Consumes decoded commands.
+pub trait Sink {
+    /// Handles one command.
+    fn command(&mut self, cmd: &Command<'_>, pos: Position) -> Result<(), SinkError>;
+    /// Called once after the last command, also after a stream error.
+    fn finish(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Which part of a concatenated input to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Streams {
+    /// Stop after the first END, as `btrfs receive --dump` does; later bytes
+    /// are not read.
+    #[default]
+    First,
+    /// Read every concatenated stream up to EOF.
+    All,
+}
+
+/// Reads the commands of `input` into `sink`.
+pub fn dump<R: Read, S: Sink>(input: R, sink: &mut S, streams: Streams) -> Result<(), DumpError> {
+    let mut reader = Reader::new(input);
+    let res = feed(&mut reader, sink, streams);
+    let fin = sink.finish();
+    res?;
+    fin?;
+    Ok(())
+}
+
+fn feed<R: Read, S: Sink>(
+    reader: &mut Reader<R>,
+    sink: &mut S,
+    streams: Streams,
+) -> Result<(), DumpError> {
+    while let Some((cmd, pos)) = reader.next_framed()? {
+        let end = matches!(cmd, Command::End {});
+        sink.command(&cmd, pos).map_err(|e| match e {
+            SinkError::Io(e) => DumpError::Output(e),
+            SinkError::Format(what) => DumpError::Format {
+                what,
+                offset: pos.offset,
+                command: pos.index,
+            },
+        })?;
+        if end && streams == Streams::First {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Writes to `out` through a large buffer.
+pub fn buffered<W: Write>(out: W) -> std::io::BufWriter<W> {
+    std::io::BufWriter::with_capacity(256 << 10, out)
+}

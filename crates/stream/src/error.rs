@@ -85,7 +85,7 @@ pub enum ErrorKind {
         version: u32,
     },
     /// An attribute number that no protocol version defines.
-    #[error("invalid attribute type {ty} in {cmd} at byte {at}")]
+    #[error("invalid attribute type {ty} in {cmd} (attribute at byte {at})")]
     InvalidAttr {
         /// The command.
         cmd: CommandKind,
@@ -95,7 +95,7 @@ pub enum ErrorKind {
         at: u64,
     },
     /// Fewer than 4 bytes remain for an attribute header.
-    #[error("truncated attribute header in {cmd} at byte {at}")]
+    #[error("truncated attribute header in {cmd} (attribute at byte {at})")]
     TruncatedAttr {
         /// The command.
         cmd: CommandKind,
@@ -103,7 +103,7 @@ pub enum ErrorKind {
         at: u64,
     },
     /// An attribute's length runs past the end of its command.
-    #[error("attribute {ty} of {len} bytes overruns {cmd} at byte {at}")]
+    #[error("attribute {ty} of {len} bytes overruns the end of {cmd} (attribute at byte {at})")]
     AttrOverrun {
         /// The command.
         cmd: CommandKind,

@@ -14,6 +14,19 @@ pub const DEFAULT_MAX_COMMAND_LEN: u32 = 64 << 20;
 const INITIAL_BUF: usize = 1 << 20;
 const MIN_READ: usize = 128 << 10;
 
+/// Where one command was found in the input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// 1-based command number across concatenated streams.
+    pub index: u64,
+    /// Byte offset of the command header.
+    pub offset: u64,
+    /// Encoded length, header included.
+    pub len: u64,
+    /// Protocol version of the stream holding the command.
+    pub version: u32,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Nothing read yet: EOF here is an empty stream.
@@ -184,6 +197,11 @@ impl<R: Read> Reader<R> {
     /// A clean end is EOF right after an END command. Once an error is
     /// returned the reader is spent.
     pub fn next_command(&mut self) -> Result<Option<Command<'_>>, Error> {
+        Ok(self.next_framed()?.map(|(c, _)| c))
+    }
+
+    /// Like [`Reader::next_command`], also telling where the command was.
+    pub fn next_framed(&mut self) -> Result<Option<(Command<'_>, Position)>, Error> {
         self.start += std::mem::take(&mut self.consume);
         loop {
             match self.state {
@@ -248,12 +266,18 @@ impl<R: Read> Reader<R> {
         self.last_offset = at;
         self.consume = total;
         let version = self.version;
+        let pos = Position {
+            index: self.commands,
+            offset: at,
+            len: total as u64,
+            version,
+        };
         match decode_payload(version, cmd, &self.buf[body]) {
             Ok(c) => {
                 if c.kind() == CommandKind::End {
                     self.state = State::BetweenStreams;
                 }
-                Ok(Some(c))
+                Ok(Some((c, pos)))
             }
             Err((kind, rel)) => {
                 self.state = State::Failed;

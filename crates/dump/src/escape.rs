@@ -1,0 +1,64 @@
+//! The escaping btrfs-progs applies to paths and names in `--dump` output.
+//!
+//! C escapes for `\a \b \e \f \n \r \t \v`, a backslash before space and
+//! backslash, and three octal digits for every other byte that is not
+//! printable ASCII (all bytes from 0x7f up).
+
+/// Appends the escaped form of `s` to `out`; returns its length in bytes.
+pub fn escape_into(out: &mut Vec<u8>, s: &[u8]) -> usize {
+    let before = out.len();
+    for &c in s {
+        let short = match c {
+            0x07 => b'a',
+            0x08 => b'b',
+            0x1b => b'e',
+            0x0c => b'f',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            0x0b => b'v',
+            b' ' => b' ',
+            b'\\' => b'\\',
+            0x20..=0x7e => {
+                out.push(c);
+                continue;
+            }
+            _ => {
+                out.extend_from_slice(&[b'\\', b'0' + (c >> 6), b'0' + ((c >> 3) & 7), b'0' + (c & 7)]);
+                continue;
+            }
+        };
+        out.extend_from_slice(&[b'\\', short]);
+    }
+    out.len() - before
+}
+
+/// The bytes of `s` up to its first NUL, as C string functions see them.
+pub fn c_str(s: &[u8]) -> &[u8] {
+    match s.iter().position(|&b| b == 0) {
+        Some(n) => &s[..n],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn esc(s: &[u8]) -> String {
+        let mut v = Vec::new();
+        let n = escape_into(&mut v, s);
+        assert_eq!(n, v.len());
+        String::from_utf8(v).unwrap()
+    }
+
+    #[test]
+    fn control_space_backslash_and_high_bytes() {
+        assert_eq!(esc(b"a b"), "a\\ b");
+        assert_eq!(esc(b"x\ny\tz"), "x\\ny\\tz");
+        assert_eq!(esc(b"\\"), "\\\\");
+        assert_eq!(esc(&[0xff, 0xfe, 0x7f, 0x01]), "\\377\\376\\177\\001");
+        assert_eq!(esc("é".as_bytes()), "\\303\\251");
+        assert_eq!(esc(&[0x07, 0x08, 0x1b, 0x0c, 0x0d, 0x0b]), "\\a\\b\\e\\f\\r\\v");
+    }
+}
