@@ -24,7 +24,12 @@ pub fn escape_into(out: &mut Vec<u8>, s: &[u8]) -> usize {
                 continue;
             }
             _ => {
-                out.extend_from_slice(&[b'\\', b'0' + (c >> 6), b'0' + ((c >> 3) & 7), b'0' + (c & 7)]);
+                out.extend_from_slice(&[
+                    b'\\',
+                    b'0' + (c >> 6),
+                    b'0' + ((c >> 3) & 7),
+                    b'0' + (c & 7),
+                ]);
                 continue;
             }
         };
@@ -59,6 +64,9 @@ mod tests {
         assert_eq!(esc(b"\\"), "\\\\");
         assert_eq!(esc(&[0xff, 0xfe, 0x7f, 0x01]), "\\377\\376\\177\\001");
         assert_eq!(esc("é".as_bytes()), "\\303\\251");
-        assert_eq!(esc(&[0x07, 0x08, 0x1b, 0x0c, 0x0d, 0x0b]), "\\a\\b\\e\\f\\r\\v");
+        assert_eq!(
+            esc(&[0x07, 0x08, 0x1b, 0x0c, 0x0d, 0x0b]),
+            "\\a\\b\\e\\f\\r\\v"
+        );
     }
 }

@@ -55,7 +55,11 @@ pub fn command_value(cmd: &Command<'_>, pos: Position) -> Value {
     let b = bytes_value;
     let opt = |v: Option<u64>| v.map_or(Value::Null, Value::from);
     match *cmd {
-        Command::Subvol { path, uuid, ctransid } => {
+        Command::Subvol {
+            path,
+            uuid,
+            ctransid,
+        } => {
             put("path", b(path));
             put("uuid", uuid.to_string().into());
             put("ctransid", ctransid.into());

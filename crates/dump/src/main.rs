@@ -47,7 +47,11 @@ fn main() -> ExitCode {
         },
     };
     let out = buffered(io::stdout().lock());
-    let streams = if args.all_streams { Streams::All } else { Streams::First };
+    let streams = if args.all_streams {
+        Streams::All
+    } else {
+        Streams::First
+    };
     let res = if args.json {
         dump(input, &mut JsonDump::new(out), streams)
     } else if args.summary {

@@ -55,7 +55,11 @@ impl Totals {
         slot.0 += 1;
         slot.1 += pos.len;
         match *cmd {
-            Command::Subvol { path, uuid, ctransid } => self.streams.push(StreamInfo {
+            Command::Subvol {
+                path,
+                uuid,
+                ctransid,
+            } => self.streams.push(StreamInfo {
                 version: pos.version,
                 kind: "subvol",
                 path: path.to_vec(),
@@ -107,7 +111,11 @@ impl Totals {
             v.iter().map(u32::to_string).collect()
         };
         writeln!(out, "streams              {}", self.streams.len())?;
-        let shown = if versions.is_empty() { "-".to_owned() } else { versions.join(",") };
+        let shown = if versions.is_empty() {
+            "-".to_owned()
+        } else {
+            versions.join(",")
+        };
         writeln!(out, "protocol version     {shown}")?;
         for (i, s) in self.streams.iter().enumerate() {
             let mut name = Vec::new();

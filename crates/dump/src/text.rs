@@ -137,7 +137,11 @@ impl<W: Write> Sink for TextDump<W> {
     fn command(&mut self, cmd: &Command<'_>, _pos: Position) -> Result<(), SinkError> {
         let op = cmd.kind().dump_name();
         match *cmd {
-            Command::Subvol { path, uuid, ctransid } => {
+            Command::Subvol {
+                path,
+                uuid,
+                ctransid,
+            } => {
                 self.subvol = path_cat(&self.root, path)?;
                 let full = self.subvol.clone();
                 let n = self.head(op, &full);
@@ -168,7 +172,9 @@ impl<W: Write> Sink for TextDump<W> {
             | Command::Mksock { path, .. }
             | Command::Unlink { path }
             | Command::Rmdir { path } => self.bare(op, path)?,
-            Command::Mknod { path, mode, rdev, .. } => self.line(op, path, |f, _| {
+            Command::Mknod {
+                path, mode, rdev, ..
+            } => self.line(op, path, |f, _| {
                 let _ = write!(f.0, "mode={mode:o} dev=0x{rdev:x}");
                 Ok(())
             })?,
@@ -265,7 +271,10 @@ impl<W: Write> Sink for TextDump<W> {
                 encryption,
                 data,
             } => self.line(op, path, |f, _| {
-                f.num("offset", offset).raw(" ").num("len", data.len()).raw(" ");
+                f.num("offset", offset)
+                    .raw(" ")
+                    .num("len", data.len())
+                    .raw(" ");
                 f.num("unencoded_file_len", unencoded_file_len).raw(" ");
                 f.num("unencoded_len", unencoded_len).raw(" ");
                 f.num("unencoded_offset", unencoded_offset).raw(" ");

@@ -45,7 +45,11 @@ fn show_diff(want: &[u8], got: &[u8]) -> String {
             return format!("line {}:\n  progs: {a:?}\n  rdump: {b:?}", i + 1);
         }
     }
-    format!("lengths differ: progs {} lines, rdump {} lines", w.lines().count(), g.lines().count())
+    format!(
+        "lengths differ: progs {} lines, rdump {} lines",
+        w.lines().count(),
+        g.lines().count()
+    )
 }
 
 fn check_against_progs(dir: &str) -> usize {
@@ -56,16 +60,40 @@ fn check_against_progs(dir: &str) -> usize {
             continue;
         }
         for (suffix, flags, tz) in VARIANTS {
-            let want_path = PathBuf::from(format!("{}.dump{suffix}", s.trim_end_matches(".stream")));
-            let Ok(want) = fs::read(&want_path) else { continue };
+            let want_path =
+                PathBuf::from(format!("{}.dump{suffix}", s.trim_end_matches(".stream")));
+            let Ok(want) = fs::read(&want_path) else {
+                continue;
+            };
             let mut args: Vec<&str> = flags.to_vec();
             args.push(s);
             let out = rdump(&args, tz);
-            assert!(out.status.success(), "{s}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{s}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             assert!(
                 out.stdout == want,
                 "{} differs from btrfs-progs: {}",
                 want_path.display(),
+                show_diff(&want, &out.stdout)
+            );
+            compared += 1;
+        }
+        // The kernel fixtures keep each later stream of a concatenation in
+        // `.dump.second`, as progs printed it alone.
+        let base = s.trim_end_matches(".stream");
+        if let (Ok(first), Ok(second)) = (
+            fs::read(format!("{base}.dump")),
+            fs::read(format!("{base}.dump.second")),
+        ) {
+            let out = rdump(&["--all-streams", s], "UTC");
+            assert!(out.status.success());
+            let want = [first, second].concat();
+            assert!(
+                out.stdout == want,
+                "{s} --all-streams: {}",
                 show_diff(&want, &out.stdout)
             );
             compared += 1;
@@ -139,8 +167,16 @@ fn broken_streams_fail_with_offset_and_keep_the_valid_prefix() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{}: {stderr}", case.file);
         let where_ = format!("at byte {} (command #{})", case.offset, case.command);
-        assert!(stderr.starts_with("rdump: error: "), "{}: {stderr}", case.file);
-        assert!(stderr.trim_end().ends_with(&where_), "{}: want {where_:?}, got {stderr}", case.file);
+        assert!(
+            stderr.starts_with("rdump: error: "),
+            "{}: {stderr}",
+            case.file
+        );
+        assert!(
+            stderr.trim_end().ends_with(&where_),
+            "{}: want {where_:?}, got {stderr}",
+            case.file
+        );
         assert!(!stderr.contains("panicked"), "{}: {stderr}", case.file);
 
         // What btrfs-progs printed before failing is exactly what rdump
@@ -148,7 +184,12 @@ fn broken_streams_fail_with_offset_and_keep_the_valid_prefix() {
         // not check versions) rdump's output is a prefix of it.
         let progs = fs::read(path.with_extension("stream.progs.out")).unwrap();
         if case.progs_rc != 0 {
-            assert!(out.stdout == progs, "{}: {}", case.file, show_diff(&progs, &out.stdout));
+            assert!(
+                out.stdout == progs,
+                "{}: {}",
+                case.file,
+                show_diff(&progs, &out.stdout)
+            );
         } else {
             assert!(progs.starts_with(&out.stdout), "{}", case.file);
         }
@@ -253,9 +294,17 @@ fn json_lists_every_command_with_lossless_paths() {
                 .filter(|l| !l.is_empty())
                 .map(|l| serde_json::from_slice(l).expect("valid JSON line"))
                 .collect();
-            let cmds: Vec<&serde_json::Value> = objs.iter().filter(|o| o["command"] != "end").collect();
-            let lines: Vec<&[u8]> = progs.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect();
-            assert_eq!(cmds.len(), lines.len(), "{s}: one JSON object per dumped command");
+            let cmds: Vec<&serde_json::Value> =
+                objs.iter().filter(|o| o["command"] != "end").collect();
+            let lines: Vec<&[u8]> = progs
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .collect();
+            assert_eq!(
+                cmds.len(),
+                lines.len(),
+                "{s}: one JSON object per dumped command"
+            );
             let mut subvol = Vec::new();
             for (o, line) in cmds.iter().zip(&lines) {
                 let (op, path) = op_and_path(line);
@@ -282,7 +331,8 @@ fn json_lists_every_command_with_lossless_paths() {
 fn summary_counts_match_the_progs_dump() {
     for stream in streams("kernel") {
         let s = stream.to_str().unwrap();
-        let Ok(progs) = fs::read_to_string(format!("{}.dump", s.trim_end_matches(".stream"))) else {
+        let Ok(progs) = fs::read_to_string(format!("{}.dump", s.trim_end_matches(".stream")))
+        else {
             continue;
         };
         let mut want: BTreeMap<String, u64> = BTreeMap::new();
@@ -307,7 +357,10 @@ fn summary_counts_match_the_progs_dump() {
             assert_eq!(count, *n, "{s}: {op}");
         }
         if !want.contains_key("encoded_write") {
-            let row = text.lines().find(|l| l.starts_with("bytes written")).unwrap();
+            let row = text
+                .lines()
+                .find(|l| l.starts_with("bytes written"))
+                .unwrap();
             let got: u64 = row.split_whitespace().last().unwrap().parse().unwrap();
             assert_eq!(got, written, "{s}");
         }

@@ -1,0 +1,215 @@
+//! Helpers for tests that drive the real kernel and btrfs-progs.
+//!
+//! [`kernel_available`] decides whether such a test can run here and prints
+//! one line when it cannot. [`BtrfsImage`] is a loop-mounted scratch btrfs
+//! that is unmounted and detached when dropped, also when the test fails.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// Whether root, loop devices, btrfs-progs and the btrfs module are usable.
+///
+/// When they are not, prints `SKIP <test>: ...` and returns false, unless
+/// `RSEND_REQUIRE_KERNEL=1` is set (as `.ci/run` does): then it panics, so
+/// CI cannot pass by skipping.
+pub fn kernel_available(test: &str) -> bool {
+    let reason = if !nix::unistd::geteuid().is_root() {
+        Some("not running as root")
+    } else if !Path::new("/dev/loop-control").exists() {
+        Some("no /dev/loop-control")
+    } else if which("btrfs").is_none() || which("mkfs.btrfs").is_none() {
+        Some("btrfs-progs not installed")
+    } else if !btrfs_in_kernel() {
+        Some("kernel has no btrfs")
+    } else {
+        None
+    };
+    match reason {
+        None => true,
+        Some(why) if std::env::var_os("RSEND_REQUIRE_KERNEL").is_some_and(|v| v == "1") => {
+            panic!("{test}: needs root, loop devices and the btrfs kernel module: {why}")
+        }
+        Some(why) => {
+            println!("SKIP {test}: needs root, loop devices and the btrfs kernel module ({why})");
+            false
+        }
+    }
+}
+
+fn btrfs_in_kernel() -> bool {
+    let listed = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    if listed.lines().any(|l| l.trim_end().ends_with("btrfs")) {
+        return true;
+    }
+    // Not loaded yet; mount(8) would load it, so try once.
+    let _ = Command::new("modprobe")
+        .arg("btrfs")
+        .stderr(Stdio::null())
+        .status();
+    let listed = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    listed.lines().any(|l| l.trim_end().ends_with("btrfs"))
+}
+
+/// The full path of `prog` on PATH.
+pub fn which(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+}
+
+/// Runs a command and returns its output, panicking with its stderr on failure.
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{cmd:?} failed with {}:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+/// Runs a bash script in `dir`, panicking on failure.
+pub fn sh(dir: &Path, script: &str) {
+    run(Command::new("bash")
+        .arg("-euo")
+        .arg("pipefail")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir));
+}
+
+/// A scratch btrfs filesystem in an image file, loop-mounted.
+pub struct BtrfsImage {
+    dir: tempfile::TempDir,
+    image: PathBuf,
+    mnt: PathBuf,
+    loopdev: Option<String>,
+    mounted: bool,
+}
+
+impl BtrfsImage {
+    /// Makes a `size_mib` image with `mkfs.btrfs <mkfs_args>`, mounted with `-o <opts>`.
+    pub fn new(size_mib: u64, mkfs_args: &[&str], opts: &str) -> BtrfsImage {
+        let dir = tempfile::Builder::new()
+            .prefix("rsend-test-")
+            .tempdir()
+            .unwrap();
+        let image = dir.path().join("fs.img");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let f = std::fs::File::create(&image).unwrap();
+        f.set_len(size_mib << 20).unwrap();
+        drop(f);
+        run(Command::new("mkfs.btrfs")
+            .arg("-q")
+            .args(mkfs_args)
+            .arg(&image));
+        let mut me = BtrfsImage {
+            dir,
+            image,
+            mnt,
+            loopdev: None,
+            mounted: false,
+        };
+        let out = run(Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&me.image));
+        me.loopdev = Some(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+        me.mount(opts);
+        me
+    }
+
+    fn mount(&mut self, opts: &str) {
+        let dev = self.loopdev.clone().unwrap();
+        let mut cmd = Command::new("mount");
+        if !opts.is_empty() {
+            cmd.args(["-o", opts]);
+        }
+        run(cmd.arg(&dev).arg(&self.mnt));
+        self.mounted = true;
+    }
+
+    /// Unmounts and mounts again with `opts`.
+    pub fn remount(&mut self, opts: &str) {
+        run(Command::new("umount").arg(&self.mnt));
+        self.mounted = false;
+        self.mount(opts);
+    }
+
+    /// The mount point.
+    pub fn mnt(&self) -> &Path {
+        &self.mnt
+    }
+
+    /// The image file.
+    pub fn image(&self) -> &Path {
+        &self.image
+    }
+
+    /// A scratch directory next to the image (outside the filesystem).
+    pub fn scratch(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Takes a read-only snapshot of the top level at `<mnt>/<name>`.
+    pub fn snapshot(&self, name: &str) -> PathBuf {
+        let dst = self.mnt.join(name);
+        run(Command::new("btrfs")
+            .args(["-q", "subvolume", "snapshot", "-r"])
+            .arg(&self.mnt)
+            .arg(&dst));
+        dst
+    }
+
+    /// Runs `btrfs send <args>` and returns the stream.
+    pub fn send(&self, args: &[&OsStr]) -> Vec<u8> {
+        run(Command::new("btrfs").arg("-q").arg("send").args(args)).stdout
+    }
+}
+
+impl Drop for BtrfsImage {
+    fn drop(&mut self) {
+        if self.mounted {
+            let ok = Command::new("umount")
+                .arg(&self.mnt)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+            }
+        }
+        if let Some(dev) = self.loopdev.take() {
+            let _ = Command::new("losetup").arg("-d").arg(dev).status();
+        }
+    }
+}
+
+/// A byte string as an `OsStr`, for file names that are not UTF-8.
+pub fn os(b: &[u8]) -> &OsStr {
+    OsStr::from_bytes(b)
+}
+
+/// A small deterministic generator for test data (xorshift64*).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next value.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A value below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
