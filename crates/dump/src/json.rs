@@ -79,7 +79,7 @@ pub fn command_value(cmd: &Command<'_>, pos: Position) -> Value {
         }
         Command::Mkfile { path, ino } | Command::Mkdir { path, ino } => {
             put("path", b(path));
-            put("ino", opt(ino));
+            put("ino", ino.into());
         }
         Command::Mknod {
             path,
@@ -88,7 +88,7 @@ pub fn command_value(cmd: &Command<'_>, pos: Position) -> Value {
             mode,
         } => {
             put("path", b(path));
-            put("ino", opt(ino));
+            put("ino", ino.into());
             put("rdev", rdev.into());
             put("mode", mode.into());
         }
@@ -105,13 +105,13 @@ pub fn command_value(cmd: &Command<'_>, pos: Position) -> Value {
             mode,
         } => {
             put("path", b(path));
-            put("ino", opt(ino));
+            put("ino", ino.into());
             put("rdev", opt(rdev));
             put("mode", opt(mode));
         }
         Command::Symlink { path, ino, target } => {
             put("path", b(path));
-            put("ino", opt(ino));
+            put("ino", ino.into());
             put("target", b(target));
         }
         Command::Rename { from, to } => {

@@ -10,6 +10,7 @@ use std::io::{self, Write};
 use btrfs_stream::{Command, Position, Timespec};
 
 use crate::escape::{c_str, escape_into};
+use crate::time::LocalTime;
 use crate::{Sink, SinkError};
 
 /// btrfs-progs refuses joined paths of PATH_MAX or more.
@@ -23,16 +24,18 @@ pub struct TextDump<W: Write> {
     /// `./<subvol>` of the current stream.
     subvol: Vec<u8>,
     line: Vec<u8>,
+    time: LocalTime,
 }
 
 impl<W: Write> TextDump<W> {
-    /// A dumper writing to `out`.
+    /// A dumper writing to `out`, with times in the zone `TZ` names.
     pub fn new(out: W) -> Self {
         TextDump {
             out,
             root: b".".to_vec(),
             subvol: b".".to_vec(),
             line: Vec::with_capacity(512),
+            time: LocalTime::from_env(),
         }
     }
 
@@ -42,44 +45,80 @@ impl<W: Write> TextDump<W> {
     }
 }
 
-/// Joins two paths as btrfs-progs' `path_cat_out`: one trailing '/' of each
-/// part is dropped and a single '/' put between them.
-fn path_cat(p1: &[u8], p2: &[u8]) -> Result<Vec<u8>, SinkError> {
-    let (p1, p2) = (c_str(p1), c_str(p2));
+/// btrfs-progs' `path_cat_out` check: the joined parts must stay below PATH_MAX.
+fn check_len(p1: &[u8], p2: &[u8]) -> Result<(), SinkError> {
     if p1.len() + p2.len() + 2 >= PATH_MAX {
         let shown = String::from_utf8_lossy(&p2[..p2.len().min(64)]).into_owned();
         return Err(SinkError::Format(format!("path too long: {shown}...")));
     }
-    let strip = |p: &'_ [u8]| -> usize { p.len() - usize::from(p.last() == Some(&b'/')) };
+    Ok(())
+}
+
+/// `p` without one trailing '/'.
+fn strip_slash(p: &[u8]) -> &[u8] {
+    p.strip_suffix(b"/").unwrap_or(p)
+}
+
+/// Joins two paths as btrfs-progs' `path_cat_out`: one trailing '/' of each
+/// part is dropped and a single '/' put between them.
+fn path_cat(p1: &[u8], p2: &[u8]) -> Result<Vec<u8>, SinkError> {
+    let (p1, p2) = (c_str(p1), c_str(p2));
+    check_len(p1, p2)?;
     let mut out = Vec::with_capacity(p1.len() + p2.len() + 1);
-    out.extend_from_slice(&p1[..strip(p1)]);
+    out.extend_from_slice(strip_slash(p1));
     out.push(b'/');
-    out.extend_from_slice(&p2[..strip(p2)]);
+    out.extend_from_slice(strip_slash(p2));
     Ok(out)
 }
 
+/// Appends the escaped `path_cat(p1, p2)`; returns its escaped length.
+fn escape_cat(out: &mut Vec<u8>, p1: &[u8], p2: &[u8]) -> Result<usize, SinkError> {
+    let (p1, p2) = (c_str(p1), c_str(p2));
+    check_len(p1, p2)?;
+    let n = escape_into(out, strip_slash(p1));
+    out.push(b'/');
+    Ok(n + 1 + escape_into(out, strip_slash(p2)))
+}
+
+const SPACES: [u8; 32] = [b' '; 32];
+
 /// Builds the fields part of one line.
-struct Fields<'l>(&'l mut Vec<u8>);
+struct Fields<'l> {
+    line: &'l mut Vec<u8>,
+    time: &'l mut LocalTime,
+    subvol: &'l [u8],
+}
 
 impl Fields<'_> {
     fn raw(&mut self, s: &str) -> &mut Self {
-        self.0.extend_from_slice(s.as_bytes());
+        self.line.extend_from_slice(s.as_bytes());
         self
     }
-    fn num(&mut self, key: &str, v: impl std::fmt::Display) -> &mut Self {
-        let _ = write!(self.0, "{key}={v}");
+    fn key(&mut self, key: &str) -> &mut Self {
+        self.line.extend_from_slice(key.as_bytes());
+        self.line.push(b'=');
+        self
+    }
+    fn num(&mut self, key: &str, v: impl itoa::Integer) -> &mut Self {
+        self.key(key);
+        self.line
+            .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
         self
     }
     fn esc(&mut self, key: &str, v: &[u8]) -> &mut Self {
-        self.0.extend_from_slice(key.as_bytes());
-        self.0.push(b'=');
-        escape_into(self.0, c_str(v));
+        self.key(key);
+        escape_into(self.line, c_str(v));
         self
     }
+    /// `key=<escaped ./subvol/path>`.
+    fn esc_in_subvol(&mut self, key: &str, path: &[u8]) -> Result<&mut Self, SinkError> {
+        self.key(key);
+        escape_cat(self.line, self.subvol, path)?;
+        Ok(self)
+    }
     fn time(&mut self, key: &str, t: Timespec) -> Result<&mut Self, SinkError> {
-        self.0.extend_from_slice(key.as_bytes());
-        self.0.push(b'=');
-        crate::time::format_local(self.0, t.sec).ok_or_else(|| {
+        self.key(key);
+        self.time.format(self.line, t.sec).ok_or_else(|| {
             SinkError::Format(format!(
                 "failed to convert time {}.{:09} to local time",
                 t.sec, t.nsec
@@ -90,17 +129,19 @@ impl Fields<'_> {
 }
 
 impl<W: Write> TextDump<W> {
-    /// Starts a line: name padded to 16 columns, then the escaped path.
-    /// Returns the escaped path length.
-    fn head(&mut self, op: &str, path: &[u8]) -> usize {
+    /// Starts a line: the name padded to 16 columns, then the escaped path
+    /// inside `base`. Returns the escaped path length.
+    fn head(&mut self, op: &str, base: &[u8], path: &[u8]) -> Result<usize, SinkError> {
         self.line.clear();
-        let _ = write!(self.line, "{op:<16}");
-        escape_into(&mut self.line, path)
+        self.line.extend_from_slice(op.as_bytes());
+        self.line
+            .extend_from_slice(&SPACES[..16usize.saturating_sub(op.len())]);
+        escape_cat(&mut self.line, base, path)
     }
 
     fn pad(&mut self, path_len: usize) {
         let n = 32usize.saturating_sub(path_len).max(1);
-        self.line.extend(std::iter::repeat_n(b' ', n));
+        self.line.extend_from_slice(&SPACES[..n]);
     }
 
     fn emit(&mut self) -> io::Result<()> {
@@ -113,22 +154,62 @@ impl<W: Write> TextDump<W> {
         &mut self,
         op: &str,
         path: &[u8],
-        fields: impl FnOnce(&mut Fields<'_>, &[u8]) -> Result<(), SinkError>,
+        fields: impl FnOnce(&mut Fields<'_>) -> Result<(), SinkError>,
     ) -> Result<(), SinkError> {
-        let full = path_cat(&self.subvol, path)?;
-        let n = self.head(op, &full);
-        self.pad(n);
         let subvol = std::mem::take(&mut self.subvol);
-        let res = fields(&mut Fields(&mut self.line), &subvol);
+        let res = self.line_in(op, &subvol, path, fields);
         self.subvol = subvol;
-        res?;
+        res
+    }
+
+    fn line_in(
+        &mut self,
+        op: &str,
+        subvol: &[u8],
+        path: &[u8],
+        fields: impl FnOnce(&mut Fields<'_>) -> Result<(), SinkError>,
+    ) -> Result<(), SinkError> {
+        let n = self.head(op, subvol, path)?;
+        self.pad(n);
+        fields(&mut Fields {
+            line: &mut self.line,
+            time: &mut self.time,
+            subvol,
+        })?;
         Ok(self.emit()?)
     }
 
     /// One line with no fields.
     fn bare(&mut self, op: &str, path: &[u8]) -> Result<(), SinkError> {
-        let full = path_cat(&self.subvol, path)?;
-        self.head(op, &full);
+        let subvol = std::mem::take(&mut self.subvol);
+        let res = self.head(op, &subvol, path);
+        self.subvol = subvol;
+        res?;
+        Ok(self.emit()?)
+    }
+
+    /// A subvol or snapshot line: sets the current subvolume first.
+    fn subvol_line(
+        &mut self,
+        op: &str,
+        path: &[u8],
+        fields: impl FnOnce(&mut Fields<'_>) -> Result<(), SinkError>,
+    ) -> Result<(), SinkError> {
+        self.subvol = path_cat(&self.root, path)?;
+        let full = std::mem::take(&mut self.subvol);
+        self.line.clear();
+        self.line.extend_from_slice(op.as_bytes());
+        self.line
+            .extend_from_slice(&SPACES[..16usize.saturating_sub(op.len())]);
+        let n = escape_into(&mut self.line, &full);
+        self.pad(n);
+        let res = fields(&mut Fields {
+            line: &mut self.line,
+            time: &mut self.time,
+            subvol: &full,
+        });
+        self.subvol = full;
+        res?;
         Ok(self.emit()?)
     }
 }
@@ -141,31 +222,29 @@ impl<W: Write> Sink for TextDump<W> {
                 path,
                 uuid,
                 ctransid,
-            } => {
-                self.subvol = path_cat(&self.root, path)?;
-                let full = self.subvol.clone();
-                let n = self.head(op, &full);
-                self.pad(n);
-                let _ = write!(self.line, "uuid={uuid} transid={ctransid}");
-                self.emit()?;
-            }
+            } => self.subvol_line(op, path, |f| {
+                f.key("uuid");
+                push_uuid(f.line, &uuid);
+                f.raw(" ").num("transid", ctransid);
+                Ok(())
+            })?,
             Command::Snapshot {
                 path,
                 uuid,
                 ctransid,
                 clone_uuid,
                 clone_ctransid,
-            } => {
-                self.subvol = path_cat(&self.root, path)?;
-                let full = self.subvol.clone();
-                let n = self.head(op, &full);
-                self.pad(n);
-                let _ = write!(
-                    self.line,
-                    "uuid={uuid} transid={ctransid} parent_uuid={clone_uuid} parent_transid={clone_ctransid}"
-                );
-                self.emit()?;
-            }
+            } => self.subvol_line(op, path, |f| {
+                f.key("uuid");
+                push_uuid(f.line, &uuid);
+                f.raw(" ")
+                    .num("transid", ctransid)
+                    .raw(" ")
+                    .key("parent_uuid");
+                push_uuid(f.line, &clone_uuid);
+                f.raw(" ").num("parent_transid", clone_ctransid);
+                Ok(())
+            })?,
             Command::Mkfile { path, .. }
             | Command::Mkdir { path, .. }
             | Command::Mkfifo { path, .. }
@@ -174,33 +253,33 @@ impl<W: Write> Sink for TextDump<W> {
             | Command::Rmdir { path } => self.bare(op, path)?,
             Command::Mknod {
                 path, mode, rdev, ..
-            } => self.line(op, path, |f, _| {
-                let _ = write!(f.0, "mode={mode:o} dev=0x{rdev:x}");
+            } => self.line(op, path, |f| {
+                let _ = write!(f.line, "mode={mode:o} dev=0x{rdev:x}");
                 Ok(())
             })?,
-            Command::Symlink { path, target, .. } => self.line(op, path, |f, _| {
+            Command::Symlink { path, target, .. } => self.line(op, path, |f| {
                 f.esc("dest", target);
                 Ok(())
             })?,
-            Command::Rename { from, to } => self.line(op, from, |f, subvol| {
-                f.esc("dest", &path_cat(subvol, to)?);
+            Command::Rename { from, to } => self.line(op, from, |f| {
+                f.esc_in_subvol("dest", to)?;
                 Ok(())
             })?,
-            Command::Link { path, target } => self.line(op, path, |f, _| {
+            Command::Link { path, target } => self.line(op, path, |f| {
                 f.esc("dest", target);
                 Ok(())
             })?,
-            Command::SetXattr { path, name, data } => self.line(op, path, |f, _| {
+            Command::SetXattr { path, name, data } => self.line(op, path, |f| {
                 f.esc("name", name).raw(" ");
-                escape_into(f.0, data);
+                escape_into(f.line, data);
                 f.raw(" ").num("len", data.len());
                 Ok(())
             })?,
-            Command::RemoveXattr { path, name } => self.line(op, path, |f, _| {
+            Command::RemoveXattr { path, name } => self.line(op, path, |f| {
                 f.esc("name", name);
                 Ok(())
             })?,
-            Command::Write { path, offset, data } => self.line(op, path, |f, _| {
+            Command::Write { path, offset, data } => self.line(op, path, |f| {
                 f.num("offset", offset).raw(" ").num("len", data.len());
                 Ok(())
             })?,
@@ -211,21 +290,24 @@ impl<W: Write> Sink for TextDump<W> {
                 clone_path,
                 clone_offset,
                 ..
-            } => self.line(op, path, |f, subvol| {
-                f.num("offset", offset).raw(" ").num("len", len).raw(" ");
-                f.esc("from", &path_cat(subvol, clone_path)?);
+            } => self.line(op, path, |f| {
+                // progs passes the clone length through a C int and prints it
+                // with "%llu": it is truncated to 32 bits and sign-extended.
+                let shown = len as i32 as i64 as u64;
+                f.num("offset", offset).raw(" ").num("len", shown).raw(" ");
+                f.esc_in_subvol("from", clone_path)?;
                 f.raw(" ").num("clone_offset", clone_offset);
                 Ok(())
             })?,
-            Command::Truncate { path, size } => self.line(op, path, |f, _| {
+            Command::Truncate { path, size } => self.line(op, path, |f| {
                 f.num("size", size);
                 Ok(())
             })?,
-            Command::Chmod { path, mode } => self.line(op, path, |f, _| {
-                let _ = write!(f.0, "mode={mode:o}");
+            Command::Chmod { path, mode } => self.line(op, path, |f| {
+                let _ = write!(f.line, "mode={mode:o}");
                 Ok(())
             })?,
-            Command::Chown { path, uid, gid } => self.line(op, path, |f, _| {
+            Command::Chown { path, uid, gid } => self.line(op, path, |f| {
                 f.num("gid", gid).raw(" ").num("uid", uid);
                 Ok(())
             })?,
@@ -235,14 +317,14 @@ impl<W: Write> Sink for TextDump<W> {
                 mtime,
                 ctime,
                 ..
-            } => self.line(op, path, |f, _| {
+            } => self.line(op, path, |f| {
                 f.time("atime", atime)?.raw(" ");
                 f.time("mtime", mtime)?.raw(" ");
                 f.time("ctime", ctime)?;
                 Ok(())
             })?,
             Command::End {} => {}
-            Command::UpdateExtent { path, offset, len } => self.line(op, path, |f, _| {
+            Command::UpdateExtent { path, offset, len } => self.line(op, path, |f| {
                 f.num("offset", offset).raw(" ").num("len", len);
                 Ok(())
             })?,
@@ -251,14 +333,17 @@ impl<W: Write> Sink for TextDump<W> {
                 mode,
                 offset,
                 len,
-            } => self.line(op, path, |f, _| {
+            } => self.line(op, path, |f| {
+                // progs prints the mode with "%d".
                 f.num("mode", mode as i32).raw(" ");
                 f.num("offset", offset).raw(" ").num("len", len);
                 Ok(())
             })?,
-            Command::Fileattr { path, attr } => self.line(op, path, |f, _| {
+            Command::Fileattr { path, attr } => self.line(op, path, |f| {
                 // btrfs-progs prints this with "0x%llu": decimal after "0x".
-                f.num("fileattr", format_args!("0x{attr}"));
+                f.key("fileattr").raw("0x");
+                f.line
+                    .extend_from_slice(itoa::Buffer::new().format(attr).as_bytes());
                 Ok(())
             })?,
             Command::EncodedWrite {
@@ -270,7 +355,7 @@ impl<W: Write> Sink for TextDump<W> {
                 compression,
                 encryption,
                 data,
-            } => self.line(op, path, |f, _| {
+            } => self.line(op, path, |f| {
                 f.num("offset", offset)
                     .raw(" ")
                     .num("len", data.len())
@@ -288,7 +373,7 @@ impl<W: Write> Sink for TextDump<W> {
                 block_size,
                 salt,
                 sig,
-            } => self.line(op, path, |f, _| {
+            } => self.line(op, path, |f| {
                 f.num("algorithm", algorithm).raw(" ");
                 f.num("block_size", block_size).raw(" ");
                 f.num("salt_len", salt.len()).raw(" ");
@@ -302,6 +387,12 @@ impl<W: Write> Sink for TextDump<W> {
     fn finish(&mut self) -> io::Result<()> {
         self.out.flush()
     }
+}
+
+/// Appends a uuid in its 36-character lowercase form.
+fn push_uuid(out: &mut Vec<u8>, uuid: &btrfs_stream::Uuid) {
+    let mut buf = [0u8; 36];
+    out.extend_from_slice(uuid.hyphenated().encode_lower(&mut buf).as_bytes());
 }
 
 #[cfg(test)]

@@ -266,21 +266,21 @@ commands! {
         path: &'a [u8] = Path, uuid: Uuid = Uuid, ctransid: u64 = Ctransid,
         clone_uuid: Uuid = CloneUuid, clone_ctransid: u64 = CloneCtransid };
     /// Create an empty regular file.
-    Mkfile = 3, "MKFILE", "mkfile", since 1 { path: &'a [u8] = Path, ino: Option<u64> = Ino };
+    Mkfile = 3, "MKFILE", "mkfile", since 1 { path: &'a [u8] = Path, ino: u64 = Ino };
     /// Create a directory.
-    Mkdir = 4, "MKDIR", "mkdir", since 1 { path: &'a [u8] = Path, ino: Option<u64> = Ino };
+    Mkdir = 4, "MKDIR", "mkdir", since 1 { path: &'a [u8] = Path, ino: u64 = Ino };
     /// Create a device node; `rdev` uses the kernel's new_encode_dev layout.
     Mknod = 5, "MKNOD", "mknod", since 1 {
-        path: &'a [u8] = Path, ino: Option<u64> = Ino, rdev: u64 = Rdev, mode: u64 = Mode };
+        path: &'a [u8] = Path, ino: u64 = Ino, rdev: u64 = Rdev, mode: u64 = Mode };
     /// Create a fifo.
     Mkfifo = 6, "MKFIFO", "mkfifo", since 1 {
-        path: &'a [u8] = Path, ino: Option<u64> = Ino, rdev: Option<u64> = Rdev, mode: Option<u64> = Mode };
+        path: &'a [u8] = Path, ino: u64 = Ino, rdev: Option<u64> = Rdev, mode: Option<u64> = Mode };
     /// Create a unix socket node.
     Mksock = 7, "MKSOCK", "mksock", since 1 {
-        path: &'a [u8] = Path, ino: Option<u64> = Ino, rdev: Option<u64> = Rdev, mode: Option<u64> = Mode };
+        path: &'a [u8] = Path, ino: u64 = Ino, rdev: Option<u64> = Rdev, mode: Option<u64> = Mode };
     /// Create a symlink at `path` pointing to `target`.
     Symlink = 8, "SYMLINK", "symlink", since 1 {
-        path: &'a [u8] = Path, ino: Option<u64> = Ino, target: &'a [u8] = PathLink };
+        path: &'a [u8] = Path, ino: u64 = Ino, target: &'a [u8] = PathLink };
     /// Rename `from` to `to`.
     Rename = 9, "RENAME", "rename", since 1 { from: &'a [u8] = Path, to: &'a [u8] = PathTo };
     /// Create hardlink `path` to the existing `target`.
