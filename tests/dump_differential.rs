@@ -9,14 +9,16 @@ use rdump::{dump, Streams, TextDump};
 use testkit::{which, Rng};
 
 fn random_bytes(rng: &mut Rng, max: u64) -> Vec<u8> {
-    (0..1 + rng.below(max)).map(|_| rng.next() as u8).collect()
+    (0..1 + rng.below(max))
+        .map(|_| rng.next_u64() as u8)
+        .collect()
 }
 
 fn random_time(rng: &mut Rng) -> Timespec {
     let sec = match rng.below(6) {
         0 => rng.below(4_000_000_000) as i64 - 1_000_000_000,
-        1 => (rng.next() >> 30) as i64 - (1 << 33),
-        2 => (rng.next() >> 20) as i64 - (1 << 43),
+        1 => (rng.next_u64() >> 30) as i64 - (1 << 33),
+        2 => (rng.next_u64() >> 20) as i64 - (1 << 43),
         // Near the end of glibc's range (tm_year must fit a C int).
         3 => 67_768_036_191_676_799 - rng.below(1 << 20) as i64,
         4 => -67_768_040_609_740_800 + rng.below(1 << 20) as i64,
@@ -43,17 +45,17 @@ fn random_stream(rng: &mut Rng, n: usize) -> Vec<u8> {
     let data = random_bytes(rng, 300);
     let mut w = Writer::new(Vec::new());
     w.start_stream(2).unwrap();
-    let uuid = Uuid::from_bytes(rng.next().to_le_bytes().repeat(2).try_into().unwrap());
+    let uuid = Uuid::from_bytes(rng.next_u64().to_le_bytes().repeat(2).try_into().unwrap());
     w.write_command(&Command::Subvol {
         path: &names[0],
         uuid,
-        ctransid: rng.next(),
+        ctransid: rng.next_u64(),
     })
     .unwrap();
     for i in 0..n {
         let p = &names[i][..];
         let q = &names[(i + 1) % n][..];
-        let (a, b) = (rng.next(), rng.next());
+        let (a, b) = (rng.next_u64(), rng.next_u64());
         let cmd = match rng.below(14) {
             0 => Command::Mkfile { path: p, ino: a },
             1 => Command::Mknod {

@@ -45,7 +45,8 @@ fn populate(root: &std::path::Path, rng: &mut Rng, files: usize) {
                 let data: Vec<u8> = (0..len).map(|j| (j as u64 * 31 + i as u64) as u8).collect();
                 fs::write(&path, &data).unwrap();
                 if rng.below(3) == 0 {
-                    let value: Vec<u8> = (0..rng.below(300)).map(|_| rng.next() as u8).collect();
+                    let value: Vec<u8> =
+                        (0..rng.below(300)).map(|_| rng.next_u64() as u8).collect();
                     xattr::set(&path, "user.random", &value).unwrap();
                 }
             }

@@ -201,7 +201,7 @@ pub struct Rng(pub u64);
 
 impl Rng {
     /// The next value.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -210,6 +210,6 @@ impl Rng {
 
     /// A value below `n`.
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.next_u64() % n
     }
 }

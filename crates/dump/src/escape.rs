@@ -4,37 +4,51 @@
 //! backslash, and three octal digits for every other byte that is not
 //! printable ASCII (all bytes from 0x7f up).
 
+/// How each byte is printed: 0 as itself, 1 as octal, else a backslash and
+/// this letter.
+const CLASS: [u8; 256] = {
+    let mut t = [1u8; 256];
+    let mut c = 0x20;
+    while c < 0x7f {
+        t[c] = 0;
+        c += 1;
+    }
+    t[0x07] = b'a';
+    t[0x08] = b'b';
+    t[0x1b] = b'e';
+    t[0x0c] = b'f';
+    t[b'\n' as usize] = b'n';
+    t[b'\r' as usize] = b'r';
+    t[b'\t' as usize] = b't';
+    t[0x0b] = b'v';
+    t[b' ' as usize] = b' ';
+    t[b'\\' as usize] = b'\\';
+    t
+};
+
 /// Appends the escaped form of `s` to `out`; returns its length in bytes.
 pub fn escape_into(out: &mut Vec<u8>, s: &[u8]) -> usize {
     let before = out.len();
-    for &c in s {
-        let short = match c {
-            0x07 => b'a',
-            0x08 => b'b',
-            0x1b => b'e',
-            0x0c => b'f',
-            b'\n' => b'n',
-            b'\r' => b'r',
-            b'\t' => b't',
-            0x0b => b'v',
-            b' ' => b' ',
-            b'\\' => b'\\',
-            0x20..=0x7e => {
-                out.push(c);
-                continue;
-            }
-            _ => {
-                out.extend_from_slice(&[
-                    b'\\',
-                    b'0' + (c >> 6),
-                    b'0' + ((c >> 3) & 7),
-                    b'0' + (c & 7),
-                ]);
-                continue;
-            }
-        };
-        out.extend_from_slice(&[b'\\', short]);
+    let mut plain = 0;
+    for (i, &c) in s.iter().enumerate() {
+        let class = CLASS[c as usize];
+        if class == 0 {
+            continue;
+        }
+        out.extend_from_slice(&s[plain..i]);
+        plain = i + 1;
+        if class == 1 {
+            out.extend_from_slice(&[
+                b'\\',
+                b'0' + (c >> 6),
+                b'0' + ((c >> 3) & 7),
+                b'0' + (c & 7),
+            ]);
+        } else {
+            out.extend_from_slice(&[b'\\', class]);
+        }
     }
+    out.extend_from_slice(&s[plain..]);
     out.len() - before
 }
 

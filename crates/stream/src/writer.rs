@@ -39,18 +39,15 @@ pub fn encode_command(
     let attrs = cmd.encode_attrs(&mut Encoder { out, version });
     let total = out.len() - start;
     let limit = max_command_len(version);
-    let res = attrs.and_then(|()| {
-        if total > limit {
-            Err(WriteError::TooLarge {
-                cmd: kind,
-                len: total,
-                limit,
-                version,
-            })
-        } else {
-            Ok(())
-        }
-    });
+    let res = match attrs {
+        Ok(()) if total > limit => Err(WriteError::TooLarge {
+            cmd: kind,
+            len: total,
+            limit,
+            version,
+        }),
+        other => other,
+    };
     if let Err(e) = res {
         out.truncate(start);
         return Err(e);

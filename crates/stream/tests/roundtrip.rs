@@ -320,14 +320,14 @@ fn concatenated_streams_are_read_in_order() {
         1,
         &[Command::Mkdir {
             path: b"a",
-            ino: Some(257),
+            ino: 257,
         }],
     );
     bytes.extend(stream_of(
         2,
         &[Command::Mkdir {
             path: b"b",
-            ino: None,
+            ino: 258,
         }],
     ));
     let mut r = Reader::new(&bytes[..]);
@@ -335,7 +335,7 @@ fn concatenated_streams_are_read_in_order() {
         r.next_command().unwrap(),
         Some(Command::Mkdir {
             path: b"a",
-            ino: Some(257)
+            ino: 257
         })
     );
     assert_eq!(r.version(), 1);
@@ -344,7 +344,7 @@ fn concatenated_streams_are_read_in_order() {
         r.next_command().unwrap(),
         Some(Command::Mkdir {
             path: b"b",
-            ino: None
+            ino: 258
         })
     );
     assert_eq!(r.version(), 2);
