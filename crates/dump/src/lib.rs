@@ -13,7 +13,7 @@ pub mod time;
 
 use std::io::{Read, Write};
 
-use btrfs_stream::{Command, Reader};
+use btrfs_stream::{Command, Reader, Source};
 
 pub use json::JsonDump;
 pub use summary::Summary;
@@ -80,7 +80,15 @@ pub enum Streams {
 
 /// Reads the commands of `input` into `sink`.
 pub fn dump<R: Read, S: Sink>(input: R, sink: &mut S, streams: Streams) -> Result<(), DumpError> {
-    let mut reader = Reader::new(input);
+    dump_from(Reader::new(input), sink, streams)
+}
+
+/// Reads the commands of `reader` into `sink`.
+pub fn dump_from<Src: Source, S: Sink>(
+    mut reader: Reader<Src>,
+    sink: &mut S,
+    streams: Streams,
+) -> Result<(), DumpError> {
     let res = feed(&mut reader, sink, streams);
     let fin = sink.finish();
     res?;
@@ -88,8 +96,8 @@ pub fn dump<R: Read, S: Sink>(input: R, sink: &mut S, streams: Streams) -> Resul
     Ok(())
 }
 
-fn feed<R: Read, S: Sink>(
-    reader: &mut Reader<R>,
+fn feed<Src: Source, S: Sink>(
+    reader: &mut Reader<Src>,
     sink: &mut S,
     streams: Streams,
 ) -> Result<(), DumpError> {

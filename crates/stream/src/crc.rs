@@ -1,8 +1,10 @@
 //! The stream's checksum: CRC-32C (Castagnoli) with seed 0 and no final xor.
 //!
 //! This differs from the standard CRC-32C, which starts from and ends with
-//! `0xFFFF_FFFF`. The `crc32c` crate computes the standard form, so the seed
-//! and result are inverted around it.
+//! `0xFFFF_FFFF`. `crc-fast` (CLMUL/AVX-512 folding) computes it from any
+//! starting state; its final xor is undone here.
+
+use crc_fast::{CrcAlgorithm, Digest};
 
 /// Extends a send-stream CRC `crc` over `data`.
 ///
@@ -10,7 +12,9 @@
 /// as one call over their concatenation.
 #[inline]
 pub fn update(crc: u32, data: &[u8]) -> u32 {
-    !crc32c::crc32c_append(!crc, data)
+    let mut d = Digest::new_with_init_state(CrcAlgorithm::Crc32Iscsi, u64::from(crc));
+    d.update(data);
+    (d.finalize() as u32) ^ 0xFFFF_FFFF
 }
 
 /// The CRC of one encoded command: header with its crc field zeroed, then payload.
@@ -31,6 +35,17 @@ mod tests {
         // differs only by the seed and final inversion.
         let raw = update(0xFFFF_FFFF, b"123456789");
         assert_eq!(!raw, 0xE306_9283);
+    }
+
+    #[test]
+    fn matches_the_crc32c_crate_on_every_length() {
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 131 + 7) as u8).collect();
+        for len in (0..200).chain([1023, 1024, 4095, 4096, 4097, 5000]) {
+            let want = !crc32c::crc32c_append(0xFFFF_FFFF, &data[..len]);
+            assert_eq!(update(0, &data[..len]), want, "len {len}");
+            let seeded = !crc32c::crc32c_append(!0x1234_5678, &data[..len]);
+            assert_eq!(update(0x1234_5678, &data[..len]), seeded, "len {len}");
+        }
     }
 
     #[test]

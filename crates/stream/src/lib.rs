@@ -12,6 +12,7 @@ pub mod crc;
 pub mod error;
 pub mod header;
 pub mod reader;
+pub mod source;
 pub mod writer;
 
 pub use attr::Attr;
@@ -19,6 +20,7 @@ pub use command::{Command, CommandKind, Timespec, Uuid};
 pub use error::{Error, ErrorKind, WriteError};
 pub use header::{StreamHeader, MAGIC, MAX_VERSION, STREAM_HEADER_LEN};
 pub use reader::{decode_payload, Position, Reader, DEFAULT_MAX_COMMAND_LEN};
+pub use source::{ReadSource, SliceSource, Source};
 pub use writer::{encode_command, max_command_len, Writer};
 
 /// Length of a command header: le32 payload length, le16 command, le32 crc.

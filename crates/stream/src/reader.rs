@@ -6,13 +6,11 @@ use crate::attr::{Attr, ATTR_MAX};
 use crate::command::{Attrs, Command, CommandKind, FieldError};
 use crate::error::{Error, ErrorKind};
 use crate::header::{MAGIC, MAX_VERSION, STREAM_HEADER_LEN};
+use crate::source::{ReadSource, SliceSource, Source};
 use crate::{crc, COMMAND_HEADER_LEN};
 
 /// Default limit on one command's payload length: 64 MiB.
 pub const DEFAULT_MAX_COMMAND_LEN: u32 = 64 << 20;
-
-const INITIAL_BUF: usize = 1 << 20;
-const MIN_READ: usize = 128 << 10;
 
 /// Where one command was found in the input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,19 +42,12 @@ enum State {
 /// Reads commands from a send stream, several concatenated streams included.
 ///
 /// Memory stays bounded by the largest command (itself bounded by
-/// [`Reader::with_max_command_len`]). Commands borrow the internal buffer, so
+/// [`Reader::with_max_command_len`]). Commands borrow the reader's bytes, so
 /// each must be dropped before the next call.
-pub struct Reader<R> {
-    inner: R,
-    buf: Vec<u8>,
-    /// Valid bytes are `buf[start..end]`.
-    start: usize,
-    end: usize,
-    /// Input offset of `buf[0]`.
-    base: u64,
+pub struct Reader<S> {
+    src: S,
     /// Bytes of the last returned command, dropped on the next call.
     consume: usize,
-    eof: bool,
     state: State,
     version: u32,
     commands: u64,
@@ -65,17 +56,28 @@ pub struct Reader<R> {
     last_offset: u64,
 }
 
-impl<R: Read> Reader<R> {
-    /// A reader over `inner` with the default command length limit.
+impl<R: Read> Reader<ReadSource<R>> {
+    /// A reader over `inner` (a file, a pipe, a byte slice) through a
+    /// bounded buffer, with the default command length limit.
     pub fn new(inner: R) -> Self {
+        Reader::with_source(ReadSource::new(inner))
+    }
+}
+
+impl<T: AsRef<[u8]>> Reader<SliceSource<T>> {
+    /// A reader over bytes already in memory, such as a mapped file; command
+    /// fields borrow them directly.
+    pub fn from_bytes(data: T) -> Self {
+        Reader::with_source(SliceSource::new(data))
+    }
+}
+
+impl<S: Source> Reader<S> {
+    /// A reader over any [`Source`].
+    pub fn with_source(src: S) -> Self {
         Reader {
-            inner,
-            buf: Vec::new(),
-            start: 0,
-            end: 0,
-            base: 0,
+            src,
             consume: 0,
-            eof: false,
             state: State::Start,
             version: 0,
             commands: 0,
@@ -113,15 +115,15 @@ impl<R: Read> Reader<R> {
 
     /// Input bytes consumed, including the last returned command.
     pub fn position(&self) -> u64 {
-        self.base + (self.start + self.consume) as u64
+        self.src.offset() + self.consume as u64
     }
 
     fn avail(&self) -> usize {
-        self.end - self.start
+        self.src.window().len()
     }
 
     fn here(&self) -> u64 {
-        self.base + self.start as u64
+        self.src.offset()
     }
 
     fn fail(&mut self, offset: u64, kind: ErrorKind) -> Error {
@@ -133,31 +135,8 @@ impl<R: Read> Reader<R> {
         }
     }
 
-    /// Makes at least `need` bytes available unless the input ends first.
     fn fill(&mut self, need: usize) -> io::Result<()> {
-        while self.avail() < need && !self.eof {
-            if self.start > 0 && self.buf.len() - self.end < MIN_READ {
-                // Move the partial unit to the front to make room.
-                self.buf.copy_within(self.start..self.end, 0);
-                self.base += self.start as u64;
-                self.end -= self.start;
-                self.start = 0;
-            }
-            if self.end == self.buf.len() {
-                // Grow only as data arrives, so a huge declared length in a
-                // short input never allocates the whole length.
-                let cap = need.max(INITIAL_BUF);
-                self.buf
-                    .resize((self.buf.len() * 2).clamp(INITIAL_BUF, cap), 0);
-            }
-            match self.inner.read(&mut self.buf[self.end..]) {
-                Ok(0) => self.eof = true,
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        self.src.fill(need)
     }
 
     /// Reads a stream header; returns false on clean EOF between streams.
@@ -174,7 +153,7 @@ impl<R: Read> Reader<R> {
             self.state = State::Done;
             return Ok(false);
         }
-        let h = &self.buf[self.start..self.start + got.min(STREAM_HEADER_LEN)];
+        let h = &self.src.window()[..got.min(STREAM_HEADER_LEN)];
         if h.len() >= MAGIC.len() && &h[..MAGIC.len()] != MAGIC {
             return Err(self.fail(at, ErrorKind::BadMagic));
         }
@@ -187,7 +166,7 @@ impl<R: Read> Reader<R> {
         }
         self.version = version;
         self.streams += 1;
-        self.start += STREAM_HEADER_LEN;
+        self.src.consume(STREAM_HEADER_LEN);
         self.state = State::InStream;
         Ok(true)
     }
@@ -202,7 +181,7 @@ impl<R: Read> Reader<R> {
 
     /// Like [`Reader::next_command`], also telling where the command was.
     pub fn next_framed(&mut self) -> Result<Option<(Command<'_>, Position)>, Error> {
-        self.start += std::mem::take(&mut self.consume);
+        self.src.consume(std::mem::take(&mut self.consume));
         loop {
             match self.state {
                 State::Failed => return Err(self.fail(self.here(), ErrorKind::Failed)),
@@ -228,7 +207,7 @@ impl<R: Read> Reader<R> {
             _ => {}
         }
         let mut header = [0u8; COMMAND_HEADER_LEN];
-        header.copy_from_slice(&self.buf[self.start..self.start + COMMAND_HEADER_LEN]);
+        header.copy_from_slice(&self.src.window()[..COMMAND_HEADER_LEN]);
         let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
         let cmd = u16::from_le_bytes([header[4], header[5]]);
         let stored = u32::from_le_bytes([header[6], header[7], header[8], header[9]]);
@@ -256,8 +235,8 @@ impl<R: Read> Reader<R> {
                 },
             ));
         }
-        let body = self.start + COMMAND_HEADER_LEN..self.start + total;
-        let computed = crc::command_crc(&header, &self.buf[body.clone()]);
+        let body = COMMAND_HEADER_LEN..total;
+        let computed = crc::command_crc(&header, &self.src.window()[body.clone()]);
         if computed != stored {
             return Err(self.fail(at, ErrorKind::CrcMismatch { stored, computed }));
         }
@@ -272,7 +251,7 @@ impl<R: Read> Reader<R> {
             len: total as u64,
             version,
         };
-        match decode_payload(version, cmd, &self.buf[body]) {
+        match decode_payload(version, cmd, &self.src.window()[body]) {
             Ok(c) => {
                 if c.kind() == CommandKind::End {
                     self.state = State::BetweenStreams;

@@ -411,3 +411,39 @@ fn reader_survives_one_byte_reads() {
         c => panic!("unexpected {c:?}"),
     }
 }
+
+#[test]
+fn in_memory_reader_borrows_the_same_commands() {
+    let data = vec![0x5A; 40_000];
+    let cmds = [
+        Command::Mkfile {
+            path: b"f",
+            ino: 257,
+        },
+        Command::Write {
+            path: b"f",
+            offset: 0,
+            data: &data,
+        },
+    ];
+    let bytes = stream_of(2, &cmds);
+    let mut r = Reader::from_bytes(&bytes[..]);
+    for want in cmds.iter().chain([&Command::End {}]) {
+        let (got, pos) = r.next_framed().unwrap().unwrap();
+        assert_eq!(&got, want);
+        assert_eq!(
+            &bytes[pos.offset as usize..][..10][4..6],
+            &(got.kind() as u16).to_le_bytes()
+        );
+    }
+    assert!(r.next_command().unwrap().is_none());
+    let mut r = Reader::from_bytes(&bytes[..bytes.len() - 3]);
+    r.next_command().unwrap();
+    r.next_command().unwrap();
+    let err = r.next_command().map(|_| ()).unwrap_err();
+    assert!(
+        matches!(err.kind, ErrorKind::TruncatedCommandHeader { got: 7 }),
+        "{err}"
+    );
+    assert_eq!(err.offset, bytes.len() as u64 - 10);
+}

@@ -1,0 +1,119 @@
+//! Where a [`Reader`](crate::Reader) gets its bytes: any `io::Read` through
+//! a bounded buffer, or bytes already in memory (such as a mapped file)
+//! without any copy.
+
+use std::io::{self, Read};
+
+/// Bytes for a reader, seen through a window at the current position.
+pub trait Source {
+    /// Makes at least `need` bytes available at the current position, unless
+    /// the input ends first.
+    fn fill(&mut self, need: usize) -> io::Result<()>;
+    /// The bytes available at the current position.
+    fn window(&self) -> &[u8];
+    /// Moves the current position forward by `n <= window().len()` bytes.
+    fn consume(&mut self, n: usize);
+    /// Input offset of the current position.
+    fn offset(&self) -> u64;
+}
+
+const INITIAL_BUF: usize = 1 << 20;
+const MIN_READ: usize = 128 << 10;
+
+/// Reads from an `io::Read` into a buffer that grows only to the largest
+/// unit requested.
+pub struct ReadSource<R> {
+    inner: R,
+    buf: Vec<u8>,
+    /// Valid bytes are `buf[start..end]`.
+    start: usize,
+    end: usize,
+    /// Input offset of `buf[0]`.
+    base: u64,
+    eof: bool,
+}
+
+impl<R: Read> ReadSource<R> {
+    /// A source over `inner`.
+    pub fn new(inner: R) -> Self {
+        ReadSource {
+            inner,
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            base: 0,
+            eof: false,
+        }
+    }
+}
+
+impl<R: Read> Source for ReadSource<R> {
+    fn fill(&mut self, need: usize) -> io::Result<()> {
+        while self.end - self.start < need && !self.eof {
+            if self.start > 0 && self.buf.len() - self.end < MIN_READ {
+                // Move the partial unit to the front to make room.
+                self.buf.copy_within(self.start..self.end, 0);
+                self.base += self.start as u64;
+                self.end -= self.start;
+                self.start = 0;
+            }
+            if self.end == self.buf.len() {
+                // Grow only as data arrives, so a huge declared length in a
+                // short input never allocates the whole length.
+                let cap = need.max(INITIAL_BUF);
+                self.buf
+                    .resize((self.buf.len() * 2).clamp(INITIAL_BUF, cap), 0);
+            }
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn window(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+    }
+
+    fn offset(&self) -> u64 {
+        self.base + self.start as u64
+    }
+}
+
+/// Bytes already in memory: a slice, a vector or a memory map.
+pub struct SliceSource<T> {
+    data: T,
+    pos: usize,
+}
+
+impl<T: AsRef<[u8]>> SliceSource<T> {
+    /// A source over all of `data`.
+    pub fn new(data: T) -> Self {
+        SliceSource { data, pos: 0 }
+    }
+}
+
+impl<T: AsRef<[u8]>> Source for SliceSource<T> {
+    fn fill(&mut self, _need: usize) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn window(&self) -> &[u8] {
+        &self.data.as_ref()[self.pos..]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos += n;
+    }
+
+    fn offset(&self) -> u64 {
+        self.pos as u64
+    }
+}
