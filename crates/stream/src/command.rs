@@ -74,10 +74,30 @@ impl Encoder<'_> {
     }
 }
 
+/// One field of a command, as [`Command::for_each_field`] shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldValue<'a> {
+    /// Raw bytes: a path, name, xattr value or data.
+    Bytes(&'a [u8]),
+    /// A 64-bit attribute.
+    U64(u64),
+    /// A 32-bit attribute.
+    U32(u32),
+    /// An 8-bit attribute.
+    U8(u8),
+    /// A uuid.
+    Uuid(Uuid),
+    /// A timestamp.
+    Time(Timespec),
+    /// An optional attribute the command does not carry.
+    Absent,
+}
+
 /// A value that one attribute carries.
 pub(crate) trait Field<'a>: Sized {
     fn decode(attrs: &Attrs<'a>, a: Attr) -> Result<Self, FieldError>;
     fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError>;
+    fn value(&self) -> FieldValue<'a>;
 }
 
 macro_rules! required {
@@ -96,11 +116,17 @@ impl<'a> Field<'a> for Option<&'a [u8]> {
     fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
         self.map_or(Ok(()), |v| enc.put(a, v))
     }
+    fn value(&self) -> FieldValue<'a> {
+        self.map_or(FieldValue::Absent, FieldValue::Bytes)
+    }
 }
 impl<'a> Field<'a> for &'a [u8] {
     required!();
     fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
         enc.put(a, self)
+    }
+    fn value(&self) -> FieldValue<'a> {
+        FieldValue::Bytes(self)
     }
 }
 
@@ -114,11 +140,17 @@ macro_rules! int_field {
             fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
                 self.map_or(Ok(()), |v| enc.put(a, &v.to_le_bytes()))
             }
+            fn value(&self) -> FieldValue<'a> {
+                self.map_or(FieldValue::Absent, FieldValue::$vt)
+            }
         }
         impl<'a> Field<'a> for $t {
             required!();
             fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
                 enc.put(a, &self.to_le_bytes())
+            }
+            fn value(&self) -> FieldValue<'a> {
+                FieldValue::$vt(*self)
             }
         }
     };
@@ -134,11 +166,17 @@ impl<'a> Field<'a> for Option<Uuid> {
     fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
         self.map_or(Ok(()), |v| enc.put(a, v.as_bytes()))
     }
+    fn value(&self) -> FieldValue<'a> {
+        self.map_or(FieldValue::Absent, FieldValue::Uuid)
+    }
 }
 impl<'a> Field<'a> for Uuid {
     required!();
     fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
         enc.put(a, self.as_bytes())
+    }
+    fn value(&self) -> FieldValue<'a> {
+        FieldValue::Uuid(*self)
     }
 }
 
@@ -167,11 +205,17 @@ impl<'a> Field<'a> for Option<Timespec> {
     fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
         self.map_or(Ok(()), |v| enc.put(a, &v.to_bytes()))
     }
+    fn value(&self) -> FieldValue<'a> {
+        self.map_or(FieldValue::Absent, FieldValue::Time)
+    }
 }
 impl<'a> Field<'a> for Timespec {
     required!();
     fn encode(&self, a: Attr, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
         enc.put(a, &self.to_bytes())
+    }
+    fn value(&self) -> FieldValue<'a> {
+        FieldValue::Time(*self)
     }
 }
 
@@ -244,6 +288,16 @@ macro_rules! commands {
                         $($field: <$fty as Field<'a>>::decode(attrs, Attr::$attr)?),*
                     },)*
                 })
+            }
+
+            /// Calls `f` with each field's name, attribute and value, in the
+            /// order the kernel emits them.
+            pub fn for_each_field(&self, mut f: impl FnMut(&'static str, Attr, FieldValue<'a>)) {
+                match self {
+                    $(Command::$name { $($field),* } => {
+                        $( f(stringify!($field), Attr::$attr, Field::value($field)); )*
+                    })*
+                }
             }
 
             pub(crate) fn encode_attrs(&self, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
