@@ -25,6 +25,11 @@ pub struct StreamInfo {
     pub parent: Option<(String, u64)>,
 }
 
+/// Adds a length taken from the stream; hostile lengths saturate.
+fn add(total: &mut u64, n: u64) {
+    *total = total.saturating_add(n);
+}
+
 /// Totals gathered over a whole input.
 #[derive(Debug, Default)]
 pub struct Totals {
@@ -89,16 +94,16 @@ impl Totals {
             Command::Mkdir { .. } => self.dirs_created += 1,
             Command::Unlink { .. } => self.files_removed += 1,
             Command::Rmdir { .. } => self.dirs_removed += 1,
-            Command::Write { data, .. } => self.bytes_written += data.len() as u64,
+            Command::Write { data, .. } => add(&mut self.bytes_written, data.len() as u64),
             Command::EncodedWrite {
                 unencoded_file_len,
                 data,
                 ..
             } => {
-                self.bytes_written += unencoded_file_len;
-                self.bytes_encoded += data.len() as u64;
+                add(&mut self.bytes_written, unencoded_file_len);
+                add(&mut self.bytes_encoded, data.len() as u64);
             }
-            Command::Clone { len, .. } => self.bytes_cloned += len,
+            Command::Clone { len, .. } => add(&mut self.bytes_cloned, len),
             _ => {}
         }
     }
