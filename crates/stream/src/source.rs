@@ -19,6 +19,7 @@ pub trait Source {
 
 const INITIAL_BUF: usize = 1 << 20;
 const MIN_READ: usize = 128 << 10;
+const PAGE: usize = 4096;
 
 /// Reads from an `io::Read` into a buffer that grows only to the largest
 /// unit requested.
@@ -47,22 +48,40 @@ impl<R: Read> ReadSource<R> {
     }
 }
 
+impl<R: Read> ReadSource<R> {
+    /// The buffer index whose address is congruent to input offset `off`
+    /// modulo the page size. Reading there keeps the kernel's page-cache copy
+    /// on its fast path; a small skew between source and destination
+    /// addresses (4K aliasing) makes it several times slower.
+    fn aligned_index(&self, off: u64) -> usize {
+        (off as usize).wrapping_sub(self.buf.as_ptr() as usize) % PAGE
+    }
+}
+
 impl<R: Read> Source for ReadSource<R> {
     fn fill(&mut self, need: usize) -> io::Result<()> {
         while self.end - self.start < need && !self.eof {
-            if self.start > 0 && self.buf.len() - self.end < MIN_READ {
+            if self.buf.is_empty() {
+                self.buf = vec![0; INITIAL_BUF + PAGE];
+                let at = self.aligned_index(self.base);
+                self.base -= at as u64;
+                (self.start, self.end) = (at, at);
+            }
+            if self.start >= PAGE && self.buf.len() - self.end < MIN_READ {
                 // Move the partial unit to the front to make room.
-                self.buf.copy_within(self.start..self.end, 0);
-                self.base += self.start as u64;
-                self.end -= self.start;
-                self.start = 0;
+                let off = self.base + self.start as u64;
+                let at = self.aligned_index(off);
+                self.buf.copy_within(self.start..self.end, at);
+                self.base = off - at as u64;
+                self.end = at + (self.end - self.start);
+                self.start = at;
             }
             if self.end == self.buf.len() {
                 // Grow only as data arrives, so a huge declared length in a
                 // short input never allocates the whole length.
-                let cap = need.max(INITIAL_BUF);
+                let cap = (self.start + need).max(INITIAL_BUF + PAGE);
                 self.buf
-                    .resize((self.buf.len() * 2).clamp(INITIAL_BUF, cap), 0);
+                    .resize((self.buf.len() * 2).min(cap).max(self.end + 1), 0);
             }
             match self.inner.read(&mut self.buf[self.end..]) {
                 Ok(0) => self.eof = true,
