@@ -370,10 +370,17 @@ fn summary_counts_match_the_progs_dump() {
 #[test]
 fn summary_of_hostile_lengths_saturates_instead_of_overflowing() {
     // Found by the fuzzer: two CLONEs / ENCODED_WRITEs of length u64::MAX.
-    for name in ["summary-clone-len-overflow.bin", "summary-encoded-write-len-overflow.bin"] {
+    for name in [
+        "summary-clone-len-overflow.bin",
+        "summary-encoded-write-len-overflow.bin",
+    ] {
         let path = testdata().join("../fuzz/regressions").join(name);
         let out = rdump(&["--summary", path.to_str().unwrap()], "UTC");
-        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8(out.stdout).unwrap();
         assert!(text.contains(&u64::MAX.to_string()), "{name}: {text}");
     }
