@@ -1,0 +1,832 @@
+//! Files: inodes, directory entries, xattrs, file extents, and reading file
+//! data with checksum verification and mirror fallback.
+
+use std::sync::Arc;
+
+use crate::compress::decompress;
+use crate::csum::CsumType;
+use crate::error::{Error, Result};
+use crate::fs::{CsumRun, Filesystem, NoticeKind};
+use crate::items::{
+    dir_entries, inode_extrefs, inode_flags, inode_refs, key_type, objectid, Compression,
+    ExtentKind, FileExtentItem, InodeItem, InodeRef, Timespec,
+};
+use crate::subvol::Subvolume;
+use crate::tree::{Key, Tree};
+
+/// An inode's attributes (decoded INODE_ITEM).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inode {
+    /// Inode number.
+    pub ino: u64,
+    /// Generation that created it.
+    pub generation: u64,
+    /// Transid of the last change.
+    pub transid: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Allocated bytes.
+    pub nbytes: u64,
+    /// Link count.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Type and permission bits.
+    pub mode: u32,
+    /// Device number (kernel-internal major<<20 | minor).
+    pub rdev: u64,
+    /// Inode flags (low word) and ro flags (high word).
+    pub flags: u64,
+    /// Change sequence.
+    pub sequence: u64,
+    /// Access time.
+    pub atime: Timespec,
+    /// Change time.
+    pub ctime: Timespec,
+    /// Modification time.
+    pub mtime: Timespec,
+    /// Birth time.
+    pub otime: Timespec,
+}
+
+impl Inode {
+    /// Decodes an INODE_ITEM view.
+    pub fn from_item(ino: u64, i: &InodeItem<'_>) -> Inode {
+        Inode {
+            ino,
+            generation: i.generation(),
+            transid: i.transid(),
+            size: i.size(),
+            nbytes: i.nbytes(),
+            nlink: i.nlink(),
+            uid: i.uid(),
+            gid: i.gid(),
+            mode: i.mode(),
+            rdev: i.rdev(),
+            flags: i.flags(),
+            sequence: i.sequence(),
+            atime: i.atime(),
+            ctime: i.ctime(),
+            mtime: i.mtime(),
+            otime: i.otime(),
+        }
+    }
+    /// The file type bits of the mode.
+    pub fn file_type(&self) -> u32 {
+        self.mode & 0o170000
+    }
+    /// Whether data checksums are off (NODATASUM).
+    pub fn nodatasum(&self) -> bool {
+        self.flags & inode_flags::NODATASUM != 0
+    }
+    /// rdev as (major, minor).
+    pub fn rdev_major_minor(&self) -> (u32, u32) {
+        ((self.rdev >> 20) as u32, (self.rdev & 0xfffff) as u32)
+    }
+}
+
+/// A directory entry (from DIR_INDEX), owned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntryInfo {
+    /// Its DIR_INDEX.
+    pub index: u64,
+    /// Name.
+    pub name: Vec<u8>,
+    /// Target: `(ino, INODE_ITEM, 0)` or `(subvol, ROOT_ITEM, u64::MAX)` for a nested subvolume.
+    pub location: Key,
+    /// Entry type ([`crate::items::file_type`]).
+    pub file_type: u8,
+}
+
+/// One EXTENT_DATA item of a file, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileExtent {
+    /// File offset where it starts.
+    pub file_offset: u64,
+    /// Generation that wrote it.
+    pub generation: u64,
+    /// Decoded size of the whole extent.
+    pub ram_bytes: u64,
+    /// Compression.
+    pub compression: Compression,
+    /// Inline, regular or prealloc.
+    pub kind: ExtentKind,
+    /// Logical start of the disk extent (0 = hole; unused for inline).
+    pub disk_bytenr: u64,
+    /// Size of the disk extent.
+    pub disk_num_bytes: u64,
+    /// Offset into the decoded extent.
+    pub offset: u64,
+    /// File bytes covered (for inline: ram_bytes).
+    pub num_bytes: u64,
+    /// Raw inline payload (possibly compressed).
+    pub inline: Vec<u8>,
+}
+
+impl FileExtent {
+    /// Decodes an EXTENT_DATA view at `file_offset`.
+    pub fn from_item(file_offset: u64, fe: &FileExtentItem<'_>) -> FileExtent {
+        let inline = fe.kind() == ExtentKind::Inline;
+        FileExtent {
+            file_offset,
+            generation: fe.generation(),
+            ram_bytes: fe.ram_bytes(),
+            compression: fe.compression(),
+            kind: fe.kind(),
+            disk_bytenr: if inline { 0 } else { fe.disk_bytenr() },
+            disk_num_bytes: if inline { 0 } else { fe.disk_num_bytes() },
+            offset: if inline { 0 } else { fe.offset() },
+            num_bytes: if inline {
+                fe.ram_bytes()
+            } else {
+                fe.num_bytes()
+            },
+            inline: fe.inline_data().to_vec(),
+        }
+    }
+    /// Whether it reads as zeros without touching the disk (hole or prealloc).
+    pub fn is_zero(&self) -> bool {
+        self.kind == ExtentKind::Prealloc
+            || (self.kind == ExtentKind::Regular && self.disk_bytenr == 0)
+    }
+    /// File offset just past it.
+    pub fn end(&self) -> u64 {
+        self.file_offset.saturating_add(self.num_bytes)
+    }
+}
+
+struct FileCtx<'a, 'fs> {
+    fs: &'fs Filesystem,
+    tree: &'a Tree<'fs>,
+    ino: u64,
+    nodatasum: bool,
+}
+
+impl FileCtx<'_, '_> {
+    fn bad(&self, offset: u64, reason: impl Into<String>) -> Error {
+        Error::BadData {
+            subvol: self.tree.id,
+            ino: self.ino,
+            offset,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl Filesystem {
+    /// The inode `ino` of subvolume `sv`.
+    pub fn inode(&self, sv: &Subvolume, ino: u64) -> Result<Inode> {
+        self.inode_in(&self.fs_tree(sv), ino)
+    }
+
+    /// The inode `ino` of the fs tree `tree`.
+    pub fn inode_in(&self, tree: &Tree<'_>, ino: u64) -> Result<Inode> {
+        let key = Key::new(ino, key_type::INODE_ITEM, 0);
+        let item = tree.search(&key)?.ok_or(Error::NoInode {
+            subvol: tree.id,
+            ino,
+        })?;
+        let ii = InodeItem::parse(item.data()).map_err(|reason| Error::BadItem {
+            tree: tree.id,
+            key,
+            reason,
+        })?;
+        Ok(Inode::from_item(ino, &ii))
+    }
+
+    /// The entries of directory `dir`, in DIR_INDEX order.
+    pub fn read_dir(&self, sv: &Subvolume, dir: u64) -> Result<Vec<DirEntryInfo>> {
+        let tree = self.fs_tree(sv);
+        let mut out = Vec::new();
+        let from = Key::new(dir, key_type::DIR_INDEX, 0);
+        let to = Key::new(dir, key_type::DIR_INDEX, u64::MAX);
+        for item in tree.range(from, to) {
+            let item = item?;
+            let entries = dir_entries(item.data()).map_err(|reason| Error::BadItem {
+                tree: tree.id,
+                key: item.key,
+                reason,
+            })?;
+            for e in entries {
+                out.push(DirEntryInfo {
+                    index: item.key.offset,
+                    name: e.name.to_vec(),
+                    location: e.location,
+                    file_type: e.file_type,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Looks `name` up in directory `dir` through its DIR_ITEM (name hash).
+    pub fn lookup_name(
+        &self,
+        sv: &Subvolume,
+        dir: u64,
+        name: &[u8],
+    ) -> Result<Option<DirEntryInfo>> {
+        let tree = self.fs_tree(sv);
+        let key = Key::new(dir, key_type::DIR_ITEM, crate::csum::name_hash(name));
+        let Some(item) = tree.search(&key)? else {
+            return Ok(None);
+        };
+        let entries = dir_entries(item.data()).map_err(|reason| Error::BadItem {
+            tree: tree.id,
+            key,
+            reason,
+        })?;
+        Ok(entries
+            .into_iter()
+            .find(|e| e.name == name)
+            .map(|e| DirEntryInfo {
+                index: 0,
+                name: e.name.to_vec(),
+                location: e.location,
+                file_type: e.file_type,
+            }))
+    }
+
+    /// The inode at `path` (relative to the subvolume root; `/` separated).
+    pub fn lookup_path(&self, sv: &Subvolume, path: &str) -> Result<u64> {
+        let mut ino = objectid::FIRST_FREE;
+        for comp in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
+            let e = self
+                .lookup_name(sv, ino, comp.as_bytes())?
+                .filter(|e| e.location.item_type == key_type::INODE_ITEM)
+                .ok_or_else(|| Error::NoPath {
+                    subvol: sv.id,
+                    path: path.to_string(),
+                })?;
+            ino = e.location.objectid;
+        }
+        Ok(ino)
+    }
+
+    /// The names of inode `ino`: (parent dir, index, name) from INODE_REF and INODE_EXTREF.
+    pub fn inode_names(&self, sv: &Subvolume, ino: u64) -> Result<Vec<(u64, u64, Vec<u8>)>> {
+        let tree = self.fs_tree(sv);
+        let mut out = Vec::new();
+        let from = Key::new(ino, key_type::INODE_REF, 0);
+        let to = Key::new(ino, key_type::INODE_EXTREF, u64::MAX);
+        for item in tree.range(from, to) {
+            let item = item?;
+            let bad = |reason| Error::BadItem {
+                tree: tree.id,
+                key: item.key,
+                reason,
+            };
+            let refs: Vec<InodeRef<'_>> = if item.key.item_type == key_type::INODE_REF {
+                inode_refs(item.key.offset, item.data()).map_err(bad)?
+            } else {
+                inode_extrefs(item.data()).map_err(bad)?
+            };
+            out.extend(
+                refs.into_iter()
+                    .map(|r| (r.parent, r.index, r.name.to_vec())),
+            );
+        }
+        Ok(out)
+    }
+
+    /// The xattrs of inode `ino`: (name, value), in key (name hash) order.
+    pub fn xattrs(&self, sv: &Subvolume, ino: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let tree = self.fs_tree(sv);
+        let mut out = Vec::new();
+        let from = Key::new(ino, key_type::XATTR_ITEM, 0);
+        let to = Key::new(ino, key_type::XATTR_ITEM, u64::MAX);
+        for item in tree.range(from, to) {
+            let item = item?;
+            let entries = dir_entries(item.data()).map_err(|reason| Error::BadItem {
+                tree: tree.id,
+                key: item.key,
+                reason,
+            })?;
+            out.extend(
+                entries
+                    .into_iter()
+                    .map(|e| (e.name.to_vec(), e.data.to_vec())),
+            );
+        }
+        Ok(out)
+    }
+
+    /// The target of symlink `ino`.
+    pub fn read_link(&self, sv: &Subvolume, ino: u64) -> Result<Vec<u8>> {
+        let inode = self.inode(sv, ino)?;
+        let len = usize::try_from(inode.size.min(1 << 20)).unwrap_or(0);
+        let mut buf = vec![0u8; len];
+        let n = self.read_file(sv, ino, 0, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// The EXTENT_DATA items of `ino`, in file order.
+    pub fn file_extents(&self, sv: &Subvolume, ino: u64) -> Result<Vec<FileExtent>> {
+        let tree = self.fs_tree(sv);
+        let mut out = Vec::new();
+        let from = Key::new(ino, key_type::EXTENT_DATA, 0);
+        let to = Key::new(ino, key_type::EXTENT_DATA, u64::MAX);
+        for item in tree.range(from, to) {
+            let item = item?;
+            let fe = FileExtentItem::parse(item.data()).map_err(|reason| Error::BadItem {
+                tree: tree.id,
+                key: item.key,
+                reason,
+            })?;
+            out.push(FileExtent::from_item(item.key.offset, &fe));
+        }
+        Ok(out)
+    }
+
+    /// Reads file `ino` of `sv` from `offset` into `buf`; returns bytes read
+    /// (short only at end of file). Every sector is checked against the csum
+    /// tree unless the inode is NODATASUM.
+    pub fn read_file(
+        &self,
+        sv: &Subvolume,
+        ino: u64,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        let tree = self.fs_tree(sv);
+        let inode = self.inode_in(&tree, ino)?;
+        self.read_file_in(&tree, &inode, offset, buf)
+    }
+
+    /// [`Filesystem::read_file`] for an inode already looked up in `tree`.
+    pub fn read_file_in(
+        &self,
+        tree: &Tree<'_>,
+        inode: &Inode,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        if offset >= inode.size {
+            return Ok(0);
+        }
+        let len = (buf.len() as u64).min(inode.size - offset) as usize;
+        let buf = &mut buf[..len];
+        let end = offset + len as u64;
+        let ctx = FileCtx {
+            fs: self,
+            tree,
+            ino: inode.ino,
+            nodatasum: inode.nodatasum(),
+        };
+        let mut pos = offset; // next file byte to fill
+        let from = Key::new(inode.ino, key_type::EXTENT_DATA, offset);
+        let to = Key::new(inode.ino, key_type::EXTENT_DATA, end - 1);
+        for item in tree.range_from_le(from, to) {
+            let item = item?;
+            if item.key.objectid != inode.ino || item.key.item_type != key_type::EXTENT_DATA {
+                continue;
+            }
+            let fe = FileExtentItem::parse(item.data()).map_err(|reason| Error::BadItem {
+                tree: tree.id,
+                key: item.key,
+                reason,
+            })?;
+            let start = item.key.offset;
+            let ext_len = if fe.kind() == ExtentKind::Inline {
+                fe.ram_bytes()
+            } else {
+                fe.num_bytes()
+            };
+            let ext_end = start.saturating_add(ext_len);
+            if ext_end <= pos {
+                continue;
+            }
+            if start > pos {
+                // A gap (NO_HOLES) reads as zeros.
+                let z = start.min(end);
+                buf[(pos - offset) as usize..(z - offset) as usize].fill(0);
+                pos = z;
+            }
+            if pos >= end {
+                break;
+            }
+            let stop = ext_end.min(end);
+            let out = &mut buf[(pos - offset) as usize..(stop - offset) as usize];
+            ctx.read_extent(&fe, start, pos - start, out)?;
+            pos = stop;
+        }
+        if pos < end {
+            buf[(pos - offset) as usize..].fill(0);
+        }
+        Ok(len)
+    }
+
+    /// Checksums of the sectors in `[start, start+len)` from one csum-tree range search.
+    ///
+    /// Returns the csums back to back (csum_size each) and which sectors have one.
+    pub fn data_csums(&self, start: u64, len: u64) -> Result<(Vec<u8>, Vec<bool>)> {
+        let ss = self.sectorsize() as u64;
+        let cs = self.csum_type().size();
+        let n = len.div_ceil(ss) as usize;
+        let mut sums = vec![0u8; n * cs];
+        let mut have = vec![false; n];
+        let Some(tree) = self.csum_tree() else {
+            return Ok((sums, have));
+        };
+        let end = start + n as u64 * ss;
+        let from = Key::new(objectid::EXTENT_CSUM, key_type::EXTENT_CSUM, start);
+        let to = Key::new(objectid::EXTENT_CSUM, key_type::EXTENT_CSUM, end - 1);
+        for item in tree.range_from_le(from, to) {
+            let item = item?;
+            if item.key.objectid != objectid::EXTENT_CSUM
+                || item.key.item_type != key_type::EXTENT_CSUM
+            {
+                continue;
+            }
+            let d = item.data();
+            let item_start = item.key.offset;
+            let count = (d.len() / cs) as u64;
+            let item_end = item_start.saturating_add(count * ss);
+            if item_end <= start || item_start >= end {
+                continue;
+            }
+            let a = item_start.max(start);
+            let b = item_end.min(end);
+            let (si, di) = (
+                ((a - item_start) / ss) as usize,
+                ((a - start) / ss) as usize,
+            );
+            let k = ((b - a) / ss) as usize;
+            sums[di * cs..(di + k) * cs].copy_from_slice(&d[si * cs..(si + k) * cs]);
+            have[di..di + k].fill(true);
+        }
+        Ok((sums, have))
+    }
+
+    /// Checksums for reading `[logical, logical+len)` inside disk extent `extent`
+    /// (start, length): the whole extent's, from one csum-tree range search
+    /// that later reads of the same extent reuse. Returns the run and the
+    /// sector index of `logical` in it.
+    fn extent_csums(&self, extent: (u64, u64), logical: u64, len: u64) -> Result<(CsumRun, usize)> {
+        /// BTRFS_MAX_EXTENT_SIZE: bounds the run's memory on corrupt input.
+        const MAX_EXTENT: u64 = 128 << 20;
+        let ss = self.sectorsize() as u64;
+        let (es, el) = extent;
+        let covers = logical >= es
+            && es.is_multiple_of(ss)
+            && el <= MAX_EXTENT
+            && es
+                .checked_add(el)
+                .is_some_and(|e| logical.saturating_add(len) <= e);
+        if !covers {
+            let (sums, have) = self.data_csums(logical, len)?;
+            let run = CsumRun {
+                start: logical,
+                len,
+                sums: Arc::new(sums),
+                have: Arc::new(have),
+            };
+            return Ok((run, 0));
+        }
+        let first = ((logical - es) / ss) as usize;
+        if let Ok(c) = self.csum_run.lock() {
+            if let Some(run) = c.as_ref().filter(|r| r.start == es && r.len == el) {
+                return Ok((run.clone(), first));
+            }
+        }
+        let (sums, have) = self.data_csums(es, el)?;
+        let run = CsumRun {
+            start: es,
+            len: el,
+            sums: Arc::new(sums),
+            have: Arc::new(have),
+        };
+        if let Ok(mut c) = self.csum_run.lock() {
+            *c = Some(run.clone());
+        }
+        Ok((run, first))
+    }
+
+    /// Reads `buf.len()` bytes of data at `logical` (sector aligned), verifying
+    /// each sector against `sums` unless `nodatasum`, and repairing from
+    /// other copies. `file_offset` and `tree`/`ino` only name errors.
+    fn read_verified(
+        &self,
+        ctx: &FileCtx<'_, '_>,
+        extent: (u64, u64),
+        logical: u64,
+        file_offset: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let copies = self.num_copies(logical);
+        let mut used = 0;
+        let mut last_err = None;
+        for m in 1..=copies {
+            match self.read_logical(logical, buf, m) {
+                Ok(()) => {
+                    used = m;
+                    break;
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        if used == 0 {
+            return Err(ctx.bad(
+                file_offset,
+                format!(
+                    "cannot read logical {logical}: {}",
+                    last_err.map(|e| e.to_string()).unwrap_or_default()
+                ),
+            ));
+        }
+        if ctx.nodatasum {
+            return Ok(());
+        }
+        let ss = self.sectorsize();
+        let cs = self.csum_type().size();
+        let ct = self.csum_type();
+        let (run, first) = self.extent_csums(extent, logical, buf.len() as u64)?;
+        let (Some(sums), Some(have)) = (run.sums.get(first * cs..), run.have.get(first..)) else {
+            return Err(ctx.bad(file_offset, "checksum run does not cover the read"));
+        };
+        for i in bad_sectors(ct, buf, sums, have, ss) {
+            let want = &sums[i * cs..(i + 1) * cs];
+            let Some(sector) = buf.chunks_mut(ss).nth(i) else {
+                continue;
+            };
+            let slogical = logical + (i * ss) as u64;
+            let soff = file_offset + (i * ss) as u64;
+            let mut fixed = false;
+            let mut tmp = vec![0u8; ss];
+            for m in (1..=copies).filter(|&m| m != used) {
+                if self.read_logical(slogical, &mut tmp, m).is_ok() && ct.verify(&tmp, want) {
+                    sector.copy_from_slice(&tmp[..sector.len()]);
+                    self.say(
+                        NoticeKind::Repair,
+                        format!(
+                            "subvolume {} inode {} file offset {soff}: data checksum mismatch at logical {slogical} on mirror {used}; used mirror {m}",
+                            ctx.tree.id, ctx.ino
+                        ),
+                    );
+                    fixed = true;
+                    break;
+                }
+            }
+            if !fixed {
+                return Err(Error::DataCsum {
+                    subvol: ctx.tree.id,
+                    ino: ctx.ino,
+                    offset: soff,
+                    logical: slogical,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl FileCtx<'_, '_> {
+    /// Fills `out` with the bytes of extent `fe` (at file offset `start`) from `skip` on.
+    fn read_extent(
+        &self,
+        fe: &FileExtentItem<'_>,
+        start: u64,
+        skip: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let fs = self.fs;
+        let file_pos = start + skip;
+        match fe.kind() {
+            ExtentKind::Prealloc => {
+                out.fill(0);
+                Ok(())
+            }
+            ExtentKind::Inline => {
+                let raw = fe.inline_data();
+                let ram = usize::try_from(fe.ram_bytes())
+                    .unwrap_or(usize::MAX)
+                    .min(1 << 20);
+                let decoded;
+                let data: &[u8] = if fe.compression() == Compression::None {
+                    raw
+                } else {
+                    let mut v = vec![0u8; ram];
+                    let n = decompress(fe.compression(), raw, &mut v, fs.sectorsize())
+                        .map_err(|e| self.bad(start, format!("inline extent: {e}")))?;
+                    v[n..].fill(0);
+                    decoded = v;
+                    &decoded
+                };
+                copy_from(data, skip, out);
+                Ok(())
+            }
+            ExtentKind::Regular if fe.disk_bytenr() == 0 => {
+                out.fill(0);
+                Ok(())
+            }
+            ExtentKind::Regular if fe.compression() == Compression::None => {
+                let ss = fs.sectorsize() as u64;
+                let logical = fe
+                    .disk_bytenr()
+                    .checked_add(fe.offset())
+                    .and_then(|l| l.checked_add(skip))
+                    .ok_or_else(|| self.bad(start, "extent address overflows"))?;
+                let extent = (fe.disk_bytenr(), fe.disk_num_bytes());
+                let a0 = logical - logical % ss;
+                let a1 = (logical + out.len() as u64).div_ceil(ss) * ss;
+                if a0 == logical && a1 == logical + out.len() as u64 {
+                    fs.read_verified(self, extent, logical, file_pos, out)
+                } else {
+                    let mut tmp = vec![0u8; (a1 - a0) as usize];
+                    fs.read_verified(self, extent, a0, file_pos - (logical - a0), &mut tmp)?;
+                    let h = (logical - a0) as usize;
+                    out.copy_from_slice(&tmp[h..h + out.len()]);
+                    Ok(())
+                }
+            }
+            ExtentKind::Regular => {
+                let decoded = self.decoded_extent(fe, start)?;
+                copy_from(&decoded, fe.offset().saturating_add(skip), out);
+                Ok(())
+            }
+        }
+    }
+
+    /// The whole decoded (decompressed) extent, verified; the last one is cached.
+    fn decoded_extent(&self, fe: &FileExtentItem<'_>, start: u64) -> Result<Arc<Vec<u8>>> {
+        let fs = self.fs;
+        let bytenr = fe.disk_bytenr();
+        if let Ok(c) = fs.decoded.lock() {
+            if let Some((b, v)) = c.as_ref() {
+                if *b == bytenr && v.len() as u64 == fe.ram_bytes() {
+                    return Ok(v.clone());
+                }
+            }
+        }
+        const MAX: u64 = 128 * 1024;
+        if fe.disk_num_bytes() == 0 || fe.disk_num_bytes() > MAX || fe.ram_bytes() > MAX {
+            return Err(self.bad(
+                start,
+                format!(
+                    "compressed extent of {} bytes on disk and {} decoded (at most {MAX})",
+                    fe.disk_num_bytes(),
+                    fe.ram_bytes()
+                ),
+            ));
+        }
+        let mut raw = vec![0u8; fe.disk_num_bytes() as usize];
+        // Compressed extents are summed over their on-disk sectors; offsets name the extent start.
+        let extent = (bytenr, fe.disk_num_bytes());
+        fs.read_verified(
+            self,
+            extent,
+            bytenr,
+            start.saturating_sub(fe.offset()),
+            &mut raw,
+        )?;
+        let mut out = vec![0u8; fe.ram_bytes() as usize];
+        let n = decompress(fe.compression(), &raw, &mut out, fs.sectorsize())
+            .map_err(|e| self.bad(start, format!("extent at logical {bytenr}: {e}")))?;
+        out[n..].fill(0);
+        let out = Arc::new(out);
+        if let Ok(mut c) = fs.decoded.lock() {
+            *c = Some((bytenr, out.clone()));
+        }
+        Ok(out)
+    }
+}
+
+/// Indexes of the sectors of `buf` that have a checksum and do not match it.
+///
+/// The costly hashes (sha256, blake2b) of large reads are spread over the CPUs.
+fn bad_sectors(ct: CsumType, buf: &[u8], sums: &[u8], have: &[bool], ss: usize) -> Vec<usize> {
+    let cs = ct.size();
+    let check = |first: usize, part: &[u8]| -> Vec<usize> {
+        part.chunks(ss)
+            .enumerate()
+            .map(|(k, sector)| (first + k, sector))
+            .filter(|&(i, sector)| {
+                have.get(i).copied().unwrap_or(false)
+                    && !(sector.len() == ss
+                        && sums
+                            .get(i * cs..(i + 1) * cs)
+                            .is_some_and(|w| ct.verify(sector, w)))
+            })
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let cheap = matches!(ct, CsumType::Crc32c | CsumType::Xxhash64);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if cheap || threads < 2 || buf.len() < (512 << 10) {
+        return check(0, buf);
+    }
+    let per = buf.len().div_ceil(ss).div_ceil(threads) * ss;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = buf
+            .chunks(per)
+            .enumerate()
+            .map(|(t, part)| scope.spawn(move || check(t * per / ss, part)))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|_| (0..have.len()).collect()))
+            .collect()
+    })
+}
+
+/// Copies `data[skip..]` into `out`, zero-filling what `data` lacks.
+fn copy_from(data: &[u8], skip: u64, out: &mut [u8]) {
+    let s = usize::try_from(skip).unwrap_or(usize::MAX).min(data.len());
+    let n = (data.len() - s).min(out.len());
+    out[..n].copy_from_slice(&data[s..s + n]);
+    out[n..].fill(0);
+}
+
+impl Filesystem {
+    /// The fs-verity descriptor of `ino` (VERITY_DESC_ITEM bytes), if verity is enabled on it.
+    pub fn verity_descriptor(&self, sv: &Subvolume, ino: u64) -> Result<Option<Vec<u8>>> {
+        let tree = self.fs_tree(sv);
+        let key = Key::new(ino, key_type::VERITY_DESC_ITEM, 0);
+        let Some(head) = tree.search(&key)? else {
+            return Ok(None);
+        };
+        let d = crate::items::VerityDescriptorItem::parse(head.data()).map_err(|reason| {
+            Error::BadItem {
+                tree: tree.id,
+                key,
+                reason,
+            }
+        })?;
+        let size = usize::try_from(d.size()).unwrap_or(usize::MAX);
+        let mut out = Vec::new();
+        let from = Key::new(ino, key_type::VERITY_DESC_ITEM, 1);
+        let to = Key::new(ino, key_type::VERITY_DESC_ITEM, u64::MAX);
+        for item in tree.range(from, to) {
+            let item = item?;
+            if item.key.offset - 1 != out.len() as u64 {
+                return Err(Error::BadItem {
+                    tree: tree.id,
+                    key: item.key,
+                    reason: format!(
+                        "descriptor piece at {} after {} bytes",
+                        item.key.offset - 1,
+                        out.len()
+                    ),
+                });
+            }
+            out.extend_from_slice(item.data());
+            if out.len() >= size {
+                break;
+            }
+        }
+        if out.len() < size {
+            return Err(Error::BadItem {
+                tree: tree.id,
+                key,
+                reason: format!("verity descriptor of {size} bytes has only {}", out.len()),
+            });
+        }
+        out.truncate(size);
+        Ok(Some(out))
+    }
+
+    /// The bytes of extent `ext` of inode `inode` as stored: the inline payload,
+    /// or the whole on-disk extent (checksum-verified and repaired like any
+    /// read). For compressed extents this is the compressed stream send v2's
+    /// encoded writes carry; for holes and prealloc it is empty.
+    pub fn read_extent_raw(
+        &self,
+        tree: &Tree<'_>,
+        inode: &Inode,
+        ext: &FileExtent,
+    ) -> Result<Vec<u8>> {
+        if ext.kind == ExtentKind::Inline {
+            return Ok(ext.inline.clone());
+        }
+        if ext.is_zero() {
+            return Ok(Vec::new());
+        }
+        let ctx = FileCtx {
+            fs: self,
+            tree,
+            ino: inode.ino,
+            nodatasum: inode.nodatasum(),
+        };
+        let len = usize::try_from(ext.disk_num_bytes)
+            .ok()
+            .filter(|&n| n <= 128 << 20)
+            .ok_or_else(|| {
+                ctx.bad(
+                    ext.file_offset,
+                    format!("disk extent of {} bytes", ext.disk_num_bytes),
+                )
+            })?;
+        let mut raw = vec![0u8; len];
+        self.read_verified(
+            &ctx,
+            (ext.disk_bytenr, ext.disk_num_bytes),
+            ext.disk_bytenr,
+            ext.file_offset.saturating_sub(ext.offset),
+            &mut raw,
+        )?;
+        Ok(raw)
+    }
+}

@@ -1,0 +1,391 @@
+//! The superblock: its copies, validation and fields.
+
+use uuid::Uuid;
+
+use crate::bytes::{u16_at, u32_at, u64_at, u8_at, uuid_at};
+use crate::csum::CsumType;
+
+/// Size of one superblock copy.
+pub const SUPER_INFO_SIZE: usize = 4096;
+/// `_BHRfS_M`.
+pub const MAGIC: u64 = 0x4D5F_5366_5248_425F;
+/// Physical offset of the primary copy.
+pub const PRIMARY_OFFSET: u64 = 0x10000;
+/// Maximum size of the sys_chunk_array.
+pub const SYS_CHUNK_ARRAY_MAX: usize = 2048;
+const SYS_CHUNK_ARRAY_OFF: usize = 0x32b;
+
+/// Physical offsets of the three superblock copies.
+pub fn copy_offsets() -> [u64; 3] {
+    [PRIMARY_OFFSET, 0x400_0000, 0x40_0000_0000]
+}
+
+/// Incompat feature bits this reader handles.
+pub mod incompat {
+    /// MIXED_BACKREF.
+    pub const MIXED_BACKREF: u64 = 1 << 0;
+    /// DEFAULT_SUBVOL.
+    pub const DEFAULT_SUBVOL: u64 = 1 << 1;
+    /// MIXED_GROUPS.
+    pub const MIXED_GROUPS: u64 = 1 << 2;
+    /// COMPRESS_LZO.
+    pub const COMPRESS_LZO: u64 = 1 << 3;
+    /// COMPRESS_ZSTD.
+    pub const COMPRESS_ZSTD: u64 = 1 << 4;
+    /// BIG_METADATA.
+    pub const BIG_METADATA: u64 = 1 << 5;
+    /// EXTENDED_IREF.
+    pub const EXTENDED_IREF: u64 = 1 << 6;
+    /// RAID56.
+    pub const RAID56: u64 = 1 << 7;
+    /// SKINNY_METADATA.
+    pub const SKINNY_METADATA: u64 = 1 << 8;
+    /// NO_HOLES.
+    pub const NO_HOLES: u64 = 1 << 9;
+    /// METADATA_UUID.
+    pub const METADATA_UUID: u64 = 1 << 10;
+    /// RAID1C34.
+    pub const RAID1C34: u64 = 1 << 11;
+    /// SIMPLE_QUOTA.
+    pub const SIMPLE_QUOTA: u64 = 1 << 16;
+    /// Every bit this reader supports.
+    pub const SUPPORTED: u64 = MIXED_BACKREF
+        | DEFAULT_SUBVOL
+        | MIXED_GROUPS
+        | COMPRESS_LZO
+        | COMPRESS_ZSTD
+        | BIG_METADATA
+        | EXTENDED_IREF
+        | RAID56
+        | SKINNY_METADATA
+        | NO_HOLES
+        | METADATA_UUID
+        | RAID1C34
+        | SIMPLE_QUOTA;
+}
+
+/// The btrfs name of incompat bit `bit`, if it has one.
+pub fn incompat_name(bit: u32) -> Option<&'static str> {
+    Some(match bit {
+        0 => "mixed_backref",
+        1 => "default_subvol",
+        2 => "mixed_groups",
+        3 => "compress_lzo",
+        4 => "compress_zstd",
+        5 => "big_metadata",
+        6 => "extended_iref",
+        7 => "raid56",
+        8 => "skinny_metadata",
+        9 => "no_holes",
+        10 => "metadata_uuid",
+        11 => "raid1c34",
+        12 => "zoned",
+        13 => "extent_tree_v2",
+        14 => "raid_stripe_tree",
+        16 => "simple_quota",
+        17 => "remap_tree",
+        _ => return None,
+    })
+}
+
+/// Superblock flags that mean an offline conversion is in progress.
+const CHANGING_FLAGS: u64 = (1 << 35) | (1 << 36) | (1 << 38) | (1 << 39) | (1 << 40);
+
+/// One validated superblock copy.
+#[derive(Clone)]
+pub struct Superblock {
+    raw: Box<[u8; SUPER_INFO_SIZE]>,
+    csum_type: CsumType,
+}
+
+impl std::fmt::Debug for Superblock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Superblock")
+            .field("fsid", &self.fsid())
+            .field("bytenr", &self.bytenr())
+            .field("generation", &self.generation())
+            .field("devid", &self.devid())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Superblock {
+    /// Validates the copy in `raw`, read from physical offset `bytenr`.
+    ///
+    /// Checks magic, checksum type, checksum, bytenr, sizes, levels and the
+    /// sys_chunk_array bounds; it does not look at feature flags.
+    pub fn parse(raw: &[u8], bytenr: u64) -> Result<Superblock, String> {
+        let raw: &[u8; SUPER_INFO_SIZE] = raw
+            .first_chunk()
+            .ok_or_else(|| format!("short superblock ({} bytes)", raw.len()))?;
+        let g64 = |o| u64_at(raw, o).unwrap_or(0);
+        let g32 = |o| u32_at(raw, o).unwrap_or(0);
+        if g64(0x40) != MAGIC {
+            return Err(format!("bad magic at physical {bytenr}"));
+        }
+        let ct = u16_at(raw, 0xc4).unwrap_or(u16::MAX);
+        let csum_type =
+            CsumType::from_raw(ct).ok_or_else(|| format!("unknown checksum type {ct}"))?;
+        if !csum_type.verify(&raw[0x20..], &raw[..0x20]) {
+            return Err(format!(
+                "{} checksum mismatch at physical {bytenr}",
+                csum_type.name()
+            ));
+        }
+        if g64(0x30) != bytenr {
+            return Err(format!(
+                "copy at physical {bytenr} says it is at {}",
+                g64(0x30)
+            ));
+        }
+        let sectorsize = g32(0x90);
+        let nodesize = g32(0x94);
+        if !sectorsize.is_power_of_two() || !(4096..=65536).contains(&sectorsize) {
+            return Err(format!("bad sectorsize {sectorsize}"));
+        }
+        if !nodesize.is_power_of_two() || nodesize < sectorsize || nodesize > 65536 {
+            return Err(format!("bad nodesize {nodesize}"));
+        }
+        for (name, off) in [("root", 0xc6), ("chunk_root", 0xc7), ("log_root", 0xc8)] {
+            let level = u8_at(raw, off).unwrap_or(u8::MAX);
+            if level >= 8 {
+                return Err(format!("bad {name} level {level}"));
+            }
+        }
+        for (name, off) in [("root", 0x50), ("chunk_root", 0x58), ("log_root", 0x60)] {
+            if g64(off) % u64::from(sectorsize) != 0 {
+                return Err(format!("{name} {} is not sector-aligned", g64(off)));
+            }
+        }
+        let sys = g32(0xa0) as usize;
+        if sys > SYS_CHUNK_ARRAY_MAX {
+            return Err(format!("sys_chunk_array_size {sys} is too large"));
+        }
+        if g64(0x88) == 0 {
+            return Err("num_devices is 0".into());
+        }
+        let sb = Superblock {
+            raw: Box::new(*raw),
+            csum_type,
+        };
+        if sb.dev_item_fsid() != sb.metadata_fsid() {
+            return Err(format!(
+                "dev_item fsid {} differs from fsid {}",
+                sb.dev_item_fsid(),
+                sb.metadata_fsid()
+            ));
+        }
+        Ok(sb)
+    }
+
+    fn u64(&self, off: usize) -> u64 {
+        u64_at(&self.raw[..], off).unwrap_or(0)
+    }
+    fn u32(&self, off: usize) -> u32 {
+        u32_at(&self.raw[..], off).unwrap_or(0)
+    }
+    fn uuid(&self, off: usize) -> Uuid {
+        uuid_at(&self.raw[..], off).unwrap_or_default()
+    }
+
+    /// The raw 4096 bytes.
+    pub fn raw(&self) -> &[u8] {
+        &self.raw[..]
+    }
+    /// The checksum algorithm of the filesystem.
+    pub fn csum_type(&self) -> CsumType {
+        self.csum_type
+    }
+    /// The user-visible fsid.
+    pub fn fsid(&self) -> Uuid {
+        self.uuid(0x20)
+    }
+    /// The fsid tree blocks carry: metadata_uuid with METADATA_UUID, else fsid.
+    pub fn metadata_fsid(&self) -> Uuid {
+        if self.incompat_flags() & incompat::METADATA_UUID != 0 {
+            self.uuid(0x23b)
+        } else {
+            self.fsid()
+        }
+    }
+    /// Physical offset of this copy.
+    pub fn bytenr(&self) -> u64 {
+        self.u64(0x30)
+    }
+    /// Superblock flags.
+    pub fn flags(&self) -> u64 {
+        self.u64(0x38)
+    }
+    /// Transid of the last commit.
+    pub fn generation(&self) -> u64 {
+        self.u64(0x48)
+    }
+    /// Logical address of the root tree's root.
+    pub fn root(&self) -> u64 {
+        self.u64(0x50)
+    }
+    /// Logical address of the chunk tree's root.
+    pub fn chunk_root(&self) -> u64 {
+        self.u64(0x58)
+    }
+    /// Logical address of the log tree's root, 0 when none.
+    pub fn log_root(&self) -> u64 {
+        self.u64(0x60)
+    }
+    /// Size of the filesystem.
+    pub fn total_bytes(&self) -> u64 {
+        self.u64(0x70)
+    }
+    /// Number of devices.
+    pub fn num_devices(&self) -> u64 {
+        self.u64(0x88)
+    }
+    /// Data sector size.
+    pub fn sectorsize(&self) -> u32 {
+        self.u32(0x90)
+    }
+    /// Tree block size.
+    pub fn nodesize(&self) -> u32 {
+        self.u32(0x94)
+    }
+    /// Generation of the chunk tree root.
+    pub fn chunk_root_generation(&self) -> u64 {
+        self.u64(0xa4)
+    }
+    /// compat_ro feature bits.
+    pub fn compat_ro_flags(&self) -> u64 {
+        self.u64(0xb4)
+    }
+    /// incompat feature bits.
+    pub fn incompat_flags(&self) -> u64 {
+        self.u64(0xbc)
+    }
+    /// Level of the root tree's root.
+    pub fn root_level(&self) -> u8 {
+        u8_at(&self.raw[..], 0xc6).unwrap_or(0)
+    }
+    /// Level of the chunk tree's root.
+    pub fn chunk_root_level(&self) -> u8 {
+        u8_at(&self.raw[..], 0xc7).unwrap_or(0)
+    }
+    /// This device's devid.
+    pub fn devid(&self) -> u64 {
+        self.u64(0xc9)
+    }
+    /// This device's total size as the filesystem knows it.
+    pub fn dev_total_bytes(&self) -> u64 {
+        self.u64(0xc9 + 8)
+    }
+    /// This device's uuid.
+    pub fn dev_uuid(&self) -> Uuid {
+        self.uuid(0x10b)
+    }
+    /// The fsid recorded in this device's dev_item.
+    pub fn dev_item_fsid(&self) -> Uuid {
+        self.uuid(0x11b)
+    }
+    /// The label.
+    pub fn label(&self) -> &[u8] {
+        let l = &self.raw[0x12b..0x12b + 256];
+        let n = l.iter().position(|&b| b == 0).unwrap_or(l.len());
+        &l[..n]
+    }
+    /// Generation of the UUID tree (0 or stale means: do not trust it).
+    pub fn uuid_tree_generation(&self) -> u64 {
+        self.u64(0x233)
+    }
+    /// The packed SYSTEM chunk items.
+    pub fn sys_chunk_array(&self) -> &[u8] {
+        let n = (self.u32(0xa0) as usize).min(SYS_CHUNK_ARRAY_MAX);
+        &self.raw[SYS_CHUNK_ARRAY_OFF..SYS_CHUNK_ARRAY_OFF + n]
+    }
+
+    /// Refuses feature flags and states this reader cannot handle, naming them.
+    pub fn check_features(&self) -> Result<(), String> {
+        let unknown = self.incompat_flags() & !incompat::SUPPORTED;
+        if unknown != 0 {
+            let bit = unknown.trailing_zeros();
+            return Err(match incompat_name(bit) {
+                Some(name) => format!("incompat flag {name} (bit {bit})"),
+                None => format!("unknown incompat flag bit {bit} (0x{:x})", 1u64 << bit),
+            });
+        }
+        if self.flags() & CHANGING_FLAGS != 0 {
+            return Err(format!(
+                "an offline conversion is in progress (superblock flags 0x{:x})",
+                self.flags()
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A minimal valid superblock for `bytenr`, for unit tests.
+    pub(crate) fn fake(bytenr: u64) -> Vec<u8> {
+        let mut b = vec![0u8; SUPER_INFO_SIZE];
+        b[0x30..0x38].copy_from_slice(&bytenr.to_le_bytes());
+        b[0x40..0x48].copy_from_slice(&MAGIC.to_le_bytes());
+        b[0x88..0x90].copy_from_slice(&1u64.to_le_bytes());
+        b[0x90..0x94].copy_from_slice(&4096u32.to_le_bytes());
+        b[0x94..0x98].copy_from_slice(&16384u32.to_le_bytes());
+        let c = CsumType::Crc32c.compute(&b[0x20..]);
+        b[..32].copy_from_slice(&c);
+        b
+    }
+
+    fn reseal(b: &mut [u8]) {
+        let c = CsumType::Crc32c.compute(&b[0x20..]);
+        b[..32].copy_from_slice(&c);
+    }
+
+    #[test]
+    fn valid_copy_parses() {
+        let b = fake(PRIMARY_OFFSET);
+        assert!(Superblock::parse(&b, PRIMARY_OFFSET).is_ok());
+    }
+
+    #[test]
+    fn copy_read_from_the_wrong_place_is_refused() {
+        let b = fake(PRIMARY_OFFSET);
+        let e = Superblock::parse(&b, 0x400_0000).unwrap_err();
+        assert!(e.contains("says it is at"), "{e}");
+    }
+
+    #[test]
+    fn flipped_byte_fails_checksum() {
+        let mut b = fake(PRIMARY_OFFSET);
+        b[0x200] ^= 1;
+        let e = Superblock::parse(&b, PRIMARY_OFFSET).unwrap_err();
+        assert!(e.contains("checksum mismatch"), "{e}");
+    }
+
+    #[test]
+    fn unknown_incompat_flag_is_named() {
+        let mut b = fake(PRIMARY_OFFSET);
+        b[0xbc..0xc4].copy_from_slice(&(1u64 << 13).to_le_bytes());
+        reseal(&mut b);
+        let sb = Superblock::parse(&b, PRIMARY_OFFSET).unwrap();
+        assert_eq!(
+            sb.check_features().unwrap_err(),
+            "incompat flag extent_tree_v2 (bit 13)"
+        );
+        b[0xbc..0xc4].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        reseal(&mut b);
+        let sb = Superblock::parse(&b, PRIMARY_OFFSET).unwrap();
+        assert!(sb.check_features().unwrap_err().contains("bit 40"));
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let mut b = fake(PRIMARY_OFFSET);
+        for i in 0..SUPER_INFO_SIZE {
+            b[i] = b[i].wrapping_mul(31).wrapping_add(i as u8);
+            let _ = Superblock::parse(&b, PRIMARY_OFFSET);
+        }
+        let _ = Superblock::parse(&b[..100], PRIMARY_OFFSET);
+    }
+}

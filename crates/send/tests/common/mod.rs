@@ -1,0 +1,291 @@
+//! Shared helpers of the fixture tests: finding and decompressing the
+//! kernel-made images of testdata/images, and rebuilding a snapshot manifest
+//! (testdata/manifest.py format) from what the reader sees.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use rsend::items::{file_type, key_type, objectid};
+use rsend::{Filesystem, Subvolume};
+use sha2::Digest;
+
+/// testdata/images of the workspace, or `$RSEND_IMAGES` when set (for scratch fixtures).
+pub fn images_dir() -> PathBuf {
+    match std::env::var_os("RSEND_IMAGES") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/images"),
+    }
+}
+
+/// One fixture image directory.
+pub struct Fixture {
+    pub name: String,
+    pub dir: PathBuf,
+    pub info: BTreeMap<String, String>,
+}
+
+impl Fixture {
+    pub fn devices(&self) -> usize {
+        self.info
+            .get("devices")
+            .and_then(|d| d.parse().ok())
+            .unwrap_or(1)
+    }
+
+    /// Decompresses every device image into `into`; returns their paths.
+    pub fn decompress(&self, into: &Path) -> Vec<PathBuf> {
+        (1..=self.devices())
+            .map(|n| {
+                let src = self.dir.join(format!("dev{n}.img.zst"));
+                let dst = into.join(format!("{}-dev{n}.img", self.name));
+                decompress_sparse(&src, &dst);
+                dst
+            })
+            .collect()
+    }
+}
+
+/// Every complete fixture (INFO and all device images present), by name.
+pub fn fixtures() -> Vec<Fixture> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(images_dir()) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let dir = e.path();
+        let Ok(text) = std::fs::read_to_string(dir.join("INFO")) else {
+            continue;
+        };
+        let info: BTreeMap<String, String> = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let f = Fixture {
+            name: e.file_name().to_string_lossy().into_owned(),
+            dir,
+            info,
+        };
+        let complete = (1..=f.devices()).all(|n| f.dir.join(format!("dev{n}.img.zst")).exists())
+            && f.dir.join("subvolumes.txt").exists();
+        if complete {
+            out.push(f);
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Decompresses a .zst image, leaving runs of zero blocks as holes.
+pub fn decompress_sparse(src: &Path, dst: &Path) {
+    let input = std::fs::File::open(src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+    let mut dec = zstd::stream::read::Decoder::new(input).expect("zstd decoder");
+    let mut out = std::fs::File::create(dst).expect("create image");
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = 0u64;
+    loop {
+        let mut filled = 0;
+        while filled < buf.len() {
+            let n = dec.read(&mut buf[filled..]).expect("zstd decode");
+            if n == 0 {
+                break;
+            }
+            filled += n;
+        }
+        if filled == 0 {
+            break;
+        }
+        for block in buf[..filled].chunks(4096) {
+            if block.iter().any(|&b| b != 0) {
+                out.seek(SeekFrom::Start(pos)).unwrap();
+                out.write_all(block).unwrap();
+            }
+            pos += block.len() as u64;
+        }
+    }
+    out.set_len(pos).unwrap();
+}
+
+fn ts(t: rsend::items::Timespec) -> String {
+    format!("{}.{:09}", t.sec, t.nsec)
+}
+
+/// The manifest of subvolume `sv` as the reader sees it: sorted lines
+/// without the human-only path_repr column, and the skipped-subvol paths.
+pub fn manifest_of(fs: &Filesystem, sv: &Subvolume) -> Result<(Vec<String>, Vec<String>), String> {
+    let mut rows: Vec<(Vec<u8>, String)> = Vec::new();
+    let mut skipped = Vec::new();
+    let mut stack: Vec<(Vec<u8>, u64)> = vec![(b".".to_vec(), objectid::FIRST_FREE)];
+    let mut dirs_seen = std::collections::HashSet::new();
+    while let Some((rel, ino)) = stack.pop() {
+        let inode = fs
+            .inode(sv, ino)
+            .map_err(|e| format!("{}: {e}", hex(&rel)))?;
+        let t = match inode.file_type() {
+            0o100000 => "reg",
+            0o040000 => "dir",
+            0o120000 => "lnk",
+            0o020000 => "chr",
+            0o060000 => "blk",
+            0o010000 => "fifo",
+            0o140000 => "sock",
+            other => return Err(format!("{}: mode {other:o}", hex(&rel))),
+        };
+        let show = |s: &str| s.to_string();
+        let size = if t == "reg" || t == "lnk" {
+            inode.size.to_string()
+        } else {
+            show("-")
+        };
+        let nlink = if t == "dir" {
+            show("-")
+        } else {
+            inode.nlink.to_string()
+        };
+        // Fixture files are small; a huge size means a corrupted inode (fuzzing), and
+        // hashing terabytes of holes would only waste time.
+        if t == "reg" && inode.size > 1 << 30 {
+            return Err(format!("{}: implausible size {}", hex(&rel), inode.size));
+        }
+        let digest = if t == "reg" {
+            let mut h = sha2::Sha256::new();
+            let mut buf = vec![0u8; 1 << 20];
+            let mut off = 0;
+            loop {
+                let n = fs
+                    .read_file(sv, ino, off, &mut buf)
+                    .map_err(|e| format!("{}: {e}", hex(&rel)))?;
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
+                off += n as u64;
+            }
+            if off != inode.size {
+                return Err(format!("{}: read {off} of {} bytes", hex(&rel), inode.size));
+            }
+            hex(&h.finalize())
+        } else {
+            show("-")
+        };
+        let target = if t == "lnk" {
+            hex(&fs
+                .read_link(sv, ino)
+                .map_err(|e| format!("{}: {e}", hex(&rel)))?)
+        } else {
+            show("-")
+        };
+        let rdev = if t == "chr" || t == "blk" {
+            let (ma, mi) = inode.rdev_major_minor();
+            format!("{ma}:{mi}")
+        } else {
+            show("-")
+        };
+        let mut xs = fs
+            .xattrs(sv, ino)
+            .map_err(|e| format!("{}: {e}", hex(&rel)))?;
+        xs.sort();
+        let xattrs = if xs.is_empty() {
+            show("-")
+        } else {
+            xs.iter()
+                .map(|(n, v)| format!("{}={}", String::from_utf8_lossy(n), hex(v)))
+                .collect::<Vec<_>>()
+                .join(";")
+        };
+        let line = [
+            hex(&rel),
+            t.to_string(),
+            format!("{:04o}", inode.mode & 0o7777),
+            inode.uid.to_string(),
+            inode.gid.to_string(),
+            nlink,
+            size,
+            ts(inode.mtime),
+            ts(inode.atime),
+            digest,
+            target,
+            rdev,
+            xattrs,
+        ]
+        .join("\t");
+        rows.push((rel.clone(), line));
+        if t == "dir" && !dirs_seen.insert(ino) {
+            return Err(format!(
+                "{}: directory inode {ino} reached twice",
+                hex(&rel)
+            ));
+        }
+        if t == "dir" {
+            for e in fs
+                .read_dir(sv, ino)
+                .map_err(|e| format!("{}: {e}", hex(&rel)))?
+            {
+                let child = if rel == b"." {
+                    e.name.clone()
+                } else {
+                    let mut c = rel.clone();
+                    c.push(b'/');
+                    c.extend_from_slice(&e.name);
+                    c
+                };
+                if e.location.item_type == key_type::ROOT_ITEM
+                    || e.location.objectid == objectid::EMPTY_SUBVOL_DIR
+                {
+                    skipped.push(hex(&child));
+                    continue;
+                }
+                if e.file_type == file_type::XATTR {
+                    return Err(format!("{}: xattr entry in a directory", hex(&child)));
+                }
+                stack.push((child, e.location.objectid));
+            }
+        }
+    }
+    rows.sort();
+    skipped.sort();
+    Ok((rows.into_iter().map(|(_, l)| l).collect(), skipped))
+}
+
+/// A manifest file's lines without path_repr, and its skipped-subvol paths.
+pub fn read_manifest(path: &Path) -> (Vec<String>, Vec<String>) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut rows = Vec::new();
+    let mut skipped = Vec::new();
+    for l in text.lines() {
+        if let Some(rest) = l.strip_prefix("# skipped-subvol ") {
+            skipped.push(rest.split(' ').next().unwrap_or("").to_string());
+        } else if !l.starts_with('#') && !l.is_empty() {
+            let cols: Vec<&str> = l.split('\t').collect();
+            rows.push(cols[..cols.len().min(13)].join("\t"));
+        }
+    }
+    skipped.sort();
+    (rows, skipped)
+}
+
+pub fn hex(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        let _ = write!(s, "{x:02x}");
+    }
+    s
+}
+
+/// A notice sink that records every notice.
+pub fn recording_options() -> (
+    rsend::Options,
+    std::sync::Arc<std::sync::Mutex<Vec<rsend::Notice>>>,
+) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let opts = rsend::Options {
+        notice: std::sync::Arc::new(move |n: &rsend::Notice| s2.lock().unwrap().push(n.clone())),
+        ..rsend::Options::default()
+    };
+    (opts, seen)
+}
