@@ -6,6 +6,7 @@
 //! written when the error is returned.
 
 pub mod escape;
+pub mod input;
 pub mod json;
 pub mod summary;
 pub mod text;
@@ -15,6 +16,7 @@ use std::io::{Read, Write};
 
 use btrfs_stream::{Command, Reader, Source};
 
+pub use input::Input;
 pub use json::JsonDump;
 pub use summary::Summary;
 pub use text::TextDump;
@@ -81,6 +83,15 @@ pub enum Streams {
 /// Reads the commands of `input` into `sink`.
 pub fn dump<R: Read, S: Sink>(input: R, sink: &mut S, streams: Streams) -> Result<(), DumpError> {
     dump_from(Reader::new(input), sink, streams)
+}
+
+/// Reads the commands of an opened [`Input`] into `sink`; a mapped file is
+/// decoded in place.
+pub fn dump_input<S: Sink>(input: Input, sink: &mut S, streams: Streams) -> Result<(), DumpError> {
+    match input {
+        Input::Mapped(map) => dump_from(Reader::from_bytes(map), sink, streams),
+        Input::Stream(r) => dump(r, sink, streams),
+    }
 }
 
 /// Reads the commands of `reader` into `sink`.

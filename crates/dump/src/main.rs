@@ -1,13 +1,11 @@
 //! `rdump`: print a btrfs send stream.
 
-use std::fs::File;
-use std::io::{self, Read};
-use std::os::fd::AsRawFd;
+use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use rdump::{buffered, dump, DumpError, JsonDump, Streams, Summary, TextDump};
+use rdump::{buffered, dump_input, DumpError, Input, JsonDump, Streams, Summary, TextDump};
 
 /// Print a btrfs send stream as `btrfs receive --dump` does, as JSON lines,
 /// or as a summary.
@@ -28,18 +26,6 @@ struct Args {
     file: Option<PathBuf>,
 }
 
-/// Standard input; a pipe gets a 1 MiB buffer so each read moves more data.
-fn stdin() -> Box<dyn Read> {
-    let stdin = io::stdin();
-    // Fails harmlessly when stdin is not a pipe, or the size is above
-    // /proc/sys/fs/pipe-max-size for an unprivileged user.
-    let _ = nix::fcntl::fcntl(
-        stdin.as_raw_fd(),
-        nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20),
-    );
-    Box::new(stdin.lock())
-}
-
 fn main() -> ExitCode {
     let args = match Args::try_parse() {
         Ok(a) => a,
@@ -48,11 +34,11 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    let input: Box<dyn Read> = match args.file.as_deref() {
-        None => stdin(),
-        Some(p) if p.as_os_str() == "-" => stdin(),
-        Some(p) => match File::open(p) {
-            Ok(f) => Box::new(f),
+    let input = match args.file.as_deref() {
+        None => Input::stdin(),
+        Some(p) if p.as_os_str() == "-" => Input::stdin(),
+        Some(p) => match Input::open(p) {
+            Ok(i) => i,
             Err(e) => {
                 eprintln!("rdump: error: cannot open {}: {e}", p.display());
                 return ExitCode::from(1);
@@ -66,11 +52,11 @@ fn main() -> ExitCode {
         Streams::First
     };
     let res = if args.json {
-        dump(input, &mut JsonDump::new(out), streams)
+        dump_input(input, &mut JsonDump::new(out), streams)
     } else if args.summary {
-        dump(input, &mut Summary::new(out), streams)
+        dump_input(input, &mut Summary::new(out), streams)
     } else {
-        dump(input, &mut TextDump::new(out), streams)
+        dump_input(input, &mut TextDump::new(out), streams)
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
