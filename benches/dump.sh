@@ -12,6 +12,8 @@
 #   RESULTS_DIR=      copy the hyperfine exports, RSS and summary here
 #   KEEP_STREAM=      copy the send stream to this path (e.g. for profiling)
 #   TMPDIR=/tmp       where the scratch directory is made (needs ~2.5 GB free)
+#   REREAD=1          drop the page cache and read the stream back before
+#                     timing (a stored stream); 0 keeps the just-written state
 #
 # Needs: root, btrfs loop mounts, btrfs-progs, hyperfine, cargo, perl, jq and
 # /usr/bin/time (the last two are installed with apt-get when missing).
@@ -179,6 +181,14 @@ echo "stream: $STREAM_BYTES bytes ($((STREAM_BYTES >> 20)) MiB), protocol v$PROT
 # ---------------------------------------------------------------------------
 # 3. correctness, cache warm-up, timings, peak RSS
 
+# A stream file as it is usually dumped: stored earlier, read back from disk.
+# (Right after `btrfs send > FILE` the page cache holds it in small folios,
+# which makes mapping it slower; set REREAD=0 to measure that state.)
+if [[ ${REREAD:-1} == 1 ]]; then
+    log "dropping the page cache, then reading the stream back"
+    sync
+    echo 3 >/proc/sys/vm/drop_caches
+fi
 log "warming the page cache"
 cat "$STREAM" >/dev/null
 

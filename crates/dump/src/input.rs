@@ -7,7 +7,8 @@ use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use memmap2::{Advice, Mmap};
+use btrfs_stream::Source;
+use memmap2::{Advice, Mmap, UncheckedAdvice};
 
 /// An opened input stream.
 pub enum Input {
@@ -49,5 +50,61 @@ impl Input {
             // Not mappable: read it instead.
             Err(_) => Ok(Input::Stream(Box::new(file))),
         }
+    }
+}
+
+/// Decoded bytes are handed back to the kernel in steps of this size.
+const RELEASE: usize = 16 << 20;
+
+/// A mapped stream file as a reader [`Source`]: commands are decoded in
+/// place, and pages already decoded are released as the reader moves on, so
+/// the resident set stays small however large the file.
+pub struct MappedSource {
+    map: Mmap,
+    pos: usize,
+    released: usize,
+}
+
+impl MappedSource {
+    /// A source over all of `map`.
+    pub fn new(map: Mmap) -> Self {
+        MappedSource {
+            map,
+            pos: 0,
+            released: 0,
+        }
+    }
+}
+
+impl Source for MappedSource {
+    fn fill(&mut self, _need: usize) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn window(&self) -> &[u8] {
+        &self.map[self.pos..]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos += n;
+        let done = self.pos & !(RELEASE - 1);
+        if done > self.released {
+            // SAFETY: nothing borrows bytes before `pos` any more (a command
+            // borrows the window only until the reader's next call, which is
+            // what consumes it), and this is a read-only file mapping: a
+            // later access would fault the file's bytes in again.
+            let _ = unsafe {
+                self.map.unchecked_advise_range(
+                    UncheckedAdvice::DontNeed,
+                    self.released,
+                    done - self.released,
+                )
+            };
+            self.released = done;
+        }
+    }
+
+    fn offset(&self) -> u64 {
+        self.pos as u64
     }
 }

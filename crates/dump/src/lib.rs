@@ -89,7 +89,11 @@ pub fn dump<R: Read, S: Sink>(input: R, sink: &mut S, streams: Streams) -> Resul
 /// decoded in place.
 pub fn dump_input<S: Sink>(input: Input, sink: &mut S, streams: Streams) -> Result<(), DumpError> {
     match input {
-        Input::Mapped(map) => dump_from(Reader::from_bytes(map), sink, streams),
+        Input::Mapped(map) => dump_from(
+            Reader::with_source(input::MappedSource::new(map)),
+            sink,
+            streams,
+        ),
         Input::Stream(r) => dump(r, sink, streams),
     }
 }
