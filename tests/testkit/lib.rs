@@ -213,3 +213,146 @@ impl Rng {
         self.next_u64() % n
     }
 }
+
+/// A scratch filesystem of any kind in a loop-mounted image file
+/// (`mkfs.<fstype>`), unmounted and detached when dropped.
+pub struct LoopImage {
+    dir: tempfile::TempDir,
+    mnt: PathBuf,
+    loopdev: Option<String>,
+    mounted: bool,
+}
+
+impl LoopImage {
+    /// Makes a `size_mib` image with `mkfs.<fstype> <mkfs_args>`, mounted
+    /// with `-o <opts>`.
+    pub fn new(fstype: &str, size_mib: u64, mkfs_args: &[&str], opts: &str) -> LoopImage {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("rsend-{fstype}-"))
+            .tempdir()
+            .unwrap();
+        let image = dir.path().join("fs.img");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let f = std::fs::File::create(&image).unwrap();
+        f.set_len(size_mib << 20).unwrap();
+        drop(f);
+        run(Command::new(format!("mkfs.{fstype}"))
+            .args(mkfs_args)
+            .arg(&image)
+            .stdout(Stdio::null()));
+        let mut me = LoopImage {
+            dir,
+            mnt,
+            loopdev: None,
+            mounted: false,
+        };
+        let out = run(Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(me.dir.path().join("fs.img")));
+        me.loopdev = Some(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+        let mut cmd = Command::new("mount");
+        if !opts.is_empty() {
+            cmd.args(["-o", opts]);
+        }
+        run(cmd.arg(me.loopdev.as_deref().unwrap()).arg(&me.mnt));
+        me.mounted = true;
+        me
+    }
+
+    /// The mount point.
+    pub fn mnt(&self) -> &Path {
+        &self.mnt
+    }
+
+    /// A scratch directory next to the image (outside the filesystem).
+    pub fn scratch(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for LoopImage {
+    fn drop(&mut self) {
+        if self.mounted {
+            let ok = Command::new("umount")
+                .arg(&self.mnt)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+            }
+        }
+        if let Some(dev) = self.loopdev.take() {
+            let _ = Command::new("losetup").arg("-d").arg(dev).status();
+        }
+    }
+}
+
+/// A loop-mounted ext4 (`mkfs.ext4 -q -F`, plus `mkfs_args`).
+pub fn ext4_image(size_mib: u64, mkfs_args: &[&str], opts: &str) -> LoopImage {
+    let mut args = vec!["-q", "-F"];
+    args.extend_from_slice(mkfs_args);
+    LoopImage::new("ext4", size_mib, &args, opts)
+}
+
+/// A loop-mounted xfs (`mkfs.xfs -q -f`, reflink on by default); at least
+/// 300 MiB.
+pub fn xfs_image(size_mib: u64, opts: &str) -> LoopImage {
+    LoopImage::new("xfs", size_mib.max(300), &["-q", "-f"], opts)
+}
+
+/// A tmpfs mounted on a scratch directory, unmounted when dropped.
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+    mnt: PathBuf,
+    mounted: bool,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size_mib` with extra `opts` (comma separated).
+    pub fn new(size_mib: u64, opts: &str) -> Tmpfs {
+        let dir = tempfile::Builder::new()
+            .prefix("rsend-tmpfs-")
+            .tempdir()
+            .unwrap();
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let mut o = format!("size={size_mib}m");
+        if !opts.is_empty() {
+            o.push(',');
+            o.push_str(opts);
+        }
+        run(Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &o, "tmpfs"])
+            .arg(&mnt));
+        Tmpfs {
+            dir,
+            mnt,
+            mounted: true,
+        }
+    }
+
+    /// The mount point.
+    pub fn mnt(&self) -> &Path {
+        &self.mnt
+    }
+
+    /// A scratch directory next to the mount point (outside the tmpfs).
+    pub fn scratch(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        if self.mounted {
+            let ok = Command::new("umount")
+                .arg(&self.mnt)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+            }
+        }
+    }
+}

@@ -1,0 +1,466 @@
+//! Copying file data, and whole trees for snapshots on filesystems that
+//! have none.
+//!
+//! Data goes by reflink (FICLONERANGE / FICLONE) where the filesystem
+//! shares extents, else by `copy_file_range`, else by read and write through
+//! a bounded buffer. A tree copy keeps hardlinks as hardlinks, holes as
+//! holes, and copies type, owner, mode, xattrs, atime and mtime; it reads
+//! with `O_NOATIME` so the source tree is left as it was.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::fs::FileExt;
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, readlinkat, AtFlags, OFlag};
+use nix::sys::stat::{fchmod, fstatat, futimens, mkdirat, mknodat, FileStat, Mode, SFlag};
+use nix::sys::time::TimeSpec;
+use nix::unistd::{fchown, linkat, symlinkat, Gid, Uid};
+
+use crate::meta::At;
+
+const BUF: usize = 1 << 20;
+
+/// Which ways of copying data still look possible on this destination.
+#[derive(Debug, Clone, Copy)]
+pub struct Methods {
+    /// Reflinks have not failed yet.
+    pub reflink: bool,
+    /// copy_file_range has not failed yet.
+    pub copy_file_range: bool,
+}
+
+impl Default for Methods {
+    fn default() -> Self {
+        Methods {
+            reflink: true,
+            copy_file_range: true,
+        }
+    }
+}
+
+fn reflink_unsupported(e: Errno) -> bool {
+    matches!(
+        e,
+        Errno::EOPNOTSUPP
+            | Errno::ENOTTY
+            | Errno::EXDEV
+            | Errno::EINVAL
+            | Errno::ENOSYS
+            | Errno::EPERM
+    )
+}
+
+/// Copies `len` bytes of `src` at `src_off` to `dst` at `dst_off`.
+pub fn copy_range(
+    dst: &File,
+    dst_off: u64,
+    src: &File,
+    src_off: u64,
+    len: u64,
+    how: &mut Methods,
+) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    check_off(dst_off, len)?;
+    check_off(src_off, len)?;
+    let same = same_file(dst, src)?;
+    if same && src_off < dst_off + len && dst_off < src_off + len {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "source and destination ranges overlap",
+        ));
+    }
+    if how.reflink {
+        match crate::ioctl::clone_range(dst.as_fd(), dst_off, src.as_fd(), src_off, len) {
+            Ok(()) => return Ok(()),
+            // Unaligned ranges are EINVAL on one call and fine on the next;
+            // keep trying reflinks, but only give up on "not supported".
+            Err(Errno::EOPNOTSUPP | Errno::ENOTTY | Errno::ENOSYS) => how.reflink = false,
+            Err(e) if reflink_unsupported(e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut done = 0u64;
+    if how.copy_file_range {
+        while done < len {
+            let mut si = (src_off + done) as i64;
+            let mut di = (dst_off + done) as i64;
+            let want = (len - done).min(1 << 30) as usize;
+            match nix::fcntl::copy_file_range(src, Some(&mut si), dst, Some(&mut di), want) {
+                Ok(0) => break, // source EOF: the rest reads as zeros below
+                Ok(n) => done += n as u64,
+                Err(Errno::EINTR) => {}
+                Err(e)
+                    if matches!(
+                        e,
+                        Errno::EXDEV | Errno::EINVAL | Errno::EOPNOTSUPP | Errno::ENOSYS
+                    ) && done == 0 =>
+                {
+                    if e != Errno::EINVAL {
+                        how.copy_file_range = false;
+                    }
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    read_write(dst, dst_off + done, src, src_off + done, len - done)
+}
+
+fn check_off(off: u64, len: u64) -> io::Result<()> {
+    match off.checked_add(len) {
+        Some(end) if end <= i64::MAX as u64 => Ok(()),
+        _ => Err(io::Error::from_raw_os_error(libc::EFBIG)),
+    }
+}
+
+fn same_file(a: &File, b: &File) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let (x, y) = (a.metadata()?, b.metadata()?);
+    Ok(x.dev() == y.dev() && x.ino() == y.ino())
+}
+
+/// Copies by pread/pwrite; past the source's end the clone reads zeros, as
+/// btrfs would refuse it.
+fn read_write(dst: &File, dst_off: u64, src: &File, src_off: u64, len: u64) -> io::Result<()> {
+    let mut buf = vec![0u8; (len.min(BUF as u64)) as usize];
+    let mut done = 0u64;
+    while done < len {
+        let want = (len - done).min(buf.len() as u64) as usize;
+        let n = src.read_at(&mut buf[..want], src_off + done)?;
+        if n == 0 {
+            break;
+        }
+        dst.write_all_at(&buf[..n], dst_off + done)?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+/// Copies all data of `src` into the empty file `dst` of the same size or
+/// less, keeping holes.
+pub fn copy_file_data(dst: &File, src: &File, size: u64, how: &mut Methods) -> io::Result<()> {
+    if how.reflink {
+        match crate::ioctl::clone_file(dst.as_fd(), src.as_fd()) {
+            Ok(()) => return Ok(()),
+            Err(Errno::EOPNOTSUPP | Errno::ENOTTY | Errno::ENOSYS) => how.reflink = false,
+            Err(e) if reflink_unsupported(e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut off = 0u64;
+    while off < size {
+        let data =
+            match nix::unistd::lseek(src.as_raw_fd(), off as i64, nix::unistd::Whence::SeekData) {
+                Ok(d) => d as u64,
+                Err(Errno::ENXIO) => break,
+                Err(Errno::EINVAL) | Err(Errno::EOPNOTSUPP) => off,
+                Err(e) => return Err(e.into()),
+            };
+        if data >= size {
+            break;
+        }
+        let hole =
+            match nix::unistd::lseek(src.as_raw_fd(), data as i64, nix::unistd::Whence::SeekHole) {
+                Ok(h) => (h as u64).min(size),
+                Err(_) => size,
+            };
+        let mut m = Methods {
+            reflink: false,
+            ..*how
+        };
+        copy_range(dst, data, src, data, hole - data, &mut m)?;
+        how.copy_file_range = m.copy_file_range;
+        off = hole;
+    }
+    dst.set_len(size)
+}
+
+fn open_at(dir: BorrowedFd<'_>, name: &[u8], flags: OFlag, mode: Mode) -> nix::Result<File> {
+    let fd = openat(
+        Some(dir.as_raw_fd()),
+        name,
+        flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        mode,
+    )?;
+    Ok(File::from(crate::ioctl::owned(fd)))
+}
+
+/// Opens a file for reading without updating its atime where allowed.
+pub fn open_noatime(dir: BorrowedFd<'_>, name: &[u8], extra: OFlag) -> nix::Result<File> {
+    match open_at(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_NOATIME | extra,
+        Mode::empty(),
+    ) {
+        Err(Errno::EPERM) => open_at(dir, name, OFlag::O_RDONLY | extra, Mode::empty()),
+        r => r,
+    }
+}
+
+fn times(st: &FileStat) -> (TimeSpec, TimeSpec) {
+    (
+        TimeSpec::new(st.st_atime, st.st_atime_nsec),
+        TimeSpec::new(st.st_mtime, st.st_mtime_nsec),
+    )
+}
+
+/// Counts of what a tree copy made.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TreeStats {
+    /// Inodes created.
+    pub inodes: u64,
+    /// Extra hardlinks made.
+    pub links: u64,
+    /// Regular files whose data was shared by reflink.
+    pub reflinked: u64,
+}
+
+/// Copies everything beneath directory `src` into the empty directory
+/// `dst` (both on the same filesystem), then the root's own owner, mode,
+/// xattrs (except those `skip_root_xattr` names) and times.
+pub fn copy_tree(
+    src: BorrowedFd<'_>,
+    dst: BorrowedFd<'_>,
+    skip_root_xattr: &dyn Fn(&[u8]) -> bool,
+) -> io::Result<TreeStats> {
+    let mut c = TreeCopy {
+        links: HashMap::new(),
+        how: Methods::default(),
+        stats: TreeStats::default(),
+        path: Vec::new(),
+        dst_root: dst.try_clone_to_owned()?,
+    };
+    c.dir_contents(src, dst)?;
+    let st = nix::sys::stat::fstat(src.as_raw_fd())?;
+    let src_root = open_at(
+        src,
+        b".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    )?;
+    let dst_root = open_at(
+        dst,
+        b".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    )?;
+    fchown(
+        dst_root.as_raw_fd(),
+        Some(Uid::from_raw(st.st_uid)),
+        Some(Gid::from_raw(st.st_gid)),
+    )?;
+    fchmod(
+        dst_root.as_raw_fd(),
+        Mode::from_bits_retain(st.st_mode & 0o7777),
+    )?;
+    {
+        use std::os::unix::ffi::OsStrExt;
+        use xattr::FileExt;
+        for n in src_root.list_xattr()? {
+            if skip_root_xattr(n.as_bytes()) {
+                continue;
+            }
+            if let Some(v) = src_root.get_xattr(&n)? {
+                dst_root.set_xattr(&n, &v)?;
+            }
+        }
+    }
+    let (a, m) = times(&st);
+    futimens(dst_root.as_raw_fd(), &a, &m)?;
+    Ok(c.stats)
+}
+
+struct TreeCopy {
+    /// (dev, ino) of a multiply linked source inode → its path in the copy.
+    links: HashMap<(u64, u64), Vec<u8>>,
+    how: Methods,
+    stats: TreeStats,
+    /// Path of the directory being copied, relative to the roots.
+    path: Vec<u8>,
+    dst_root: std::os::fd::OwnedFd,
+}
+
+fn entries(dir: BorrowedFd<'_>) -> io::Result<Vec<Vec<u8>>> {
+    let mut d = nix::dir::Dir::openat(
+        Some(dir.as_raw_fd()),
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOATIME | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .or_else(|_| {
+        nix::dir::Dir::openat(
+            Some(dir.as_raw_fd()),
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+    })?;
+    let mut out = Vec::new();
+    for e in d.iter() {
+        let e = e?;
+        let n = e.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            out.push(n.to_vec());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+impl TreeCopy {
+    fn child_path(&self, name: &[u8]) -> Vec<u8> {
+        let mut p = self.path.clone();
+        if !p.is_empty() {
+            p.push(b'/');
+        }
+        p.extend_from_slice(name);
+        p
+    }
+
+    fn dir_contents(&mut self, src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> io::Result<()> {
+        for name in entries(src)? {
+            let st = fstatat(
+                Some(src.as_raw_fd()),
+                name.as_slice(),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            )?;
+            self.entry(src, dst, &name, &st)?;
+        }
+        Ok(())
+    }
+
+    fn entry(
+        &mut self,
+        src: BorrowedFd<'_>,
+        dst: BorrowedFd<'_>,
+        name: &[u8],
+        st: &FileStat,
+    ) -> io::Result<()> {
+        let kind = st.st_mode & libc::S_IFMT;
+        let key = (st.st_dev, st.st_ino);
+        if kind != libc::S_IFDIR && st.st_nlink > 1 {
+            if let Some(first) = self.links.get(&key) {
+                linkat(
+                    Some(self.dst_root.as_raw_fd()),
+                    first.as_slice(),
+                    Some(dst.as_raw_fd()),
+                    name,
+                    AtFlags::empty(),
+                )?;
+                self.stats.links += 1;
+                return Ok(());
+            }
+            let p = self.child_path(name);
+            self.links.insert(key, p);
+        }
+        self.stats.inodes += 1;
+        let (atime, mtime) = times(st);
+        let s_at = At { dir: src, name };
+        let d_at = At { dir: dst, name };
+        match kind {
+            libc::S_IFDIR => {
+                mkdirat(Some(dst.as_raw_fd()), name, Mode::from_bits_retain(0o700))?;
+                let s = open_at(src, name, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())?;
+                let d = open_at(dst, name, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())?;
+                let child = self.child_path(name);
+                let saved = std::mem::replace(&mut self.path, child);
+                let r = self.dir_contents(s.as_fd(), d.as_fd());
+                self.path = saved;
+                r?;
+                self.finish(&s_at, &d_at, st, true)?;
+            }
+            libc::S_IFREG => {
+                let s = open_noatime(src, name, OFlag::empty())?;
+                let d = open_at(
+                    dst,
+                    name,
+                    OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL,
+                    Mode::from_bits_retain(0o600),
+                )?;
+                let before = self.how.reflink;
+                copy_file_data(&d, &s, st.st_size as u64, &mut self.how)?;
+                if before && self.how.reflink {
+                    self.stats.reflinked += 1;
+                }
+                fchown(
+                    d.as_raw_fd(),
+                    Some(Uid::from_raw(st.st_uid)),
+                    Some(Gid::from_raw(st.st_gid)),
+                )?;
+                fchmod(d.as_raw_fd(), Mode::from_bits_retain(st.st_mode & 0o7777))?;
+                copy_xattrs(&s_at, &d_at)?;
+                futimens(d.as_raw_fd(), &atime, &mtime)?;
+            }
+            libc::S_IFLNK => {
+                let target = readlinkat(Some(src.as_raw_fd()), name)?;
+                // readlink may have touched the source's atime: put it back.
+                let _ = s_at.utimes(
+                    btrfs_stream::Timespec {
+                        sec: st.st_atime,
+                        nsec: st.st_atime_nsec as u32,
+                    },
+                    btrfs_stream::Timespec {
+                        sec: st.st_mtime,
+                        nsec: st.st_mtime_nsec as u32,
+                    },
+                );
+                symlinkat(target.as_os_str(), Some(dst.as_raw_fd()), name)?;
+                self.finish(&s_at, &d_at, st, false)?;
+            }
+            _ => {
+                let sflag = SFlag::from_bits_truncate(kind);
+                mknodat(
+                    Some(dst.as_raw_fd()),
+                    name,
+                    sflag,
+                    Mode::from_bits_retain(0o600),
+                    st.st_rdev,
+                )?;
+                self.finish(&s_at, &d_at, st, true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Owner, mode (not for symlinks), xattrs, then times.
+    fn finish(&mut self, s: &At<'_>, d: &At<'_>, st: &FileStat, chmod: bool) -> io::Result<()> {
+        d.chown(st.st_uid, st.st_gid)?;
+        if chmod {
+            d.chmod(st.st_mode & 0o7777)?;
+        }
+        copy_xattrs(s, d)?;
+        let t = |s: i64, n: i64| btrfs_stream::Timespec {
+            sec: s,
+            nsec: n as u32,
+        };
+        d.utimes(
+            t(st.st_atime, st.st_atime_nsec),
+            t(st.st_mtime, st.st_mtime_nsec),
+        )?;
+        Ok(())
+    }
+}
+
+fn copy_xattrs(s: &At<'_>, d: &At<'_>) -> io::Result<()> {
+    let sh = s.handle()?;
+    let list = match sh.xattrs() {
+        Ok(l) => l,
+        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if list.is_empty() {
+        return Ok(());
+    }
+    let dh = d.handle()?;
+    for (n, v) in list {
+        dh.set_xattr(&n, &v)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,319 @@
+//! Destinations: a directory on btrfs, where subvolumes are real, or a
+//! directory on any other filesystem, where a subvolume is a directory and
+//! its identity is kept by [`crate::subvol`].
+//!
+//! Parents and clone sources are looked up only among the direct children
+//! of DEST: never anywhere else on the filesystem.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::{mkdirat, Mode};
+use uuid::Uuid;
+
+use crate::copy;
+use crate::ioctl;
+use crate::subvol::{self, Store, SubvolState};
+
+/// Inode number of a btrfs subvolume root directory.
+const BTRFS_FIRST_FREE_OBJECTID: u64 = 256;
+
+/// Which kind of destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// btrfs: SUBVOL_CREATE, SNAP_CREATE_V2, SET_RECEIVED_SUBVOL.
+    Btrfs,
+    /// Anything else: directories plus recorded state.
+    Plain,
+}
+
+/// A subvolume under DEST that a stream may use as parent or clone source.
+#[derive(Debug, Clone)]
+pub struct Known {
+    /// Its name in DEST.
+    pub name: Vec<u8>,
+    /// Whether its receive finished (for btrfs: read-only).
+    pub complete: bool,
+}
+
+/// The destination directory.
+pub struct Dest {
+    fd: OwnedFd,
+    path: PathBuf,
+    kind: Kind,
+    store: Option<Store>,
+    /// uuid → subvolume, filled on first lookup.
+    index: Option<HashMap<Uuid, Known>>,
+    /// Same, by the subvolume's own btrfs uuid (second choice).
+    by_own_uuid: HashMap<Uuid, Known>,
+}
+
+fn open_dir_at(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<File> {
+    let fd = openat(
+        Some(dir.as_raw_fd()),
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(File::from(ioctl::owned(fd)))
+}
+
+impl Dest {
+    /// Opens DEST (following symlinks: the path is the user's, not the
+    /// stream's). `plain` forces directory mode on btrfs.
+    pub fn open(path: &Path, plain: bool) -> io::Result<Dest> {
+        let f = File::open(path)?;
+        if !f.metadata()?.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                "not a directory",
+            ));
+        }
+        let fs = nix::sys::statfs::fstatfs(&f)?;
+        let kind = if !plain && fs.filesystem_type() == nix::sys::statfs::BTRFS_SUPER_MAGIC {
+            Kind::Btrfs
+        } else {
+            Kind::Plain
+        };
+        Ok(Dest {
+            fd: f.into(),
+            path: path.to_path_buf(),
+            kind,
+            store: None,
+            index: None,
+            by_own_uuid: HashMap::new(),
+        })
+    }
+
+    /// The kind of destination.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// DEST as given.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The DEST directory descriptor.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Opens subvolume `name`'s root directory.
+    pub fn open_subvol(&self, name: &[u8]) -> nix::Result<OwnedFd> {
+        open_dir_at(self.fd(), name).map(OwnedFd::from)
+    }
+
+    /// Creates subvolume `name` for a full stream.
+    pub fn create_subvol(&mut self, name: &[u8], state: &SubvolState) -> io::Result<OwnedFd> {
+        match self.kind {
+            Kind::Btrfs => ioctl::subvol_create(self.fd(), name)?,
+            // The mode BTRFS_IOC_SUBVOL_CREATE gives a new subvolume root.
+            Kind::Plain => mkdirat(
+                Some(self.fd.as_raw_fd()),
+                name,
+                Mode::from_bits_retain(0o755),
+            )?,
+        }
+        self.record(name, state)?;
+        Ok(self.open_subvol(name)?)
+    }
+
+    /// Creates `name` as a writable snapshot of `parent` for an incremental
+    /// stream.
+    pub fn snapshot(
+        &mut self,
+        name: &[u8],
+        parent: &Known,
+        state: &SubvolState,
+    ) -> io::Result<(OwnedFd, Option<copy::TreeStats>)> {
+        let src = self.open_subvol(&parent.name)?;
+        match self.kind {
+            Kind::Btrfs => {
+                ioctl::snap_create(src.as_fd(), self.fd(), name)?;
+                self.record(name, state)?;
+                Ok((self.open_subvol(name)?, None))
+            }
+            Kind::Plain => {
+                mkdirat(
+                    Some(self.fd.as_raw_fd()),
+                    name,
+                    Mode::from_bits_retain(0o700),
+                )?;
+                self.record(name, state)?;
+                let dst = self.open_subvol(name)?;
+                let stats = copy::copy_tree(src.as_fd(), dst.as_fd(), &|n| {
+                    n.starts_with(subvol::XATTR_RESERVED_PREFIX)
+                })?;
+                Ok((dst, Some(stats)))
+            }
+        }
+    }
+
+    /// Records the state of `name`. On btrfs only an incomplete state is
+    /// kept this way (in the xattr, where allowed): a complete one is the
+    /// kernel's received_uuid on a read-only subvolume.
+    fn record(&mut self, name: &[u8], state: &SubvolState) -> io::Result<()> {
+        if self.kind == Kind::Btrfs {
+            return match subvol::record(self.fd(), name, state, Some(Store::Xattr)) {
+                Err(e) if crate::meta::errno(&e) == Some(Errno::EOPNOTSUPP) => Ok(()),
+                r => r.map(drop),
+            };
+        }
+        let store = subvol::record(self.fd(), name, state, self.store)?;
+        self.store = Some(store);
+        Ok(())
+    }
+
+    /// Marks subvolume `name` (root `root`) as completely received.
+    pub fn finish(
+        &mut self,
+        name: &[u8],
+        root: BorrowedFd<'_>,
+        state: &SubvolState,
+    ) -> io::Result<()> {
+        match self.kind {
+            Kind::Btrfs => {
+                use xattr::FileExt;
+                let dir = open_dir_at(self.fd(), name)?;
+                match dir.remove_xattr(subvol::XATTR_NAME) {
+                    Err(e)
+                        if crate::meta::errno(&e) != Some(Errno::ENODATA)
+                            && crate::meta::errno(&e) != Some(Errno::EOPNOTSUPP) =>
+                    {
+                        return Err(e)
+                    }
+                    _ => {}
+                }
+                ioctl::set_received_subvol(root, *state.received_uuid.as_bytes(), state.ctransid)?;
+                let flags = ioctl::subvol_getflags(root)?;
+                ioctl::subvol_setflags(root, flags | ioctl::SUBVOL_RDONLY)?;
+            }
+            Kind::Plain => {
+                // Data first, then the flag that says it is all there.
+                nix::unistd::syncfs(root.as_raw_fd())?;
+                self.record(name, state)?;
+            }
+        }
+        if let Some(ix) = self.index.as_mut() {
+            ix.insert(
+                state.received_uuid,
+                Known {
+                    name: name.to_vec(),
+                    complete: true,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// The subvolume under DEST that `uuid` names: by received uuid first,
+    /// then (btrfs only) by its own uuid.
+    pub fn find(&mut self, uuid: Uuid) -> io::Result<Option<Known>> {
+        if self.index.is_none() {
+            self.build_index()?;
+        }
+        let ix = self.index.as_ref().map(|ix| ix.get(&uuid).cloned());
+        Ok(ix
+            .flatten()
+            .or_else(|| self.by_own_uuid.get(&uuid).cloned()))
+    }
+
+    fn build_index(&mut self) -> io::Result<()> {
+        let mut ix = HashMap::new();
+        match self.kind {
+            Kind::Plain => {
+                for (name, st) in subvol::scan(self.fd())? {
+                    // The first complete one wins over incomplete duplicates.
+                    let k = Known {
+                        name,
+                        complete: st.complete,
+                    };
+                    match ix.get(&st.received_uuid) {
+                        Some(Known { complete: true, .. }) => {}
+                        _ => {
+                            ix.insert(st.received_uuid, k);
+                        }
+                    }
+                }
+            }
+            Kind::Btrfs => {
+                let mut d = nix::dir::Dir::openat(
+                    Some(self.fd.as_raw_fd()),
+                    ".",
+                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )?;
+                let mut names = Vec::new();
+                for e in d.iter() {
+                    let e = e?;
+                    let n = e.file_name().to_bytes();
+                    if n == b"." || n == b".." {
+                        continue;
+                    }
+                    if matches!(e.file_type(), Some(nix::dir::Type::Directory) | None) {
+                        names.push(n.to_vec());
+                    }
+                }
+                names.sort();
+                for name in names {
+                    let Ok(f) = open_dir_at(self.fd(), &name) else {
+                        continue;
+                    };
+                    let Ok(md) = f.metadata() else { continue };
+                    use std::os::unix::fs::MetadataExt;
+                    if md.ino() != BTRFS_FIRST_FREE_OBJECTID {
+                        continue;
+                    }
+                    let Ok(info) = ioctl::get_subvol_info(f.as_fd()) else {
+                        continue;
+                    };
+                    let complete = info.flags & ioctl::ROOT_SUBVOL_RDONLY != 0;
+                    if let Ok(Some(st)) = subvol::lookup(self.fd(), &name) {
+                        // An rreceive that did not finish: known by the
+                        // uuid of its stream, but incomplete.
+                        if !st.complete && !complete {
+                            ix.entry(st.received_uuid).or_insert(Known {
+                                name: name.clone(),
+                                complete: false,
+                            });
+                            continue;
+                        }
+                    }
+                    let k = Known {
+                        name: name.clone(),
+                        complete,
+                    };
+                    let ru = Uuid::from_bytes(info.received_uuid);
+                    if !ru.is_nil() && !matches!(ix.get(&ru), Some(Known { complete: true, .. })) {
+                        ix.insert(ru, k.clone());
+                    }
+                    self.by_own_uuid
+                        .entry(Uuid::from_bytes(info.uuid))
+                        .or_insert(k);
+                }
+            }
+        }
+        self.index = Some(ix);
+        Ok(())
+    }
+}
+
+/// Whether an errno from the encoded-write ioctl means "decode instead".
+pub fn encoded_write_unsupported(e: Errno) -> bool {
+    matches!(
+        e,
+        Errno::ENOTTY
+            | Errno::EINVAL
+            | Errno::ENOSPC
+            | Errno::EOPNOTSUPP
+            | Errno::EPERM
+            | Errno::ENOSYS
+    )
+}

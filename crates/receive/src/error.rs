@@ -1,0 +1,217 @@
+//! Errors, each naming the command (number, kind, byte offset) and path.
+
+use std::path::PathBuf;
+
+use btrfs_stream::{Command, CommandKind, Position};
+use nix::errno::Errno;
+use uuid::Uuid;
+
+use crate::decompress::DecodeError;
+use crate::path::PathError;
+
+/// Why a receive stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The stream itself is malformed or cut short.
+    #[error(transparent)]
+    Stream(#[from] btrfs_stream::Error),
+    /// One command could not be applied or was refused.
+    #[error("{kind}: {path} (command #{command} {cmd} at byte {offset})")]
+    Command {
+        /// 1-based command number across concatenated streams.
+        command: u64,
+        /// Byte offset of the command header.
+        offset: u64,
+        /// Which command.
+        cmd: CommandKind,
+        /// The path(s) the command names, escaped.
+        path: String,
+        /// What went wrong.
+        kind: CmdError,
+    },
+    /// DEST cannot be used.
+    #[error("destination {}: {source}", path.display())]
+    Dest {
+        /// DEST as given.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Earlier command errors were reported and skipped (`-E`).
+    #[error("{0} command(s) failed")]
+    Failed(u64),
+}
+
+/// What went wrong with one command.
+#[derive(Debug, thiserror::Error)]
+pub enum CmdError {
+    /// A path in the command is not allowed.
+    #[error("refused {which}: {err}")]
+    Path {
+        /// Which field: "path", "destination", "link target", ...
+        which: &'static str,
+        /// What is wrong with it.
+        err: PathError,
+    },
+    /// Resolving or changing the file system failed.
+    #[error("{op}: {errno}")]
+    Os {
+        /// The operation.
+        op: &'static str,
+        /// The error.
+        errno: Errno,
+    },
+    /// Resolving or changing the file system failed.
+    #[error("{op}: {err}")]
+    Io {
+        /// The operation.
+        op: &'static str,
+        /// The error.
+        err: std::io::Error,
+    },
+    /// A command that needs a subvolume came before SUBVOL or SNAPSHOT.
+    #[error("no subvolume is being received (missing SUBVOL or SNAPSHOT)")]
+    NoSubvol,
+    /// SUBVOL or SNAPSHOT before the END of the previous one.
+    #[error("a new subvolume starts before the END of the previous one")]
+    NestedSubvol,
+    /// The parent of a snapshot is not under DEST.
+    #[error("parent subvolume {0} not found among the subvolumes received in DEST")]
+    ParentNotFound(Uuid),
+    /// The parent exists but its receive did not finish.
+    #[error("parent subvolume {name} ({uuid}) is incomplete (its receive did not finish); --force uses it anyway")]
+    ParentIncomplete {
+        /// Its name in DEST.
+        name: String,
+        /// The uuid the stream asked for.
+        uuid: Uuid,
+    },
+    /// A clone source subvolume is not under DEST.
+    #[error("clone source subvolume {0} not found among the subvolumes received in DEST")]
+    CloneSourceNotFound(Uuid),
+    /// A clone source exists but its receive did not finish.
+    #[error("clone source subvolume {name} ({uuid}) is incomplete (its receive did not finish); --force uses it anyway")]
+    CloneSourceIncomplete {
+        /// Its name in DEST.
+        name: String,
+        /// The uuid the stream asked for.
+        uuid: Uuid,
+    },
+    /// Data commands work on regular files only.
+    #[error("not a regular file")]
+    NotRegular,
+    /// The final component is a symlink and the operation would follow it.
+    #[error("refusing to follow a symlink")]
+    Symlink,
+    /// An xattr name rreceive keeps for itself on a subvolume root.
+    #[error("refused xattr {0}: reserved by rreceive")]
+    ReservedXattr(String),
+    /// An empty or NUL-holding xattr name.
+    #[error("invalid xattr name")]
+    BadXattrName,
+    /// A number outside what the operation takes.
+    #[error("{0} out of range")]
+    OutOfRange(&'static str),
+    /// MKNOD with a mode that is not a device, fifo, socket or file.
+    #[error("invalid file type in mode {0:#o}")]
+    BadMode(u64),
+    /// FALLOCATE with flags other than keep-size, punch-hole, zero-range.
+    #[error("unsupported fallocate mode {0:#x}")]
+    BadFallocateMode(u32),
+    /// Encrypted ENCODED_WRITE.
+    #[error("unsupported encryption {0}")]
+    Encryption(u32),
+    /// ENCODED_WRITE lengths that do not fit together.
+    #[error("invalid encoded write: {0}")]
+    BadEncoded(&'static str),
+    /// ENCODED_WRITE data that does not decode.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+}
+
+impl Error {
+    /// The command-level error inside, or this error as an I/O error.
+    pub fn kind(self) -> CmdError {
+        match self {
+            Error::Command { kind, .. } => kind,
+            e => CmdError::Io {
+                op: "apply",
+                err: std::io::Error::other(e.to_string()),
+            },
+        }
+    }
+}
+
+impl CmdError {
+    /// An OS error during `op`.
+    pub fn os(op: &'static str) -> impl FnOnce(Errno) -> CmdError {
+        move |errno| CmdError::Os { op, errno }
+    }
+
+    /// An I/O error during `op`.
+    pub fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> CmdError {
+        move |err| match err.raw_os_error() {
+            Some(n) => CmdError::Os {
+                op,
+                errno: Errno::from_raw(n),
+            },
+            None => CmdError::Io { op, err },
+        }
+    }
+
+    /// Attaches the command's identity.
+    pub fn at(self, cmd: &Command<'_>, pos: Position) -> Error {
+        Error::Command {
+            command: pos.index,
+            offset: pos.offset,
+            cmd: cmd.kind(),
+            path: describe(cmd),
+            kind: self,
+        }
+    }
+}
+
+/// Bytes as text with everything outside printable ASCII escaped.
+pub fn escape(b: &[u8]) -> String {
+    b.escape_ascii().to_string()
+}
+
+fn quoted(b: &[u8]) -> String {
+    format!("'{}'", escape(b))
+}
+
+/// The path(s) a command names, for messages.
+pub fn describe(cmd: &Command<'_>) -> String {
+    use Command as C;
+    match cmd {
+        C::Rename { from, to } => format!("{} -> {}", quoted(from), quoted(to)),
+        C::Link { path, target } => format!("{} -> {}", quoted(path), quoted(target)),
+        C::Symlink { path, target, .. } => format!("{} (target {})", quoted(path), quoted(target)),
+        C::Clone {
+            path, clone_path, ..
+        } => format!("{} (from {})", quoted(path), quoted(clone_path)),
+        C::SetXattr { path, name, .. } | C::RemoveXattr { path, name } => {
+            format!("{} (xattr {})", quoted(path), quoted(name))
+        }
+        C::Subvol { path, .. }
+        | C::Snapshot { path, .. }
+        | C::Mkfile { path, .. }
+        | C::Mkdir { path, .. }
+        | C::Mknod { path, .. }
+        | C::Mkfifo { path, .. }
+        | C::Mksock { path, .. }
+        | C::Unlink { path }
+        | C::Rmdir { path }
+        | C::Write { path, .. }
+        | C::Truncate { path, .. }
+        | C::Chmod { path, .. }
+        | C::Chown { path, .. }
+        | C::Utimes { path, .. }
+        | C::UpdateExtent { path, .. }
+        | C::Fallocate { path, .. }
+        | C::Fileattr { path, .. }
+        | C::EncodedWrite { path, .. }
+        | C::EnableVerity { path, .. } => quoted(path),
+        C::End {} => "-".to_string(),
+    }
+}

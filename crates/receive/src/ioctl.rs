@@ -1,0 +1,386 @@
+//! The ioctls rreceive issues: btrfs subvolume management and encoded writes,
+//! reflinks (FICLONE, FICLONERANGE), inode flags and fs-verity.
+//!
+//! This is the only module with `unsafe`. Every wrapper takes borrowed file
+//! descriptors and plain Rust values, builds the kernel's argument struct on
+//! the stack and returns `nix::Result`. [`owned`] is here too: it is where
+//! the raw descriptors nix 0.29's `openat` family returns become `OwnedFd`.
+
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+/// Takes ownership of a descriptor a successful open call just returned.
+pub fn owned(fd: RawFd) -> OwnedFd {
+    // SAFETY: callers pass only descriptors fresh from a successful open,
+    // owned by nobody else.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+use nix::errno::Errno;
+
+const BTRFS_IOCTL_MAGIC: u8 = 0x94;
+/// `BTRFS_PATH_NAME_MAX`.
+const PATH_NAME_MAX: usize = 4087;
+const SUBVOL_NAME_MAX: usize = 4039;
+
+/// `BTRFS_SUBVOL_RDONLY`, for SUBVOL_GETFLAGS/SETFLAGS.
+pub const SUBVOL_RDONLY: u64 = 1 << 1;
+/// `BTRFS_ROOT_SUBVOL_RDONLY`, in [`SubvolInfo::flags`] (the root item's).
+pub const ROOT_SUBVOL_RDONLY: u64 = 1 << 0;
+
+#[repr(C)]
+struct VolArgs {
+    fd: i64,
+    name: [u8; PATH_NAME_MAX + 1],
+}
+
+#[repr(C)]
+struct VolArgsV2 {
+    fd: i64,
+    transid: u64,
+    flags: u64,
+    unused: [u64; 4],
+    name: [u8; SUBVOL_NAME_MAX + 1],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct IoctlTimespec {
+    sec: u64,
+    nsec: u32,
+}
+
+#[repr(C)]
+struct ReceivedSubvolArgs {
+    uuid: [u8; 16],
+    stransid: u64,
+    rtransid: u64,
+    stime: IoctlTimespec,
+    rtime: IoctlTimespec,
+    flags: u64,
+    reserved: [u64; 16],
+}
+
+#[repr(C)]
+struct GetSubvolInfoArgs {
+    treeid: u64,
+    name: [u8; 256],
+    parent_id: u64,
+    dirid: u64,
+    generation: u64,
+    flags: u64,
+    uuid: [u8; 16],
+    parent_uuid: [u8; 16],
+    received_uuid: [u8; 16],
+    ctransid: u64,
+    otransid: u64,
+    stransid: u64,
+    rtransid: u64,
+    ctime: IoctlTimespec,
+    otime: IoctlTimespec,
+    stime: IoctlTimespec,
+    rtime: IoctlTimespec,
+    reserved: [u64; 8],
+}
+
+#[repr(C)]
+struct EncodedIoArgs {
+    iov: *const libc::iovec,
+    iovcnt: libc::c_ulong,
+    offset: i64,
+    flags: u64,
+    len: u64,
+    unencoded_len: u64,
+    unencoded_offset: u64,
+    compression: u32,
+    encryption: u32,
+    reserved: [u8; 64],
+}
+
+#[repr(C)]
+struct FileCloneRange {
+    src_fd: i64,
+    src_offset: u64,
+    src_length: u64,
+    dest_offset: u64,
+}
+
+#[repr(C)]
+struct FsverityEnableArg {
+    version: u32,
+    hash_algorithm: u32,
+    block_size: u32,
+    salt_size: u32,
+    salt_ptr: u64,
+    sig_size: u32,
+    reserved1: u32,
+    sig_ptr: u64,
+    reserved2: [u64; 11],
+}
+
+nix::ioctl_write_ptr!(btrfs_subvol_create, BTRFS_IOCTL_MAGIC, 14, VolArgs);
+nix::ioctl_write_ptr!(btrfs_snap_create_v2, BTRFS_IOCTL_MAGIC, 23, VolArgsV2);
+nix::ioctl_read!(btrfs_subvol_getflags, BTRFS_IOCTL_MAGIC, 25, u64);
+nix::ioctl_write_ptr!(btrfs_subvol_setflags, BTRFS_IOCTL_MAGIC, 26, u64);
+nix::ioctl_readwrite!(
+    btrfs_set_received_subvol,
+    BTRFS_IOCTL_MAGIC,
+    37,
+    ReceivedSubvolArgs
+);
+nix::ioctl_read!(
+    btrfs_get_subvol_info,
+    BTRFS_IOCTL_MAGIC,
+    60,
+    GetSubvolInfoArgs
+);
+nix::ioctl_write_ptr!(btrfs_encoded_write, BTRFS_IOCTL_MAGIC, 64, EncodedIoArgs);
+nix::ioctl_write_int!(ficlone, BTRFS_IOCTL_MAGIC, 9);
+nix::ioctl_write_ptr!(ficlonerange, BTRFS_IOCTL_MAGIC, 13, FileCloneRange);
+nix::ioctl_write_ptr!(fs_ioc_enable_verity, b'f', 133, FsverityEnableArg);
+// FS_IOC_GETFLAGS/SETFLAGS are numbered with sizeof(long) but move an int.
+nix::ioctl_read_bad!(
+    fs_ioc_getflags,
+    nix::request_code_read!(b'f', 1, std::mem::size_of::<libc::c_long>()),
+    libc::c_int
+);
+nix::ioctl_write_ptr_bad!(
+    fs_ioc_setflags,
+    nix::request_code_write!(b'f', 2, std::mem::size_of::<libc::c_long>()),
+    libc::c_int
+);
+
+fn name_buf<const N: usize>(name: &[u8]) -> nix::Result<[u8; N]> {
+    if name.len() >= N || name.contains(&0) {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    let mut buf = [0u8; N];
+    buf[..name.len()].copy_from_slice(name);
+    Ok(buf)
+}
+
+/// Creates subvolume `name` in directory `dir` (BTRFS_IOC_SUBVOL_CREATE).
+pub fn subvol_create(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<()> {
+    let args = VolArgs {
+        fd: 0,
+        name: name_buf(name)?,
+    };
+    // SAFETY: `args` is a live, fully initialised BTRFS_IOC_SUBVOL_CREATE
+    // argument with a NUL-terminated name; `dir` is an open descriptor.
+    unsafe { btrfs_subvol_create(dir.as_raw_fd(), &args) }.map(drop)
+}
+
+/// Creates a writable snapshot of subvolume `src` as `name` in `dir`
+/// (BTRFS_IOC_SNAP_CREATE_V2).
+pub fn snap_create(src: BorrowedFd<'_>, dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<()> {
+    let args = VolArgsV2 {
+        fd: i64::from(src.as_raw_fd()),
+        transid: 0,
+        flags: 0,
+        unused: [0; 4],
+        name: name_buf(name)?,
+    };
+    // SAFETY: `args` is a live, fully initialised vol_args_v2 naming open `src`.
+    unsafe { btrfs_snap_create_v2(dir.as_raw_fd(), &args) }.map(drop)
+}
+
+/// The subvolume flags of the subvolume containing `fd`.
+pub fn subvol_getflags(fd: BorrowedFd<'_>) -> nix::Result<u64> {
+    let mut flags = 0u64;
+    // SAFETY: the kernel writes one u64 into `flags`, which outlives the call.
+    unsafe { btrfs_subvol_getflags(fd.as_raw_fd(), &mut flags) }?;
+    Ok(flags)
+}
+
+/// Sets the subvolume flags of the subvolume whose root is `fd`.
+pub fn subvol_setflags(fd: BorrowedFd<'_>, flags: u64) -> nix::Result<()> {
+    // SAFETY: the kernel reads one u64 from `flags`, which outlives the call.
+    unsafe { btrfs_subvol_setflags(fd.as_raw_fd(), &flags) }.map(drop)
+}
+
+/// Records that the subvolume at `fd` was received from `uuid` at `stransid`
+/// (BTRFS_IOC_SET_RECEIVED_SUBVOL).
+pub fn set_received_subvol(fd: BorrowedFd<'_>, uuid: [u8; 16], stransid: u64) -> nix::Result<()> {
+    let mut args = ReceivedSubvolArgs {
+        uuid,
+        stransid,
+        rtransid: 0,
+        stime: IoctlTimespec::default(),
+        rtime: IoctlTimespec::default(),
+        flags: 0,
+        reserved: [0; 16],
+    };
+    // SAFETY: `args` is a live, fully initialised received_subvol_args.
+    unsafe { btrfs_set_received_subvol(fd.as_raw_fd(), &mut args) }.map(drop)
+}
+
+/// Identity of one btrfs subvolume.
+#[derive(Debug, Clone, Copy)]
+pub struct SubvolInfo {
+    /// The subvolume's own uuid.
+    pub uuid: [u8; 16],
+    /// The uuid it was received from, all zero when not received.
+    pub received_uuid: [u8; 16],
+    /// Root item flags (`ROOT_SUBVOL_RDONLY`).
+    pub flags: u64,
+    /// Transid of the received subvolume on the sending side.
+    pub stransid: u64,
+}
+
+/// Identity of the subvolume containing `fd` (BTRFS_IOC_GET_SUBVOL_INFO).
+pub fn get_subvol_info(fd: BorrowedFd<'_>) -> nix::Result<SubvolInfo> {
+    let mut args = std::mem::MaybeUninit::<GetSubvolInfoArgs>::zeroed();
+    // SAFETY: the kernel fills the whole struct; zeroed is a valid bit
+    // pattern for it (integers and byte arrays only).
+    unsafe { btrfs_get_subvol_info(fd.as_raw_fd(), args.as_mut_ptr()) }?;
+    // SAFETY: zero-initialised above and written by the kernel.
+    let args = unsafe { args.assume_init() };
+    Ok(SubvolInfo {
+        uuid: args.uuid,
+        received_uuid: args.received_uuid,
+        flags: args.flags,
+        stransid: args.stransid,
+    })
+}
+
+/// Parameters of one encoded (compressed) write.
+pub struct EncodedWrite<'a> {
+    /// File offset.
+    pub offset: u64,
+    /// Bytes of file the write covers.
+    pub len: u64,
+    /// Length of the data once decoded.
+    pub unencoded_len: u64,
+    /// Offset into the decoded data where the file range starts.
+    pub unencoded_offset: u64,
+    /// `BTRFS_ENCODED_IO_COMPRESSION_*`.
+    pub compression: u32,
+    /// `BTRFS_ENCODED_IO_ENCRYPTION_*`.
+    pub encryption: u32,
+    /// The encoded bytes.
+    pub data: &'a [u8],
+}
+
+/// Writes still-compressed data (BTRFS_IOC_ENCODED_WRITE).
+pub fn encoded_write(fd: BorrowedFd<'_>, w: &EncodedWrite<'_>) -> nix::Result<()> {
+    let offset = i64::try_from(w.offset).map_err(|_| Errno::EINVAL)?;
+    let iov = libc::iovec {
+        iov_base: w.data.as_ptr() as *mut libc::c_void,
+        iov_len: w.data.len(),
+    };
+    let args = EncodedIoArgs {
+        iov: &iov,
+        iovcnt: 1,
+        offset,
+        flags: 0,
+        len: w.len,
+        unencoded_len: w.unencoded_len,
+        unencoded_offset: w.unencoded_offset,
+        compression: w.compression,
+        encryption: w.encryption,
+        reserved: [0; 64],
+    };
+    // SAFETY: `args` and the iovec it points to live across the call; the
+    // kernel only reads `w.data.len()` bytes from `w.data`.
+    // It returns the encoded bytes consumed; any success is all of them.
+    unsafe { btrfs_encoded_write(fd.as_raw_fd(), &args) }.map(drop)
+}
+
+/// Shares all of `src`'s data with `dst` (FICLONE).
+pub fn clone_file(dst: BorrowedFd<'_>, src: BorrowedFd<'_>) -> nix::Result<()> {
+    // SAFETY: FICLONE takes the source descriptor by value.
+    unsafe { ficlone(dst.as_raw_fd(), src.as_raw_fd() as libc::c_ulong) }.map(drop)
+}
+
+/// Shares `len` bytes of `src` at `src_offset` with `dst` at `dst_offset`
+/// (FICLONERANGE, the same number as BTRFS_IOC_CLONE_RANGE).
+pub fn clone_range(
+    dst: BorrowedFd<'_>,
+    dst_offset: u64,
+    src: BorrowedFd<'_>,
+    src_offset: u64,
+    len: u64,
+) -> nix::Result<()> {
+    let args = FileCloneRange {
+        src_fd: i64::from(src.as_raw_fd()),
+        src_offset,
+        src_length: len,
+        dest_offset: dst_offset,
+    };
+    // SAFETY: `args` is a live, fully initialised file_clone_range.
+    unsafe { ficlonerange(dst.as_raw_fd(), &args) }.map(drop)
+}
+
+/// Turns on fs-verity for the file open (read-only) at `fd`.
+pub fn enable_verity(
+    fd: BorrowedFd<'_>,
+    algorithm: u8,
+    block_size: u32,
+    salt: &[u8],
+    sig: &[u8],
+) -> nix::Result<()> {
+    let args = FsverityEnableArg {
+        version: 1,
+        hash_algorithm: u32::from(algorithm),
+        block_size,
+        salt_size: u32::try_from(salt.len()).map_err(|_| Errno::EINVAL)?,
+        salt_ptr: if salt.is_empty() {
+            0
+        } else {
+            salt.as_ptr() as u64
+        },
+        sig_size: u32::try_from(sig.len()).map_err(|_| Errno::EINVAL)?,
+        reserved1: 0,
+        sig_ptr: if sig.is_empty() {
+            0
+        } else {
+            sig.as_ptr() as u64
+        },
+        reserved2: [0; 11],
+    };
+    // SAFETY: `args` lives across the call and points at `salt` and `sig`,
+    // which the kernel only reads for their stated lengths.
+    unsafe { fs_ioc_enable_verity(fd.as_raw_fd(), &args) }.map(drop)
+}
+
+/// The inode flags (`FS_*_FL`) of the file open at `fd`.
+pub fn get_inode_flags(fd: BorrowedFd<'_>) -> nix::Result<u32> {
+    let mut flags: libc::c_int = 0;
+    // SAFETY: the kernel writes one int into `flags`, which outlives the call.
+    unsafe { fs_ioc_getflags(fd.as_raw_fd(), &mut flags) }?;
+    Ok(flags as u32)
+}
+
+/// Sets the inode flags (`FS_*_FL`) of the file open at `fd`.
+pub fn set_inode_flags(fd: BorrowedFd<'_>, flags: u32) -> nix::Result<()> {
+    let v = flags as libc::c_int;
+    // SAFETY: the kernel reads one int from `v`, which outlives the call.
+    unsafe { fs_ioc_setflags(fd.as_raw_fd(), &v) }.map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argument_structs_have_the_kernel_sizes() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<VolArgs>(), 4096);
+        assert_eq!(size_of::<VolArgsV2>(), 4096);
+        assert_eq!(size_of::<ReceivedSubvolArgs>(), 200);
+        assert_eq!(size_of::<GetSubvolInfoArgs>(), 504);
+        assert_eq!(size_of::<EncodedIoArgs>(), 128);
+        assert_eq!(size_of::<FileCloneRange>(), 32);
+        assert_eq!(size_of::<FsverityEnableArg>(), 128);
+    }
+
+    #[test]
+    fn request_numbers_match_the_kernel_headers() {
+        // Values from linux/btrfs.h and linux/fs.h on x86_64.
+        assert_eq!(nix::request_code_write!(0x94, 14, 4096), 0x5000_940e);
+        assert_eq!(nix::request_code_write!(0x94, 13, 32), 0x4020_940d);
+        assert_eq!(nix::request_code_write!(0x94, 9, 4), 0x4004_9409);
+        assert_eq!(nix::request_code_readwrite!(0x94, 37, 200), 0xc0c8_9425);
+        assert_eq!(nix::request_code_write!(0x94, 64, 128), 0x4080_9440);
+        assert_eq!(nix::request_code_write!(b'f', 133, 128), 0x4080_6685);
+    }
+}

@@ -1,0 +1,246 @@
+//! Replaying btrfs send streams onto any filesystem, confined to the
+//! destination.
+//!
+//! [`receive`] reads a stream (several concatenated ones included) and
+//! applies each command beneath `DEST/<subvolume>`:
+//!
+//! - on btrfs, with real subvolumes and snapshots, finished with
+//!   `received_uuid` and the read-only flag as `btrfs receive` does;
+//! - anywhere else, with directories, tree copies for snapshots, and the
+//!   state kept as described in [`subvol`].
+//!
+//! A stream is untrusted input: every path is checked ([`path`]) and
+//! resolved beneath the subvolume without following symlinks, parents and
+//! clone sources must be subvolumes received in DEST, and a subvolume whose
+//! stream did not reach its END is never used as either unless
+//! [`Options::force`] is set.
+
+pub mod apply;
+pub mod closer;
+pub mod copy;
+pub mod decompress;
+pub mod dest;
+pub mod error;
+pub mod ioctl;
+pub mod meta;
+pub mod path;
+pub mod subvol;
+
+use std::fmt::Arguments;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use btrfs_stream::{Command, Reader};
+
+pub use apply::Receiver;
+pub use dest::{Dest, Kind};
+pub use error::{CmdError, Error};
+
+/// How to receive.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The destination directory.
+    pub dest: PathBuf,
+    /// Stop after the first END (`-e`).
+    pub stop_at_end: bool,
+    /// Stop after this many failed commands; 0 = never (`-E`).
+    pub max_errors: u64,
+    /// Never use the encoded-write ioctl (`--force-decompress`).
+    pub force_decompress: bool,
+    /// Use incomplete subvolumes as parents and clone sources (`--force`).
+    pub force: bool,
+    /// Treat DEST as a plain directory even on btrfs (`--plain`).
+    pub plain: bool,
+    /// 0 quiet, 1 normal, 2 `-v`, 3 `-vv` (every command).
+    pub verbosity: u8,
+}
+
+impl Options {
+    /// Defaults for `dest`: like `btrfs receive DEST`.
+    pub fn new(dest: impl Into<PathBuf>) -> Options {
+        Options {
+            dest: dest.into(),
+            stop_at_end: false,
+            max_errors: 1,
+            force_decompress: false,
+            force: false,
+            plain: false,
+            verbosity: 1,
+        }
+    }
+}
+
+/// Messages on standard error, by verbosity.
+pub struct Log {
+    /// The verbosity (see [`Options::verbosity`]).
+    pub level: u8,
+}
+
+impl Log {
+    /// A normal message (`At subvol ...`), hidden by `-q`.
+    pub fn info(&mut self, args: Arguments<'_>) {
+        if self.level >= 1 {
+            let _ = writeln!(std::io::stderr(), "{args}");
+        }
+    }
+
+    /// A detail shown with `-v`.
+    pub fn note(&mut self, args: Arguments<'_>) {
+        if self.level >= 2 {
+            let _ = writeln!(std::io::stderr(), "rreceive: {args}");
+        }
+    }
+
+    /// An error that does not stop the receive (`-E`).
+    pub fn error(&mut self, e: &Error) {
+        let _ = writeln!(std::io::stderr(), "rreceive: error: {e}");
+    }
+}
+
+/// What a receive did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    /// Commands applied.
+    pub commands: u64,
+    /// Subvolumes finished and marked complete.
+    pub subvols: u64,
+    /// Inodes created.
+    pub created: u64,
+    /// Creates done at their final name (no rename needed).
+    pub fused_renames: u64,
+    /// Bytes written (WRITE and ENCODED_WRITE, unencoded).
+    pub bytes_written: u64,
+    /// Bytes cloned.
+    pub bytes_cloned: u64,
+    /// ENCODED_WRITEs done by the ioctl.
+    pub encoded_ioctl: u64,
+    /// ENCODED_WRITEs decoded here.
+    pub encoded_decoded: u64,
+    /// TRUNCATEs skipped because the size was already right.
+    pub truncates_skipped: u64,
+    /// CHOWNs skipped on files this receive created with that owner.
+    pub chowns_skipped: u64,
+    /// CHMODs folded into the create of a new file.
+    pub chmods_skipped: u64,
+    /// Directory UTIMES held back (only the last per directory is applied).
+    pub dir_utimes_deferred: u64,
+    /// Things this filesystem cannot store (xattrs, flags, verity), noted
+    /// under `-v`.
+    pub skipped: u64,
+}
+
+/// A failed receive.
+#[derive(Debug)]
+pub struct Failure {
+    /// What went wrong (the last error when several were allowed).
+    pub error: Error,
+    /// The subvolume left incomplete, if one was being received.
+    pub incomplete: Option<PathBuf>,
+    /// What was done before the failure.
+    pub stats: Stats,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.error)
+    }
+}
+
+/// Receives the streams in `input` into `opts.dest`.
+pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>> {
+    let log = Log {
+        level: opts.verbosity,
+    };
+    let dest = match Dest::open(&opts.dest, opts.plain) {
+        Ok(d) => d,
+        Err(source) => {
+            return Err(Box::new(Failure {
+                error: Error::Dest {
+                    path: opts.dest.clone(),
+                    source,
+                },
+                incomplete: None,
+                stats: Stats::default(),
+            }))
+        }
+    };
+    raise_fd_limit();
+    let mut rx = Receiver::new(opts, dest, log);
+    let mut reader = Reader::new(input);
+    let mut failed = 0u64;
+    let fail = |rx: &mut Receiver<'_>, error: Error| {
+        let incomplete = rx.current_path();
+        rx.abort();
+        Box::new(Failure {
+            error,
+            incomplete,
+            stats: rx.stats,
+        })
+    };
+    loop {
+        let (cmd, pos) = match reader.next_framed() {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) => return Err(fail(&mut rx, e.into())),
+        };
+        let end = matches!(cmd, Command::End {});
+        let res = rx.apply(&cmd, pos);
+        failed += std::mem::take(&mut rx.extra_errors);
+        if opts.max_errors != 0 && failed >= opts.max_errors && res.is_ok() {
+            return Err(fail(&mut rx, Error::Failed(failed)));
+        }
+        match res {
+            Ok(_) => {}
+            Err(e) => {
+                failed += 1;
+                rx.note_error();
+                if opts.max_errors != 0 && failed >= opts.max_errors {
+                    return Err(fail(&mut rx, e));
+                }
+                rx.log.error(&e);
+            }
+        }
+        if end && opts.stop_at_end {
+            break;
+        }
+    }
+    if failed > 0 {
+        return Err(fail(&mut rx, Error::Failed(failed)));
+    }
+    let s = rx.stats;
+    rx.log.note(format_args!(
+        "{} commands, {} subvolume(s); {} inodes created ({} at their final name); \
+         {} bytes written, {} cloned; encoded writes: {} by ioctl, {} decoded; \
+         {} truncates, {} chowns and {} chmods skipped; {} directory utimes held back",
+        s.commands,
+        s.subvols,
+        s.created,
+        s.fused_renames,
+        s.bytes_written,
+        s.bytes_cloned,
+        s.encoded_ioctl,
+        s.encoded_decoded,
+        s.truncates_skipped,
+        s.chowns_skipped,
+        s.chmods_skipped,
+        s.dir_utimes_deferred
+    ));
+    if rx.stats.skipped > 0 {
+        rx.log.info(format_args!(
+            "rreceive: warning: {} item(s) this filesystem cannot store were skipped (-v lists them)",
+            rx.stats.skipped
+        ));
+    }
+    Ok(rx.stats)
+}
+
+/// Raises the soft limit on open files to the hard limit (tree copies of
+/// deep directories hold two descriptors per level).
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
+}

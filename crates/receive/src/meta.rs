@@ -1,0 +1,198 @@
+//! Owner, mode, times and xattrs of one object, named by its parent
+//! directory and final component, without ever following a symlink there.
+//!
+//! chown and utimes have `AT_SYMLINK_NOFOLLOW` forms. chmod uses glibc's
+//! `fchmodat(AT_SYMLINK_NOFOLLOW)`, which refuses symlinks. Xattrs are set
+//! through an `O_PATH | O_NOFOLLOW` descriptor and its `/proc/self/fd`
+//! entry, which names the object itself, symlink or not; regular files and
+//! directories fall back to a real descriptor where /proc is missing.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+
+use btrfs_stream::Timespec;
+use nix::errno::Errno;
+use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::sys::stat::{fchmodat, fstatat, utimensat, FchmodatFlags, FileStat, Mode, UtimensatFlags};
+use nix::sys::time::TimeSpec;
+use nix::unistd::{fchownat, Gid, Uid};
+
+/// An object in a directory: `dir` + single-component `name`.
+#[derive(Clone, Copy)]
+pub struct At<'a> {
+    /// The parent directory.
+    pub dir: BorrowedFd<'a>,
+    /// The final component.
+    pub name: &'a [u8],
+}
+
+impl At<'_> {
+    fn raw(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.dir.as_raw_fd())
+    }
+
+    /// lstat.
+    pub fn stat(&self) -> nix::Result<FileStat> {
+        fstatat(self.raw(), self.name, AtFlags::AT_SYMLINK_NOFOLLOW)
+    }
+
+    /// lchown.
+    pub fn chown(&self, uid: u32, gid: u32) -> nix::Result<()> {
+        fchownat(
+            self.raw(),
+            self.name,
+            Some(Uid::from_raw(uid)),
+            Some(Gid::from_raw(gid)),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+    }
+
+    /// chmod that refuses a symlink (`EOPNOTSUPP`).
+    pub fn chmod(&self, mode: u32) -> nix::Result<()> {
+        fchmodat(
+            self.raw(),
+            self.name,
+            Mode::from_bits_retain(mode & 0o7777),
+            FchmodatFlags::NoFollowSymlink,
+        )
+    }
+
+    /// utimensat(AT_SYMLINK_NOFOLLOW) of atime and mtime.
+    pub fn utimes(&self, atime: Timespec, mtime: Timespec) -> nix::Result<()> {
+        utimensat(
+            self.raw(),
+            self.name,
+            &timespec(atime)?,
+            &timespec(mtime)?,
+            UtimensatFlags::NoFollowSymlink,
+        )
+    }
+
+    /// An `O_PATH` handle on the object itself.
+    pub fn handle(&self) -> nix::Result<Handle> {
+        let fd = openat(
+            self.raw(),
+            self.name,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Handle {
+            at_dir: self.dir.try_clone_to_owned().ok(),
+            name: self.name.to_vec(),
+            fd: crate::ioctl::owned(fd),
+        })
+    }
+}
+
+/// A kernel-valid timespec (nanoseconds below 10^9; UTIME_NOW/OMIT refused).
+pub fn timespec(t: Timespec) -> nix::Result<TimeSpec> {
+    if t.nsec >= 1_000_000_000 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(TimeSpec::new(t.sec, i64::from(t.nsec)))
+}
+
+/// An `O_PATH` descriptor on one object, for its xattrs.
+pub struct Handle {
+    at_dir: Option<OwnedFd>,
+    name: Vec<u8>,
+    fd: OwnedFd,
+}
+
+fn proc_path(fd: BorrowedFd<'_>) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+fn proc_available() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(|| std::path::Path::new("/proc/self/fd").is_dir())
+}
+
+fn name_os(n: &[u8]) -> &std::ffi::OsStr {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::OsStr::from_bytes(n)
+}
+
+impl Handle {
+    /// The descriptor.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// A real (not O_PATH) descriptor, for regular files and directories
+    /// only: opening anything else could have side effects.
+    fn real(&self) -> io::Result<File> {
+        let st = nix::sys::stat::fstat(self.fd.as_raw_fd())?;
+        let kind = st.st_mode & libc::S_IFMT;
+        if kind != libc::S_IFREG && kind != libc::S_IFDIR {
+            return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        }
+        let dir = self.at_dir.as_ref().ok_or(io::ErrorKind::NotFound)?;
+        let fd = openat(
+            Some(dir.as_raw_fd()),
+            self.name.as_slice(),
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        let f = File::from(crate::ioctl::owned(fd));
+        let st2 = nix::sys::stat::fstat(f.as_raw_fd())?;
+        if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino) {
+            return Err(io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        Ok(f)
+    }
+
+    /// Sets xattr `name`.
+    pub fn set_xattr(&self, name: &[u8], value: &[u8]) -> io::Result<()> {
+        if proc_available() {
+            xattr::set_deref(proc_path(self.fd()), name_os(name), value)
+        } else {
+            use xattr::FileExt;
+            self.real()?.set_xattr(name_os(name), value)
+        }
+    }
+
+    /// Removes xattr `name`.
+    pub fn remove_xattr(&self, name: &[u8]) -> io::Result<()> {
+        if proc_available() {
+            xattr::remove_deref(proc_path(self.fd()), name_os(name))
+        } else {
+            use xattr::FileExt;
+            self.real()?.remove_xattr(name_os(name))
+        }
+    }
+
+    /// Every xattr name and value.
+    pub fn xattrs(&self) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut out = Vec::new();
+        if proc_available() {
+            let p = proc_path(self.fd());
+            for n in xattr::list_deref(&p)? {
+                if let Some(v) = xattr::get_deref(&p, &n)? {
+                    out.push((n.as_bytes().to_vec(), v));
+                }
+            }
+        } else {
+            use xattr::FileExt;
+            let f = match self.real() {
+                Ok(f) => f,
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => return Ok(out),
+                Err(e) => return Err(e),
+            };
+            for n in f.list_xattr()? {
+                if let Some(v) = f.get_xattr(&n)? {
+                    out.push((n.as_bytes().to_vec(), v));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The errno of an io::Error, if it has one.
+pub fn errno(e: &io::Error) -> Option<Errno> {
+    e.raw_os_error().map(Errno::from_raw)
+}

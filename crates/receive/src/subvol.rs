@@ -1,0 +1,385 @@
+//! What rreceive remembers about each subvolume it received onto a
+//! filesystem that has no subvolumes, and where it keeps it.
+//!
+//! On btrfs the kernel keeps this (received_uuid, stransid, the read-only
+//! flag). Elsewhere a received subvolume is a directory `DEST/<name>`, and
+//! its [`SubvolState`] is stored
+//!
+//! - in the extended attribute [`XATTR_NAME`] (`user.rreceive.subvol`) of
+//!   that directory, one line of text:
+//!   `v1 received_uuid=<uuid> ctransid=<n> parent_uuid=<uuid|-> parent_ctransid=<n> complete=<0|1>`
+//! - or, where the filesystem refuses user xattrs, in the file
+//!   [`STATE_FILE`] (`DEST/.rreceive-state`): a comment line, then one line
+//!   per subvolume, tab separated:
+//!   `<received_uuid> <ctransid> <parent_uuid|-> <parent_ctransid> <complete|incomplete> <name as hex>`.
+//!   It is rewritten whole (temporary file, then rename).
+//!
+//! `complete=1` is written only after the stream's END was applied and the
+//! filesystem synced; until then the subvolume is never used as a parent or
+//! clone source without `--force`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat, OFlag};
+use nix::sys::stat::Mode;
+use nix::unistd::unlinkat;
+use uuid::Uuid;
+
+/// Names starting with this are rreceive's own in DEST.
+pub const RESERVED_PREFIX: &[u8] = b".rreceive";
+/// The fallback state file in DEST.
+pub const STATE_FILE: &str = ".rreceive-state";
+const STATE_TMP: &str = ".rreceive-state.tmp";
+/// The xattr holding a received directory's state.
+pub const XATTR_NAME: &str = "user.rreceive.subvol";
+/// Xattr names the stream may not touch on a subvolume root.
+pub const XATTR_RESERVED_PREFIX: &[u8] = b"user.rreceive.";
+
+/// Identity and completeness of one received subvolume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubvolState {
+    /// The UUID the stream gave the subvolume (SUBVOL/SNAPSHOT `uuid`).
+    pub received_uuid: Uuid,
+    /// Its transid on the sending side.
+    pub ctransid: u64,
+    /// For a snapshot, the parent it was received against.
+    pub parent_uuid: Option<Uuid>,
+    /// The parent's transid on the sending side.
+    pub parent_ctransid: u64,
+    /// Whether the stream's END was applied.
+    pub complete: bool,
+}
+
+impl SubvolState {
+    /// The xattr value.
+    pub fn to_xattr(&self) -> Vec<u8> {
+        format!(
+            "v1 received_uuid={} ctransid={} parent_uuid={} parent_ctransid={} complete={}\n",
+            self.received_uuid.hyphenated(),
+            self.ctransid,
+            self.parent_uuid
+                .map_or_else(|| "-".to_string(), |u| u.hyphenated().to_string()),
+            self.parent_ctransid,
+            u8::from(self.complete)
+        )
+        .into_bytes()
+    }
+
+    /// Parses an xattr value; `None` if it is not one rreceive wrote.
+    pub fn from_xattr(v: &[u8]) -> Option<SubvolState> {
+        let s = std::str::from_utf8(v).ok()?.trim_end();
+        let mut it = s.split(' ');
+        if it.next()? != "v1" {
+            return None;
+        }
+        let mut kv = BTreeMap::new();
+        for f in it {
+            let (k, v) = f.split_once('=')?;
+            kv.insert(k, v);
+        }
+        Some(SubvolState {
+            received_uuid: Uuid::parse_str(kv.get("received_uuid")?).ok()?,
+            ctransid: kv.get("ctransid")?.parse().ok()?,
+            parent_uuid: parse_opt_uuid(kv.get("parent_uuid")?)?,
+            parent_ctransid: kv.get("parent_ctransid")?.parse().ok()?,
+            complete: match *kv.get("complete")? {
+                "1" => true,
+                "0" => false,
+                _ => return None,
+            },
+        })
+    }
+
+    fn to_line(&self, name: &[u8]) -> String {
+        let hex: String = name.iter().map(|b| format!("{b:02x}")).collect();
+        format!(
+            "{}\t{}\t{}\t{}\t{}\t{hex}\n",
+            self.received_uuid.hyphenated(),
+            self.ctransid,
+            self.parent_uuid
+                .map_or_else(|| "-".to_string(), |u| u.hyphenated().to_string()),
+            self.parent_ctransid,
+            if self.complete {
+                "complete"
+            } else {
+                "incomplete"
+            }
+        )
+    }
+
+    fn from_line(line: &str) -> Option<(Vec<u8>, SubvolState)> {
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.len() != 6 {
+            return None;
+        }
+        let name = unhex(f[5])?;
+        Some((
+            name,
+            SubvolState {
+                received_uuid: Uuid::parse_str(f[0]).ok()?,
+                ctransid: f[1].parse().ok()?,
+                parent_uuid: parse_opt_uuid(f[2])?,
+                parent_ctransid: f[3].parse().ok()?,
+                complete: match f[4] {
+                    "complete" => true,
+                    "incomplete" => false,
+                    _ => return None,
+                },
+            },
+        ))
+    }
+}
+
+fn parse_opt_uuid(s: &str) -> Option<Option<Uuid>> {
+    if s == "-" {
+        Some(None)
+    } else {
+        Uuid::parse_str(s).ok().map(Some)
+    }
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || s.is_empty() {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Where a destination keeps subvolume states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    /// In `user.rreceive.subvol` on each directory.
+    Xattr,
+    /// In `DEST/.rreceive-state`.
+    File,
+}
+
+fn is_unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error().map(Errno::from_raw),
+        Some(Errno::EOPNOTSUPP)
+            | Some(Errno::EPERM)
+            | Some(Errno::EACCES)
+            | Some(Errno::ENOSPC)
+            | Some(Errno::E2BIG)
+    )
+}
+
+fn open_dir(dest: BorrowedFd<'_>, name: &[u8]) -> nix::Result<File> {
+    let fd = openat(
+        Some(dest.as_raw_fd()),
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(File::from(crate::ioctl::owned(fd)))
+}
+
+/// Records `state` for directory `name` in `dest`, in its xattr if the
+/// filesystem allows it, else in the state file. Returns where it went.
+pub fn record(
+    dest: BorrowedFd<'_>,
+    name: &[u8],
+    state: &SubvolState,
+    prefer: Option<Store>,
+) -> io::Result<Store> {
+    if prefer != Some(Store::File) {
+        use xattr::FileExt;
+        let dir = open_dir(dest, name)?;
+        match dir.set_xattr(XATTR_NAME, &state.to_xattr()) {
+            Ok(()) => {
+                if prefer.is_none() {
+                    // A stale line from an earlier run would shadow nothing
+                    // (the xattr wins), but drop it to keep the file honest.
+                    let _ = update_file(dest, name, None);
+                }
+                return Ok(Store::Xattr);
+            }
+            Err(e) if is_unsupported(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    update_file(dest, name, Some(state))?;
+    Ok(Store::File)
+}
+
+fn read_file(dest: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, SubvolState)>> {
+    let fd = match openat(
+        Some(dest.as_raw_fd()),
+        STATE_FILE,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut s = String::new();
+    File::from(crate::ioctl::owned(fd))
+        .take(64 << 20)
+        .read_to_string(&mut s)?;
+    Ok(s.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(SubvolState::from_line)
+        .collect())
+}
+
+fn update_file(dest: BorrowedFd<'_>, name: &[u8], state: Option<&SubvolState>) -> io::Result<()> {
+    let mut entries = read_file(dest)?;
+    let had = entries.iter().any(|(n, _)| n == name);
+    if !had && state.is_none() {
+        return Ok(());
+    }
+    entries.retain(|(n, _)| n != name);
+    if let Some(s) = state {
+        entries.push((name.to_vec(), s.clone()));
+    }
+    let mut text = String::from(
+        "# rreceive state v1: received_uuid ctransid parent_uuid parent_ctransid complete name_hex\n",
+    );
+    for (n, s) in &entries {
+        text.push_str(&s.to_line(n));
+    }
+    let raw = dest.as_raw_fd();
+    match unlinkat(
+        Some(raw),
+        STATE_TMP,
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    ) {
+        Ok(()) | Err(Errno::ENOENT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let fd = openat(
+        Some(raw),
+        STATE_TMP,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )?;
+    let mut f = File::from(crate::ioctl::owned(fd));
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    renameat(Some(raw), STATE_TMP, Some(raw), STATE_FILE)?;
+    Ok(())
+}
+
+/// The state of directory `name` in `dest`, from its xattr or the state file.
+pub fn lookup(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<Option<SubvolState>> {
+    use xattr::FileExt;
+    if let Ok(dir) = open_dir(dest, name) {
+        if let Ok(Some(v)) = dir.get_xattr(XATTR_NAME) {
+            if let Some(s) = SubvolState::from_xattr(&v) {
+                return Ok(Some(s));
+            }
+        }
+    }
+    Ok(read_file(dest)?
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, s)| s))
+}
+
+/// Every received directory in `dest` with its state: xattrs first, then
+/// state-file lines for directories without one.
+pub fn scan(dest: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, SubvolState)>> {
+    use xattr::FileExt;
+    let mut out = Vec::new();
+    let mut dir = nix::dir::Dir::openat(
+        Some(dest.as_raw_fd()),
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    for ent in dir.iter() {
+        let ent = ent?;
+        let name = ent.file_name().to_bytes();
+        if name == b"." || name == b".." || name.starts_with(RESERVED_PREFIX) {
+            continue;
+        }
+        if !matches!(ent.file_type(), Some(nix::dir::Type::Directory) | None) {
+            continue;
+        }
+        let Ok(d) = open_dir(dest, name) else {
+            continue;
+        };
+        if let Ok(Some(v)) = d.get_xattr(XATTR_NAME) {
+            if let Some(s) = SubvolState::from_xattr(&v) {
+                out.push((name.to_vec(), s));
+            }
+        }
+    }
+    for (n, s) in read_file(dest)? {
+        if !out.iter().any(|(m, _)| *m == n) && open_dir(dest, &n).is_ok() {
+            out.push((n, s));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    fn sample(complete: bool) -> SubvolState {
+        SubvolState {
+            received_uuid: Uuid::from_u128(0x0123_4567_89ab_cdef_0011_2233_4455_6677),
+            ctransid: 42,
+            parent_uuid: Some(Uuid::from_u128(7)),
+            parent_ctransid: 9,
+            complete,
+        }
+    }
+
+    #[test]
+    fn xattr_value_round_trips() {
+        for c in [true, false] {
+            let s = sample(c);
+            assert_eq!(SubvolState::from_xattr(&s.to_xattr()), Some(s.clone()));
+            let mut t = s.clone();
+            t.parent_uuid = None;
+            assert_eq!(SubvolState::from_xattr(&t.to_xattr()), Some(t));
+        }
+        assert_eq!(
+            String::from_utf8(sample(true).to_xattr()).unwrap(),
+            "v1 received_uuid=01234567-89ab-cdef-0011-223344556677 ctransid=42 \
+             parent_uuid=00000000-0000-0000-0000-000000000007 parent_ctransid=9 complete=1\n"
+        );
+        assert_eq!(SubvolState::from_xattr(b"v2 x=1"), None);
+        assert_eq!(SubvolState::from_xattr(b"v1 complete=1"), None);
+    }
+
+    #[test]
+    fn state_file_line_round_trips() {
+        let s = sample(false);
+        let line = s.to_line(b"snap \xff");
+        assert!(line.ends_with("\tincomplete\t736e617020ff\n"), "{line}");
+        assert_eq!(
+            SubvolState::from_line(line.trim_end()),
+            Some((b"snap \xff".to_vec(), s))
+        );
+    }
+
+    #[test]
+    fn state_file_is_used_when_asked() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("a")).unwrap();
+        std::fs::create_dir(tmp.path().join("b")).unwrap();
+        let dest = File::open(tmp.path()).unwrap();
+        record(dest.as_fd(), b"a", &sample(false), Some(Store::File)).unwrap();
+        record(dest.as_fd(), b"b", &sample(true), Some(Store::File)).unwrap();
+        record(dest.as_fd(), b"a", &sample(true), Some(Store::File)).unwrap();
+        let text = std::fs::read_to_string(tmp.path().join(STATE_FILE)).unwrap();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert_eq!(lookup(dest.as_fd(), b"a").unwrap(), Some(sample(true)));
+        let mut all = scan(dest.as_fd()).unwrap();
+        all.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(all.len(), 2);
+    }
+}
