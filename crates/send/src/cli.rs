@@ -1,9 +1,17 @@
 //! What the `rsend` binary does, as library calls: it parses flags and calls one of these.
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
+use anyhow::Context;
+use btrfs_stream::Writer;
+
 use crate::fs::Filesystem;
+use crate::progress::{totals, Progress};
+use crate::send::{find_sendable, label, send_subvolume, SendError, SendOptions};
 use crate::subvol::SubvolSelector;
 
 /// Prints the subvolumes of the filesystem on `devices` as
@@ -42,4 +50,127 @@ pub fn cat_file(
     }
     out.flush()?;
     Ok(off)
+}
+
+/// Tree block cache of a send.
+const SEND_CACHE_BYTES: usize = 64 << 20;
+
+/// What `rsend SUBVOL...` is asked to do.
+#[derive(Clone, Debug, Default)]
+pub struct SendArgs {
+    /// Devices or image files of the filesystem.
+    pub devices: Vec<PathBuf>,
+    /// Subvolumes to send, in order; one stream each, concatenated.
+    pub subvols: Vec<SubvolSelector>,
+    /// Output file; standard output when `None`.
+    pub output: Option<PathBuf>,
+    /// Print nothing but errors.
+    pub quiet: bool,
+    /// Also print what each stream holds.
+    pub verbose: u8,
+    /// Protocol version (0 = highest supported).
+    pub proto: u32,
+}
+
+/// Whether a send stream may go to `f`: never to a terminal.
+pub fn refuse_terminal(f: &impl IsTerminal, what: &str) -> anyhow::Result<()> {
+    if f.is_terminal() {
+        anyhow::bail!(
+            "{what} is a terminal; refusing to write a binary send stream to it (use -f FILE or redirect standard output)"
+        );
+    }
+    Ok(())
+}
+
+/// Sends every subvolume of `args` as concatenated full streams, as
+/// `btrfs send SUBVOL...` does. On error the streams written so far are
+/// flushed, the failing one without its END.
+pub fn send(args: &SendArgs) -> anyhow::Result<()> {
+    if args.proto > 1 {
+        return Err(SendError::Proto(args.proto).into());
+    }
+    if args.output.is_none() {
+        refuse_terminal(&std::io::stdout(), "standard output")?;
+    }
+    // A send reads the tree once in order; a smaller block cache than the
+    // reader's default keeps the peak RSS low at no measurable cost.
+    let opts = crate::fs::Options {
+        cache_bytes: SEND_CACHE_BYTES,
+        ..crate::fs::Options::default()
+    };
+    let fs = Filesystem::open_with(&args.devices, opts)?;
+    let mut svs = Vec::new();
+    for sel in &args.subvols {
+        svs.push(find_sendable(&fs, sel)?);
+    }
+    let file = match &args.output {
+        Some(p) => {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(p)
+                .with_context(|| format!("cannot open {}", p.display()))?;
+            refuse_terminal(&f, &p.display().to_string())?;
+            f
+        }
+        None => File::from(
+            std::io::stdout()
+                .as_fd()
+                .try_clone_to_owned()
+                .context("standard output")?,
+        ),
+    };
+    // Small commands are gathered; WRITEs (larger than the buffer) go straight out.
+    let mut w = Writer::new(BufWriter::with_capacity(32 << 10, file));
+    let show_progress = !args.quiet && std::io::stderr().is_terminal();
+    for sv in &svs {
+        if !args.quiet {
+            eprintln!("At subvol {}", sv.path_lossy());
+        }
+        let progress = show_progress.then(|| Progress::new(&sv.path_lossy()));
+        let opts = SendOptions {
+            proto: args.proto,
+            progress: progress.clone(),
+        };
+        let started = std::time::Instant::now();
+        let r = std::thread::scope(|s| {
+            if let Some(p) = &progress {
+                let fs = &fs;
+                s.spawn(move || {
+                    if let Ok((bytes, files)) = totals(fs, sv) {
+                        p.set_totals(bytes, files);
+                    }
+                });
+            }
+            send_subvolume(&fs, sv, &mut w, &opts)
+        });
+        if let Some(p) = &progress {
+            p.finish();
+        }
+        match r {
+            Ok(stats) => {
+                if args.verbose > 0 {
+                    eprintln!(
+                        "{}: {} commands, {} bytes ({} of file data), {} inodes, {} truncates in {:.2?}",
+                        label(sv),
+                        stats.commands,
+                        stats.bytes,
+                        stats.data_bytes,
+                        stats.files,
+                        stats.truncates,
+                        started.elapsed()
+                    );
+                }
+            }
+            Err(e) => {
+                // What was written stays; the stream just has no END.
+                let _ = w.flush();
+                return Err(e.into());
+            }
+        }
+    }
+    w.flush().context("writing the stream")?;
+    Ok(())
 }

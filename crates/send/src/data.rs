@@ -419,6 +419,41 @@ impl Filesystem {
         Ok(len)
     }
 
+    /// Fills `out` with the file bytes from `file_offset + skip` on, read
+    /// through the EXTENT_DATA item `fe` whose key offset is `file_offset`
+    /// (verified and decompressed like [`Filesystem::read_file_in`]; bytes the
+    /// extent does not cover, such as the rest of an inline extent's sector,
+    /// read as zeros). Saves the tree search when the caller already holds
+    /// the item, as a send walking the tree does.
+    pub fn read_extent_piece(
+        &self,
+        tree: &Tree<'_>,
+        inode: &Inode,
+        file_offset: u64,
+        fe: &FileExtentItem<'_>,
+        skip: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let ctx = FileCtx {
+            fs: self,
+            tree,
+            ino: inode.ino,
+            nodatasum: inode.nodatasum(),
+        };
+        let covered = if fe.kind() == ExtentKind::Inline {
+            fe.ram_bytes()
+        } else {
+            fe.num_bytes()
+        };
+        let n = covered.saturating_sub(skip).min(out.len() as u64) as usize;
+        let (data, rest) = out.split_at_mut(n);
+        if !data.is_empty() {
+            ctx.read_extent(fe, file_offset, skip, data)?;
+        }
+        rest.fill(0);
+        Ok(())
+    }
+
     /// Checksums of the sectors in `[start, start+len)` from one csum-tree range search.
     ///
     /// Returns the csums back to back (csum_size each) and which sectors have one.
@@ -714,8 +749,14 @@ fn bad_sectors(ct: CsumType, buf: &[u8], sums: &[u8], have: &[bool], ss: usize) 
             .collect()
     };
     let cheap = matches!(ct, CsumType::Crc32c | CsumType::Xxhash64);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
-    if cheap || threads < 2 || buf.len() < (512 << 10) {
+    if cheap || buf.len() < (512 << 10) {
+        return check(0, buf);
+    }
+    // available_parallelism reads cgroup files on every call: ask once.
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let threads =
+        *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(8)));
+    if threads < 2 {
         return check(0, buf);
     }
     let per = buf.len().div_ceil(ss).div_ceil(threads) * ss;

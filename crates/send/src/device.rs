@@ -7,13 +7,20 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::superblock::{copy_offsets, Superblock, SUPER_INFO_SIZE};
 
+/// Reads of at least this many bytes from a mapped file use `pread`: bulk
+/// file data then never faults pages into the mapping (which would count
+/// the whole image in our RSS) and costs one copy, as a memcpy would.
+const PREAD_MIN: usize = 4 << 10;
+
 /// Alignment of O_DIRECT reads (the logical block size of any device we meet).
 const DIRECT_ALIGN: usize = 4096;
 
 /// How a device's bytes are reached.
 enum Source {
-    /// Memory-mapped image file or unmounted block device.
-    Mmap(memmap2::Mmap),
+    /// Memory-mapped image file or unmounted block device; the file is kept
+    /// for large reads, which `pread` serves without mapping pages into
+    /// our address space.
+    Mmap(memmap2::Mmap, File),
     /// A mounted block device, read with O_DIRECT so the page cache is bypassed.
     Direct(File),
 }
@@ -67,7 +74,7 @@ impl Device {
         } else {
             let file = File::open(path).map_err(err)?;
             let size = meta.len();
-            (map_file(&file, size).map_err(err)?, size)
+            (map_file(file, size).map_err(err)?, size)
         };
         let mut io = DeviceIo {
             path: path.to_owned(),
@@ -86,7 +93,7 @@ impl Device {
                 ));
             } else {
                 let file = File::open(path).map_err(err)?;
-                io.source = map_file(&file, size).map_err(err)?;
+                io.source = map_file(file, size).map_err(err)?;
             }
         }
         Ok(Device {
@@ -181,17 +188,27 @@ impl DeviceIo {
 
     /// Fills `buf` from physical offset `physical`.
     pub fn read_at(&self, physical: u64, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len();
         let short = || Error::ShortDevice {
             path: self.path.clone(),
             physical,
-            len: buf.len(),
+            len,
         };
         let end = physical
             .checked_add(buf.len() as u64)
             .filter(|&e| e <= self.size)
             .ok_or_else(short)?;
         match &self.source {
-            Source::Mmap(m) => {
+            Source::Mmap(_, f) if buf.len() >= PREAD_MIN => {
+                f.read_exact_at(buf, physical).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::UnexpectedEof => short(),
+                    _ => Error::Io {
+                        path: self.path.clone(),
+                        source: e,
+                    },
+                })
+            }
+            Source::Mmap(m, _) => {
                 let src = usize::try_from(physical)
                     .ok()
                     .zip(usize::try_from(end).ok())
@@ -207,7 +224,7 @@ impl DeviceIo {
     /// Borrows `len` bytes at `physical` without copying, when memory-mapped.
     pub fn slice(&self, physical: u64, len: usize) -> Option<&[u8]> {
         match &self.source {
-            Source::Mmap(m) => {
+            Source::Mmap(m, _) => {
                 let s = usize::try_from(physical).ok()?;
                 m.get(s..s.checked_add(len)?)
             }
@@ -251,14 +268,14 @@ impl DeviceIo {
     }
 }
 
-fn map_file(file: &File, size: u64) -> std::io::Result<Source> {
+fn map_file(file: File, size: u64) -> std::io::Result<Source> {
     let len = usize::try_from(size)
         .map_err(|_| std::io::Error::other("device too large to map on this platform"))?;
     // SAFETY: the mapping is read-only and private to us; btrfs images and
     // unmounted devices are not written while we read them (a concurrent writer
     // would at worst make checksums fail, which is reported as an error).
-    let map = unsafe { memmap2::MmapOptions::new().len(len).map(file)? };
-    Ok(Source::Mmap(map))
+    let map = unsafe { memmap2::MmapOptions::new().len(len).map(&file)? };
+    Ok(Source::Mmap(map, file))
 }
 
 fn device_size(f: &File) -> std::io::Result<u64> {

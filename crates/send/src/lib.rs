@@ -6,6 +6,9 @@
 //! ([`tree::Tree`] with point lookups, range iteration and node access),
 //! typed item views ([`items`]) and file data ([`Filesystem::read_file`]),
 //! checked against the checksum tree and repaired from other copies.
+//!
+//! [`send::send_subvolume`] turns a read-only snapshot into a full send
+//! stream, as `btrfs send` does, without the kernel.
 
 #![warn(missing_docs)]
 
@@ -17,6 +20,8 @@ pub mod device;
 pub mod error;
 pub mod fs;
 pub mod items;
+pub mod progress;
+pub mod send;
 pub mod subvol;
 pub mod superblock;
 pub mod tree;

@@ -1,20 +1,35 @@
-//! `rsend`: reads btrfs snapshots straight from devices or image files.
-//!
-//! For now it lists subvolumes (`--list`); sending is not implemented yet.
+//! `rsend`: btrfs send streams made straight from devices or image files.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
+use rsend::cli::SendArgs;
 use rsend::SubvolSelector;
 
-/// Read btrfs subvolumes straight from devices or image files (no kernel, no mount).
+/// Send btrfs subvolumes as `btrfs send` does, reading devices or image files (no kernel, no mount).
 #[derive(Parser)]
 #[command(name = "rsend", version)]
 struct Args {
     /// A device or image file of the filesystem; repeat for multi-device filesystems
     #[arg(short = 'd', long = "device", value_name = "PATH", required = true)]
     devices: Vec<PathBuf>,
+
+    /// Write the stream to OUT instead of standard output
+    #[arg(short = 'f', long = "file", value_name = "OUT")]
+    file: Option<PathBuf>,
+
+    /// Print nothing but errors (no "At subvol" line, no progress bar)
+    #[arg(short, long, conflicts_with = "verbose")]
+    quiet: bool,
+
+    /// Also print what each stream holds
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+
+    /// Send stream protocol version (1; 0 means the highest supported)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    proto: u32,
 
     /// Print the subvolumes as `btrfs subvolume list -p -u -q -R` does
     #[arg(long)]
@@ -24,30 +39,50 @@ struct Args {
     #[arg(long, num_args = 2, value_names = ["SUBVOL", "PATH"], hide = true)]
     cat_file: Option<Vec<String>>,
 
-    /// Select the subvolume by id instead of by path
+    /// Select a subvolume by id (repeatable; sent after the SUBVOL paths)
     #[arg(long, value_name = "ID")]
-    subvolid: Option<u64>,
+    subvolid: Vec<u64>,
 
-    /// Subvolume to send (path from the top level)
-    subvol: Option<String>,
+    /// Subvolumes to send, as paths from the top level (`snap1`, `snaps/s1`)
+    #[arg(value_name = "SUBVOL")]
+    subvols: Vec<String>,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
     let r = if args.list {
-        rsend::cli::list(&args.devices, &mut out)
+        let stdout = std::io::stdout();
+        rsend::cli::list(&args.devices, &mut stdout.lock())
     } else if let Some(cat) = &args.cat_file {
-        let sel = match args.subvolid {
-            Some(id) => SubvolSelector::Id(id),
+        let sel = match args.subvolid.first() {
+            Some(id) => SubvolSelector::Id(*id),
             None => SubvolSelector::Path(cat[0].clone()),
         };
-        rsend::cli::cat_file(&args.devices, &sel, &cat[1], &mut out).map(|_| ())
+        let stdout = std::io::stdout();
+        rsend::cli::cat_file(&args.devices, &sel, &cat[1], &mut stdout.lock()).map(|_| ())
     } else {
-        Err(anyhow::anyhow!(
-            "sending is not implemented yet (only --list works in this build)"
-        ))
+        if args.subvols.is_empty() && args.subvolid.is_empty() {
+            Args::command()
+                .error(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    "give at least one SUBVOL (or --subvolid ID) to send, or --list",
+                )
+                .exit();
+        }
+        let subvols = args
+            .subvols
+            .iter()
+            .map(|p| SubvolSelector::Path(p.clone()))
+            .chain(args.subvolid.iter().map(|id| SubvolSelector::Id(*id)))
+            .collect();
+        rsend::cli::send(&SendArgs {
+            devices: args.devices.clone(),
+            subvols,
+            output: args.file.clone(),
+            quiet: args.quiet,
+            verbose: args.verbose,
+            proto: args.proto,
+        })
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -165,11 +165,18 @@ fn mounted_block_device_is_read_with_o_direct_and_stays_fresh() {
 }
 
 #[test]
-fn usage_errors_exit_2_and_sending_is_refused() {
+fn usage_errors_exit_2_and_missing_images_exit_1() {
     let out = rsend(&["--list"]);
     assert_eq!(out.status.code(), Some(2), "missing -d is a usage error");
     let out = rsend(&["-d", "/nonexistent/image"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "nothing to send is a usage error"
+    );
+    let out = rsend(&["-d", "/nonexistent/image", "-f", "/dev/null", "snap"]);
     assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/image"));
     let out = rsend(&["--list", "-d", "/nonexistent/image"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/image"));

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod model;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -288,4 +290,103 @@ pub fn recording_options() -> (
         ..rsend::Options::default()
     };
     (opts, seen)
+}
+
+/// The read-only subvolumes of a fixture (INFO `ro_subvolumes`).
+pub fn ro_snapshots(f: &Fixture) -> Vec<u64> {
+    f.info
+        .get("ro_subvolumes")
+        .map(|s| s.split(',').filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// rsend's full stream of `sv` (library call, no clone search).
+pub fn rsend_stream(fs: &Filesystem, sv: &Subvolume) -> Result<Vec<u8>, String> {
+    let mut w = btrfs_stream::Writer::new(Vec::new());
+    rsend::send::send_subvolume(fs, sv, &mut w, &rsend::send::SendOptions::default())
+        .map_err(|e| format!("{e:#}"))?;
+    Ok(w.into_inner())
+}
+
+/// Hard-link groups of `sv` as the reader sees them: sorted paths of every
+/// non-directory inode with several names (nested subvolumes skipped).
+pub fn source_link_groups(fs: &Filesystem, sv: &Subvolume) -> Vec<Vec<Vec<u8>>> {
+    let mut by_ino: BTreeMap<u64, Vec<Vec<u8>>> = BTreeMap::new();
+    let mut stack: Vec<(Vec<u8>, u64)> = vec![(Vec::new(), objectid::FIRST_FREE)];
+    while let Some((rel, dir)) = stack.pop() {
+        for e in fs.read_dir(sv, dir).unwrap() {
+            if e.location.item_type != key_type::INODE_ITEM {
+                continue;
+            }
+            let mut p = rel.clone();
+            if !p.is_empty() {
+                p.push(b'/');
+            }
+            p.extend_from_slice(&e.name);
+            if e.file_type == file_type::DIR {
+                stack.push((p, e.location.objectid));
+            } else {
+                by_ino.entry(e.location.objectid).or_default().push(p);
+            }
+        }
+    }
+    let mut groups: Vec<Vec<Vec<u8>>> = by_ino
+        .into_values()
+        .filter(|g| g.len() > 1)
+        .map(|mut g| {
+            g.sort();
+            g
+        })
+        .collect();
+    groups.sort();
+    groups
+}
+
+/// How many TRUNCATE commands a full send of subvolume `id` must have,
+/// by the kernel's rule (send-stream.md §3) applied to files.tsv and the
+/// manifest's sizes: a regular file gets one unless the last extent that is
+/// written (not a hole, not prealloc, starting below i_size) ends at i_size,
+/// where an inline extent ends at its sector's end and every end is clipped
+/// to i_size.
+pub fn expected_truncates(f: &Fixture, id: u64) -> usize {
+    let sectorsize: u64 = f
+        .info
+        .get("sectorsize")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4096);
+    let manifest = std::fs::read_to_string(f.dir.join(format!("subvol-{id}.manifest"))).unwrap();
+    let sizes: BTreeMap<&str, u64> = manifest
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let c: Vec<&str> = l.split('\t').collect();
+            (c.len() > 6 && c[1] == "reg").then(|| (c[0], c[6].parse().unwrap_or(0)))
+        })
+        .collect();
+    let tsv = std::fs::read_to_string(f.dir.join("files.tsv")).unwrap();
+    // ino -> (size, end of the last written extent)
+    let mut files: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for l in tsv.lines().filter(|l| !l.starts_with('#')) {
+        let c: Vec<&str> = l.split('\t').collect();
+        if c[0].parse::<u64>().ok() != Some(id) || c[2] == "0" {
+            continue;
+        }
+        let ino: u64 = c[1].parse().unwrap();
+        let Some(&size) = sizes.get(c[3]) else {
+            continue;
+        };
+        let e = files.entry(ino).or_insert((size, 0));
+        let off: u64 = c[5].parse().unwrap_or(0);
+        let num = |i: usize| c[i].parse::<u64>().unwrap_or(0);
+        let extent_end = match c[6] {
+            "inline" => (off + num(12)).div_ceil(sectorsize) * sectorsize,
+            "regular" if num(8) != 0 => off + num(11),
+            _ => continue,
+        };
+        let end = extent_end.min(size);
+        if off < end {
+            e.1 = end;
+        }
+    }
+    files.values().filter(|(size, last)| last != size).count()
 }

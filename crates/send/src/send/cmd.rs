@@ -1,0 +1,235 @@
+//! Owned commands: what the walk produces and the stream writer encodes.
+//!
+//! The walk runs on one thread and the encoder on another, so commands
+//! travel between them owned. Paths are shared (`Arc<[u8]>`): one inode's
+//! commands mostly repeat its path.
+
+use std::sync::Arc;
+
+use btrfs_stream::{Command, Timespec, Uuid};
+
+/// A path or name, shared between the commands that repeat it.
+pub(crate) type Bytes = Arc<[u8]>;
+
+/// One send command, owning its fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Cmd {
+    Subvol {
+        path: Bytes,
+        uuid: Uuid,
+        ctransid: u64,
+    },
+    Mkfile {
+        path: Bytes,
+        ino: u64,
+    },
+    Mkdir {
+        path: Bytes,
+        ino: u64,
+    },
+    Mknod {
+        path: Bytes,
+        ino: u64,
+        rdev: u64,
+        mode: u64,
+    },
+    Mkfifo {
+        path: Bytes,
+        ino: u64,
+        rdev: u64,
+        mode: u64,
+    },
+    Mksock {
+        path: Bytes,
+        ino: u64,
+        rdev: u64,
+        mode: u64,
+    },
+    Symlink {
+        path: Bytes,
+        ino: u64,
+        target: Vec<u8>,
+    },
+    Rename {
+        from: Bytes,
+        to: Bytes,
+    },
+    Link {
+        path: Bytes,
+        target: Bytes,
+    },
+    SetXattr {
+        path: Bytes,
+        name: Vec<u8>,
+        data: Vec<u8>,
+    },
+    /// File data from `offset`; the writer cuts it into WRITE commands of
+    /// the protocol's chunk size, counted from `offset`.
+    Write {
+        path: Bytes,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    Clone {
+        offset: u64,
+        len: u64,
+        path: Bytes,
+        clone_uuid: Uuid,
+        clone_ctransid: u64,
+        clone_path: Bytes,
+        clone_offset: u64,
+    },
+    Truncate {
+        path: Bytes,
+        size: u64,
+    },
+    Chmod {
+        path: Bytes,
+        mode: u64,
+    },
+    Chown {
+        path: Bytes,
+        uid: u64,
+        gid: u64,
+    },
+    Utimes {
+        path: Bytes,
+        atime: Timespec,
+        mtime: Timespec,
+        ctime: Timespec,
+    },
+    End,
+}
+
+impl Cmd {
+    /// The wire command; for [`Cmd::Write`] one WRITE of `data[range]`.
+    pub(crate) fn as_command(&self) -> Command<'_> {
+        match self {
+            Cmd::Subvol {
+                path,
+                uuid,
+                ctransid,
+            } => Command::Subvol {
+                path,
+                uuid: *uuid,
+                ctransid: *ctransid,
+            },
+            Cmd::Mkfile { path, ino } => Command::Mkfile { path, ino: *ino },
+            Cmd::Mkdir { path, ino } => Command::Mkdir { path, ino: *ino },
+            Cmd::Mknod {
+                path,
+                ino,
+                rdev,
+                mode,
+            } => Command::Mknod {
+                path,
+                ino: *ino,
+                rdev: *rdev,
+                mode: *mode,
+            },
+            Cmd::Mkfifo {
+                path,
+                ino,
+                rdev,
+                mode,
+            } => Command::Mkfifo {
+                path,
+                ino: *ino,
+                rdev: Some(*rdev),
+                mode: Some(*mode),
+            },
+            Cmd::Mksock {
+                path,
+                ino,
+                rdev,
+                mode,
+            } => Command::Mksock {
+                path,
+                ino: *ino,
+                rdev: Some(*rdev),
+                mode: Some(*mode),
+            },
+            Cmd::Symlink { path, ino, target } => Command::Symlink {
+                path,
+                ino: *ino,
+                target,
+            },
+            Cmd::Rename { from, to } => Command::Rename { from, to },
+            Cmd::Link { path, target } => Command::Link { path, target },
+            Cmd::SetXattr { path, name, data } => Command::SetXattr { path, name, data },
+            Cmd::Write { path, offset, data } => Command::Write {
+                path,
+                offset: *offset,
+                data,
+            },
+            Cmd::Clone {
+                offset,
+                len,
+                path,
+                clone_uuid,
+                clone_ctransid,
+                clone_path,
+                clone_offset,
+            } => Command::Clone {
+                offset: *offset,
+                len: *len,
+                path,
+                clone_uuid: *clone_uuid,
+                clone_ctransid: *clone_ctransid,
+                clone_path,
+                clone_offset: *clone_offset,
+            },
+            Cmd::Truncate { path, size } => Command::Truncate { path, size: *size },
+            Cmd::Chmod { path, mode } => Command::Chmod { path, mode: *mode },
+            Cmd::Chown { path, uid, gid } => Command::Chown {
+                path,
+                uid: *uid,
+                gid: *gid,
+            },
+            Cmd::Utimes {
+                path,
+                atime,
+                mtime,
+                ctime,
+            } => Command::Utimes {
+                path,
+                atime: *atime,
+                mtime: *mtime,
+                ctime: *ctime,
+                otime: None,
+            },
+            Cmd::End => Command::End {},
+        }
+    }
+
+    /// The path the command acts on, for error messages.
+    pub(crate) fn path(&self) -> &[u8] {
+        match self {
+            Cmd::Subvol { path, .. }
+            | Cmd::Mkfile { path, .. }
+            | Cmd::Mkdir { path, .. }
+            | Cmd::Mknod { path, .. }
+            | Cmd::Mkfifo { path, .. }
+            | Cmd::Mksock { path, .. }
+            | Cmd::Symlink { path, .. }
+            | Cmd::Link { path, .. }
+            | Cmd::SetXattr { path, .. }
+            | Cmd::Write { path, .. }
+            | Cmd::Clone { path, .. }
+            | Cmd::Truncate { path, .. }
+            | Cmd::Chmod { path, .. }
+            | Cmd::Chown { path, .. }
+            | Cmd::Utimes { path, .. } => path,
+            Cmd::Rename { from, .. } => from,
+            Cmd::End => b"",
+        }
+    }
+}
+
+/// Converts an on-disk timestamp to the stream's.
+pub(crate) fn ts(t: crate::items::Timespec) -> Timespec {
+    Timespec {
+        sec: t.sec,
+        nsec: t.nsec,
+    }
+}

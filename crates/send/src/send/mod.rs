@@ -1,0 +1,351 @@
+//! Full send streams of read-only snapshots, made from the on-disk trees.
+//!
+//! [`send_subvolume`] writes one stream (header, SUBVOL, every inode,
+//! pending directory times, END) of a read-only subvolume, equivalent to
+//! the kernel's `btrfs send` without `-p`; the command order follows
+//! send.c so the streams of snapshots without shared extents are the
+//! kernel's byte for byte. Rules: `shared/reference/send-stream.md` §2, §3.
+//!
+//! Two threads: the walk ([`inode`]) reads the fs tree in key order,
+//! reads, verifies and decompresses file data and decides every command;
+//! the caller's thread encodes them (CRC included) and writes. A bounded
+//! channel between them keeps memory bounded; the order is the walk's, so
+//! the same snapshot always gives the same bytes.
+//!
+//! When anything fails no END is written: what was sent before the failure
+//! is flushed and the error names the subvolume, inode, path and what the
+//! reader found wrong (with its logical address and tree), so a receiver
+//! never sees a broken stream as complete.
+
+pub mod clone;
+mod cmd;
+mod inode;
+mod path;
+mod sink;
+mod utimes;
+
+use std::io::Write;
+use std::sync::mpsc;
+
+use btrfs_stream::{Uuid, WriteError, Writer};
+
+pub use clone::{CloneSearch, CloneSource, ExtentRef, NoClones};
+pub use sink::StreamStats;
+
+use crate::error::Error;
+use crate::fs::Filesystem;
+use crate::progress::Progress;
+use crate::subvol::{SubvolSelector, Subvolume};
+use cmd::{Bytes, Cmd};
+use inode::{FullSend, Root, Stop};
+use sink::{Emitter, Msg, Sink};
+
+/// Largest WRITE payload of protocol v1 (BTRFS_SEND_BUF_SIZE_V1 - 16 KiB).
+pub const V1_WRITE_SIZE: usize = 48 << 10;
+
+/// Everything that can stop a send.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// Reading the filesystem failed before any inode was involved.
+    #[error(transparent)]
+    Read(#[from] Error),
+    /// No subvolume matches what was asked for.
+    #[error(
+        "no subvolume {asked}; the filesystem has: {}",
+        list_or_none(available)
+    )]
+    NoSubvolume {
+        /// What was asked for (`at path X`, `id N`).
+        asked: String,
+        /// The subvolumes there are, as `path (id N[, read-only])`.
+        available: Vec<String>,
+    },
+    /// The subvolume is writable; only read-only snapshots can be sent.
+    #[error("subvolume {name} (id {id}) is not read-only; send needs a read-only snapshot (btrfs subvolume snapshot -r, or btrfs property set ro true)")]
+    NotReadOnly {
+        /// Its path.
+        name: String,
+        /// Its id.
+        id: u64,
+    },
+    /// The subvolume is being deleted.
+    #[error("subvolume {name} (id {id}) is being deleted")]
+    Dead {
+        /// Its path.
+        name: String,
+        /// Its id.
+        id: u64,
+    },
+    /// The subvolume has no ROOT_BACKREF (the top level), so SUBVOL has no name.
+    #[error("subvolume id {id} has no name in a parent (the top level cannot be sent)")]
+    Unnamed {
+        /// Its id.
+        id: u64,
+    },
+    /// A protocol version this build does not send.
+    #[error("protocol version {0} is not supported (this rsend sends version 1)")]
+    Proto(u32),
+    /// Reading failed while an inode was being sent.
+    #[error("{subvol}: inode {ino}{}", at(path))]
+    Inode {
+        /// The subvolume, as `path (subvolume id)`.
+        subvol: String,
+        /// The inode number.
+        ino: u64,
+        /// Its path in the stream so far (an orphan name until it is placed).
+        path: Option<String>,
+        /// What the reader found.
+        #[source]
+        source: Error,
+    },
+    /// Reading failed outside any inode.
+    #[error("{subvol}")]
+    Subvol {
+        /// The subvolume, as `path (subvolume id)`.
+        subvol: String,
+        /// What the reader found.
+        #[source]
+        source: Error,
+    },
+    /// The fs tree holds something a snapshot cannot.
+    #[error("{subvol}: {}{reason}", inode_at(*ino, path))]
+    Corrupt {
+        /// The subvolume, as `path (subvolume id)`.
+        subvol: String,
+        /// The inode, when one was being sent.
+        ino: Option<u64>,
+        /// Its path in the stream so far.
+        path: Option<String>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A command cannot be encoded (too large for the protocol version).
+    #[error("{subvol}: {path}: cannot encode the command")]
+    Encode {
+        /// The subvolume, as `path (subvolume id)`.
+        subvol: String,
+        /// The path the command acts on.
+        path: String,
+        /// Why.
+        #[source]
+        source: WriteError,
+    },
+    /// Writing the stream failed.
+    #[error("writing the stream")]
+    Output(#[source] std::io::Error),
+    /// The walk thread died.
+    #[error("{subvol}: the walk stopped unexpectedly")]
+    Walk {
+        /// The subvolume, as `path (subvolume id)`.
+        subvol: String,
+    },
+}
+
+fn list_or_none(v: &[String]) -> String {
+    if v.is_empty() {
+        "no subvolumes".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+fn at(path: &Option<String>) -> String {
+    match path {
+        Some(p) if !p.is_empty() => format!(" at {p}"),
+        Some(_) => " (the subvolume root)".into(),
+        None => String::new(),
+    }
+}
+
+fn inode_at(ino: Option<u64>, path: &Option<String>) -> String {
+    match ino {
+        Some(i) => format!("inode {i}{}: ", at(path)),
+        None => String::new(),
+    }
+}
+
+/// How to send.
+#[derive(Clone, Default)]
+pub struct SendOptions {
+    /// Protocol version; 0 means the highest this build sends (1).
+    pub proto: u32,
+    /// Where to show progress (bytes and files sent).
+    pub progress: Option<Progress>,
+}
+
+/// `path (subvolume id)`, for messages.
+pub fn label(sv: &Subvolume) -> String {
+    let p = sv.path_lossy();
+    if p.is_empty() {
+        format!("subvolume {}", sv.id)
+    } else {
+        format!("{p} (subvolume {})", sv.id)
+    }
+}
+
+/// Finds the subvolume `sel` and checks that it can be sent (read-only,
+/// named, alive). A subvolume that does not exist gets an error listing
+/// the ones that do.
+pub fn find_sendable(fs: &Filesystem, sel: &SubvolSelector) -> Result<Subvolume, SendError> {
+    let sv = match fs.find_subvolume(sel) {
+        Ok(sv) => sv,
+        Err(Error::NoSubvolume(asked)) => {
+            let available = fs
+                .subvolumes()?
+                .iter()
+                .map(|s| {
+                    let ro = if s.is_readonly() { ", read-only" } else { "" };
+                    format!("{} (id {}{ro})", s.path_lossy(), s.id)
+                })
+                .collect();
+            return Err(SendError::NoSubvolume { asked, available });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    check_sendable(&sv)?;
+    Ok(sv)
+}
+
+/// Whether `sv` can be sent: read-only, alive, with a name.
+pub fn check_sendable(sv: &Subvolume) -> Result<(), SendError> {
+    let name = sv.path_lossy();
+    if sv.is_dead() {
+        return Err(SendError::Dead { name, id: sv.id });
+    }
+    if !sv.is_readonly() {
+        return Err(SendError::NotReadOnly { name, id: sv.id });
+    }
+    if sv.link.is_none() {
+        return Err(SendError::Unnamed { id: sv.id });
+    }
+    Ok(())
+}
+
+/// Writes a full stream of `sv` to `out` (header to END) without clone search.
+pub fn send_subvolume<W: Write>(
+    fs: &Filesystem,
+    sv: &Subvolume,
+    out: &mut Writer<W>,
+    opts: &SendOptions,
+) -> Result<StreamStats, SendError> {
+    send_subvolume_with(fs, sv, out, opts, &mut NoClones)
+}
+
+/// [`send_subvolume`] asking `clones` for clone sources.
+pub fn send_subvolume_with<W: Write>(
+    fs: &Filesystem,
+    sv: &Subvolume,
+    out: &mut Writer<W>,
+    opts: &SendOptions,
+    clones: &mut dyn CloneSearch,
+) -> Result<StreamStats, SendError> {
+    let proto = match opts.proto {
+        0 | 1 => 1,
+        v => return Err(SendError::Proto(v)),
+    };
+    check_sendable(sv)?;
+    let name: Bytes = sv
+        .link
+        .as_ref()
+        .map(|l| Bytes::from(l.name.as_slice()))
+        .ok_or(SendError::Unnamed { id: sv.id })?;
+    let uuid = if sv.received_uuid.is_nil() {
+        sv.uuid
+    } else {
+        sv.received_uuid
+    };
+    let root = Root {
+        uuid: Uuid::from_bytes(*uuid.as_bytes()),
+        ctransid: sv.ctransid,
+    };
+    let subvol = label(sv);
+    let before = out.bytes_written();
+    out.start_stream(proto).map_err(|e| match e {
+        WriteError::Io(io) => SendError::Output(io),
+        other => SendError::Encode {
+            subvol: subvol.clone(),
+            path: String::new(),
+            source: other,
+        },
+    })?;
+    let tree = fs.fs_tree(sv);
+    let mut stats = std::thread::scope(|s| {
+        let (tx, rx) = mpsc::sync_channel(sink::CHANNEL_BATCHES);
+        let (pool_tx, pool_rx) = mpsc::channel();
+        let walk_label = subvol.clone();
+        let walker = s.spawn(move || {
+            let mut em = Emitter::new(tx, pool_rx);
+            let subvol_cmd = Cmd::Subvol {
+                path: name,
+                uuid: root.uuid,
+                ctransid: root.ctransid,
+            };
+            if em.push(subvol_cmd).is_err() {
+                return;
+            }
+            let (r, pos) = {
+                let mut walk = FullSend::new(fs, tree, root, &mut em, clones, V1_WRITE_SIZE);
+                let r = walk.run();
+                (r, walk.position())
+            };
+            let pos = pos.map(|(ino, p)| (ino, String::from_utf8_lossy(&p).into_owned()));
+            let e = match r {
+                Ok(()) | Err(Stop::Hangup) => return,
+                Err(Stop::Read(source)) => match pos {
+                    Some((ino, path)) => SendError::Inode {
+                        subvol: walk_label,
+                        ino,
+                        path: Some(path),
+                        source,
+                    },
+                    None => SendError::Subvol {
+                        subvol: walk_label,
+                        source,
+                    },
+                },
+                Err(Stop::Bad(reason)) => SendError::Corrupt {
+                    subvol: walk_label,
+                    ino: pos.as_ref().map(|p| p.0),
+                    path: pos.map(|p| p.1),
+                    reason,
+                },
+            };
+            em.fail(e);
+        });
+        let mut sink = Sink {
+            w: out,
+            chunk: V1_WRITE_SIZE,
+            pool: pool_tx,
+            progress: opts.progress.as_ref(),
+            stats: StreamStats::default(),
+            ended: false,
+        };
+        let res = loop {
+            match rx.recv() {
+                Ok(Msg::Batch(b)) => {
+                    if let Err(e) = sink.write(b) {
+                        break Err(e);
+                    }
+                }
+                Ok(Msg::Failed(e)) => break Err(e),
+                Err(mpsc::RecvError) => break Ok(()),
+            }
+        };
+        drop(rx);
+        let panicked = walker.join().is_err();
+        let res = match res {
+            Err(SendError::Encode { path, source, .. }) => Err(SendError::Encode {
+                subvol: subvol.clone(),
+                path,
+                source,
+            }),
+            Ok(()) if panicked || !sink.ended => Err(SendError::Walk {
+                subvol: subvol.clone(),
+            }),
+            other => other,
+        };
+        res.map(|()| sink.stats)
+    })?;
+    stats.bytes = out.bytes_written() - before;
+    Ok(stats)
+}
