@@ -177,17 +177,22 @@ impl BtrfsImage {
 impl Drop for BtrfsImage {
     fn drop(&mut self) {
         if self.mounted {
-            let ok = Command::new("umount")
-                .arg(&self.mnt)
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-            }
+            unmount(&self.mnt);
         }
         if let Some(dev) = self.loopdev.take() {
             let _ = Command::new("losetup").arg("-d").arg(dev).status();
         }
+    }
+}
+
+/// Unmounts `mnt`, lazily when it is busy; for drop guards, so it never fails.
+fn unmount(mnt: &Path) {
+    let ok = Command::new("umount")
+        .arg(mnt)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        let _ = Command::new("umount").arg("-l").arg(mnt).status();
     }
 }
 
@@ -274,13 +279,7 @@ impl LoopImage {
 impl Drop for LoopImage {
     fn drop(&mut self) {
         if self.mounted {
-            let ok = Command::new("umount")
-                .arg(&self.mnt)
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-            }
+            unmount(&self.mnt);
         }
         if let Some(dev) = self.loopdev.take() {
             let _ = Command::new("losetup").arg("-d").arg(dev).status();
@@ -346,13 +345,7 @@ impl Tmpfs {
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         if self.mounted {
-            let ok = Command::new("umount")
-                .arg(&self.mnt)
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-            }
+            unmount(&self.mnt);
         }
     }
 }
