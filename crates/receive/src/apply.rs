@@ -7,8 +7,17 @@
 //! or other create at an orphan name that the very next command renames is
 //! done at the final name directly: one directory operation instead of two.
 //! A TRUNCATE to the size the file already has is skipped.
+//!
+//! A new file whose commands all came (create, rename, data, owner, mode,
+//! times: a "recipe") waits in a batch with the following ones; the batch is
+//! created grouped by directory, in stream order within each directory, when
+//! it is full or before any other kind of command. After its create, such a
+//! file is finished (data, owner, mode, times) and closed on other threads
+//! ([`Closer`]), through its descriptor. A later command naming it waits
+//! for that first; a RENAME waits for the files beneath what it moves, END
+//! and failures for everything. All path resolution stays on this thread.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -22,7 +31,7 @@ use nix::sys::stat::{fchmod, fstat, futimens, mkdirat, mknodat, Mode, SFlag};
 use nix::unistd::{fchown, linkat, mkfifoat, symlinkat, unlinkat, Gid, Uid, UnlinkatFlags};
 use uuid::Uuid;
 
-use crate::closer::Closer;
+use crate::closer::{Closer, Finish, Job};
 use crate::copy::{self, Methods};
 use crate::decompress;
 use crate::dest::{self, Dest, Kind};
@@ -155,6 +164,10 @@ enum Fold {
 
 /// Most write data held for a file not created yet.
 const RECIPE_BYTES: usize = 1 << 20;
+/// New files held back to be created together, grouped by directory.
+const BATCH_FILES: usize = 4096;
+/// Most write data held for them.
+const BATCH_BYTES: usize = 16 << 20;
 
 fn err_at(cmd: CommandKind, pos: Position, path: &[u8], kind: CmdError) -> Error {
     Error::Command {
@@ -186,6 +199,13 @@ pub struct Current {
     copy: Methods,
     scratch: Vec<u8>,
     closer: Arc<Closer>,
+    /// New files handed to the closing thread and not known to be done:
+    /// (job, path), oldest first, and the newest job of each path.
+    inflight: VecDeque<(u64, Vec<u8>)>,
+    inflight_paths: HashMap<Vec<u8>, u64>,
+    /// New files whose commands all came, not created yet.
+    batch: Vec<Pending>,
+    batch_bytes: usize,
 }
 
 /// Applies commands to a destination.
@@ -246,7 +266,67 @@ impl Current {
             copy: Methods::default(),
             scratch: Vec::new(),
             closer,
+            inflight: VecDeque::new(),
+            inflight_paths: HashMap::new(),
+            batch: Vec::new(),
+            batch_bytes: 0,
         }
+    }
+
+    /// Forgets handed-over files the closing thread is done with.
+    fn prune(&mut self) {
+        if self.inflight.is_empty() {
+            return;
+        }
+        let done = self.closer.done();
+        while let Some((seq, _)) = self.inflight.front() {
+            if *seq > done {
+                break;
+            }
+            if let Some((seq, p)) = self.inflight.pop_front() {
+                if self.inflight_paths.get(&p) == Some(&seq) {
+                    self.inflight_paths.remove(&p);
+                }
+            }
+        }
+    }
+
+    /// Waits until the closing thread is done with the file at `path`.
+    fn settle(&mut self, path: &[u8]) {
+        if self.inflight_paths.is_empty() {
+            return;
+        }
+        self.prune();
+        if let Some(&seq) = self.inflight_paths.get(path) {
+            self.closer.wait_for(seq);
+            self.prune();
+        }
+    }
+
+    /// Waits until the closing thread is done with every file at or
+    /// beneath `dir` (before `dir` is renamed: the files' paths change).
+    fn settle_within(&mut self, dir: &[u8]) {
+        if self.inflight.is_empty() {
+            return;
+        }
+        self.prune();
+        let last = self
+            .inflight
+            .iter()
+            .rev()
+            .find(|(_, p)| path::is_within(p, dir))
+            .map(|(s, _)| *s);
+        if let Some(seq) = last {
+            self.closer.wait_for(seq);
+            self.prune();
+        }
+    }
+
+    /// Waits until the closing thread is done with everything.
+    fn settle_all(&mut self) {
+        self.closer.wait();
+        self.inflight.clear();
+        self.inflight_paths.clear();
     }
 
     /// Closes the open file (on the closing thread).
@@ -372,12 +452,119 @@ impl<'o> Receiver<'o> {
         if let Some(c) = self.cur.as_mut() {
             c.retire();
             c.pending = None;
+            c.batch.clear();
             c.dir_times.clear();
+            c.settle_all();
         }
+        // Later failures of files handed over are not reported: applying
+        // the commands one by one would have stopped before them.
+        self.closer.wait();
+        let _ = self.closer.take_errors();
+        self.merge_counts();
+    }
+
+    /// Waits for the files handed to the closing thread and reports their
+    /// failures (call after the last command).
+    pub fn finish(&mut self) -> Result<(), Error> {
+        self.flush_batch()?;
+        if let Some(c) = self.cur.as_mut() {
+            c.settle_all();
+        }
+        self.closer.wait();
+        self.collect()
+    }
+
+    fn merge_counts(&mut self) {
+        let c = self.closer.take_counts();
+        self.stats.chowns_skipped += c.chowns_skipped;
+        self.stats.chmods_skipped += c.chmods_skipped;
+    }
+
+    /// Takes the failures of files the closing thread finished. Each counts
+    /// as a failed command; with `-E 1` the first one stops the receive.
+    fn collect(&mut self) -> Result<(), Error> {
+        self.merge_counts();
+        let mut errs = self.closer.take_errors().into_iter();
+        if self.opts.max_errors == 1 {
+            if let Some(e) = errs.next() {
+                return Err(e);
+            }
+        }
+        for e in errs {
+            self.log.error(&e);
+            self.note_error();
+            self.extra_errors += 1;
+        }
+        Ok(())
     }
 
     /// Applies one command.
     pub fn apply(&mut self, cmd: &Command<'_>, pos: Position) -> Result<Flow, Error> {
+        // Failures of earlier commands, finished on the closing thread,
+        // come first.
+        if self.closer.has_errors() {
+            self.collect()?;
+        }
+        let res = self.apply_one(cmd, pos);
+        if res.is_err() {
+            self.closer.wait();
+            self.collect()?;
+        }
+        res
+    }
+
+    /// Waits for the closing thread where `cmd` touches a file handed to it
+    /// (all its other work is on descriptors, so names may change freely).
+    fn settle_for(&mut self, cmd: &Command<'_>) {
+        use Command as C;
+        let Some(c) = self.cur.as_mut() else {
+            return;
+        };
+        if c.inflight.is_empty() {
+            return;
+        }
+        match *cmd {
+            // New names; removing a name leaves the open file alone.
+            C::Mkfile { .. }
+            | C::Mkdir { .. }
+            | C::Mknod { .. }
+            | C::Mkfifo { .. }
+            | C::Mksock { .. }
+            | C::Symlink { .. }
+            | C::Unlink { .. }
+            | C::Rmdir { .. } => {}
+            // The paths of the files beneath change.
+            C::Rename { from, .. } => c.settle_within(from),
+            // The file gets a second name.
+            C::Link { target, .. } => c.settle(target),
+            C::Clone {
+                path,
+                clone_uuid,
+                clone_path,
+                ..
+            } => {
+                c.settle(path);
+                if clone_uuid == c.state.received_uuid {
+                    c.settle(clone_path);
+                }
+            }
+            C::SetXattr { path, .. }
+            | C::RemoveXattr { path, .. }
+            | C::Write { path, .. }
+            | C::Truncate { path, .. }
+            | C::Chmod { path, .. }
+            | C::Chown { path, .. }
+            | C::Utimes { path, .. }
+            | C::UpdateExtent { path, .. }
+            | C::Fallocate { path, .. }
+            | C::Fileattr { path, .. }
+            | C::EncodedWrite { path, .. }
+            | C::EnableVerity { path, .. } => c.settle(path),
+            _ => c.settle_all(),
+        }
+    }
+
+    fn apply_one(&mut self, cmd: &Command<'_>, pos: Position) -> Result<Flow, Error> {
         self.stats.commands += 1;
         if self.log.level >= 3 {
             self.log.trace(cmd, pos);
@@ -391,12 +578,18 @@ impl<'o> Receiver<'o> {
                     }
                     return Ok(Flow::Continue);
                 }
+                Fold::Now if matches!(p.what, Create::File) => {
+                    self.enqueue(p)?;
+                    return Ok(Flow::Continue);
+                }
                 Fold::Now => {
-                    self.materialize(p)?;
+                    self.flush_batch()?;
+                    self.materialize(p, true)?;
                     return Ok(Flow::Continue);
                 }
                 Fold::No => {
-                    if let Err(e) = self.materialize(p) {
+                    self.flush_batch()?;
+                    if let Err(e) = self.materialize(p, false) {
                         if self.opts.max_errors == 1 {
                             return Err(e);
                         }
@@ -409,6 +602,10 @@ impl<'o> Receiver<'o> {
                 }
             }
         }
+        if self.needs_flush(cmd) {
+            self.flush_batch()?;
+        }
+        self.settle_for(cmd);
         match cmd {
             Command::Rename { from, to } => {
                 self.flush_dir_times(|p| path::is_within(p, from) || path::is_within(p, to))?
@@ -418,10 +615,86 @@ impl<'o> Receiver<'o> {
                     c.dir_times.retain(|p, _| !path::is_within(p, path));
                 }
             }
-            Command::End {} => self.flush_dir_times(|_| true)?,
+            Command::End {} => {
+                // Failed files keep the subvolume from being marked complete.
+                self.closer.wait();
+                self.collect()?;
+                self.flush_dir_times(|_| true)?
+            }
             _ => {}
         }
         self.dispatch(cmd, pos).map_err(|e| e.at(cmd, pos))
+    }
+
+    /// Whether the new files held in the batch must be created before
+    /// `cmd`: before anything but a create (itself held back) or a
+    /// directory's UTIMES (held back until END).
+    fn needs_flush(&self, cmd: &Command<'_>) -> bool {
+        let Some(c) = self.cur.as_ref() else {
+            return false;
+        };
+        if c.batch.is_empty() {
+            return false;
+        }
+        match *cmd {
+            Command::Mkfile { .. }
+            | Command::Mkdir { .. }
+            | Command::Mknod { .. }
+            | Command::Mkfifo { .. }
+            | Command::Mksock { .. }
+            | Command::Symlink { .. } => false,
+            Command::Utimes { path, .. } => {
+                !(c.res.is_cached_dir(path)
+                    && !c.is_open(path)
+                    && c.dir_times.len() < MAX_DIR_TIMES)
+            }
+            _ => true,
+        }
+    }
+
+    /// Holds a new file whose commands all came; creates the batch once it
+    /// is full.
+    fn enqueue(&mut self, p: Pending) -> Result<(), Error> {
+        let Some(cur) = self.cur.as_mut() else {
+            return self.materialize(p, true);
+        };
+        cur.batch_bytes += p.recipe.bytes + p.path.len();
+        cur.batch.push(p);
+        if cur.batch.len() >= BATCH_FILES || cur.batch_bytes >= BATCH_BYTES {
+            self.flush_batch()?;
+        }
+        Ok(())
+    }
+
+    /// Creates the new files held in the batch, grouped by directory (in
+    /// stream order within each directory, so each directory's entries come
+    /// in the order the stream made them).
+    fn flush_batch(&mut self) -> Result<(), Error> {
+        let Some(cur) = self.cur.as_mut() else {
+            return Ok(());
+        };
+        if cur.batch.is_empty() {
+            return Ok(());
+        }
+        let mut batch = std::mem::take(&mut cur.batch);
+        cur.batch_bytes = 0;
+        // Stable: files of one directory keep their order.
+        batch.sort_by(|a, b| path::split(&a.path).0.cmp(path::split(&b.path).0));
+        for p in batch {
+            if self.opts.max_errors == 1 && self.closer.has_errors() {
+                // An earlier file failed on the finishing thread: stop here.
+                return self.collect();
+            }
+            if let Err(e) = self.materialize(p, true) {
+                if self.opts.max_errors == 1 {
+                    return Err(e);
+                }
+                self.log.error(&e);
+                self.note_error();
+                self.extra_errors += 1;
+            }
+        }
+        Ok(())
     }
 
     /// Applies the held-back directory times of the paths `which` selects.
@@ -797,8 +1070,10 @@ impl<'o> Receiver<'o> {
         }
     }
 
-    /// Creates a held-back inode and applies what was folded into it.
-    fn materialize(&mut self, p: Pending) -> Result<(), Error> {
+    /// Creates a held-back inode and applies what was folded into it. A new
+    /// file whose commands all came (`complete`: its UTIMES was folded in)
+    /// is finished on the closing thread.
+    fn materialize(&mut self, p: Pending, complete: bool) -> Result<(), Error> {
         let Pending {
             cmd_pos,
             path: at,
@@ -814,6 +1089,7 @@ impl<'o> Receiver<'o> {
             Some((m, _)) if !chown_expected => m,
             _ => 0o600,
         };
+        let mut direct = true;
         match self.create(&what, &at, mode) {
             Ok(()) => {
                 if r.orphan.is_some() {
@@ -829,6 +1105,7 @@ impl<'o> Receiver<'o> {
                 let Some((orphan, rpos)) = r.orphan.as_ref().map(|(o, p)| (o.clone(), *p)) else {
                     return Err(err_at(kind, cmd_pos, &at, CmdError::NoSubvol));
                 };
+                direct = false;
                 self.create(&what, &orphan, mode)
                     .map_err(|e| err_at(kind, cmd_pos, &orphan, e))?;
                 self.flush_dir_times(|d| path::is_within(d, &at))?;
@@ -852,6 +1129,29 @@ impl<'o> Receiver<'o> {
             .cur
             .as_mut()
             .ok_or_else(|| err_at(kind, cmd_pos, &at, CmdError::NoSubvol))?;
+        if complete && direct {
+            if let Some(f) = cur.file.take_if(|f| f.path == at) {
+                // btrfs writes a new file's data back soon anyway.
+                let flush = self.dest.kind() == Kind::Btrfs && !r.writes.is_empty();
+                self.stats.bytes_written += r.writes.iter().map(|w| w.1.len() as u64).sum::<u64>();
+                cur.prune();
+                let seq = cur.closer.submit(Job {
+                    file: f.file,
+                    finish: Some(Box::new(Finish {
+                        path: at.clone(),
+                        create: cmd_pos,
+                        writes: r.writes,
+                        owner: r.owner,
+                        mode: r.mode,
+                        times: r.times,
+                        flush,
+                    })),
+                });
+                cur.inflight.push_back((seq, at.clone()));
+                cur.inflight_paths.insert(at, seq);
+                return Ok(());
+            }
+        }
         let Some(f) = cur.file.as_mut().filter(|f| f.path == at) else {
             return Err(err_at(kind, cmd_pos, &at, CmdError::NotRegular));
         };
@@ -906,16 +1206,26 @@ impl<'o> Receiver<'o> {
         let raw = Some(dir.as_raw_fd());
         match what {
             Create::File => {
-                let fd = nix::fcntl::openat(
-                    raw,
-                    name,
-                    OFlag::O_RDWR
-                        | OFlag::O_CREAT
-                        | OFlag::O_EXCL
-                        | OFlag::O_NOFOLLOW
-                        | OFlag::O_CLOEXEC,
-                    Mode::from_bits_retain(file_mode),
-                )
+                let open = || {
+                    nix::fcntl::openat(
+                        raw,
+                        name,
+                        OFlag::O_RDWR
+                            | OFlag::O_CREAT
+                            | OFlag::O_EXCL
+                            | OFlag::O_NOFOLLOW
+                            | OFlag::O_CLOEXEC,
+                        Mode::from_bits_retain(file_mode),
+                    )
+                };
+                let fd = match open() {
+                    // Out of descriptors: let the other threads close theirs.
+                    Err(Errno::EMFILE | Errno::ENFILE) => {
+                        cur.closer.wait();
+                        open()
+                    }
+                    r => r,
+                }
                 .map_err(CmdError::os("create file"))?;
                 let file = file_from(fd);
                 cur.retire();

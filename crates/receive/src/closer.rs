@@ -1,90 +1,283 @@
-//! Closing written files on a second thread.
+//! Finishing and closing new files on other threads.
 //!
-//! On btrfs, `close` of a freshly written file costs as much as the write
-//! (release, delalloc and inode bookkeeping). A receive closes one file per
-//! file it creates, so [`Closer`] hands finished descriptors to a thread
-//! and the main thread goes on. [`Closer::wait`] returns once every
-//! descriptor handed over so far is closed (before fs-verity, which needs
-//! all writers gone, and before a subvolume is marked received).
+//! On btrfs, creating a file (directory entry, inode item) serialises on
+//! the subvolume's tree locks, while writing its data into the page cache,
+//! setting its times and closing it mostly do not. So the main thread only
+//! resolves paths and creates files; a new file whose commands all came
+//! (MKFILE, RENAME, WRITE, CHOWN, CHMOD, UTIMES, folded into one recipe) is
+//! handed over with its descriptor as a [`Job`], and the finishing thread
+//! writes the data, fixes owner and mode and sets the times, in the order
+//! the jobs were handed over. A third thread then closes each file, first
+//! starting the writeback of its data where [`Finish::flush`] asks for it:
+//! btrfs has to write a new file's data back soon anyway (each dirty inode
+//! holds a large metadata reservation, and once those fill up, creates
+//! wait for the kernel's single flushing worker), and starting it here
+//! keeps the second CPU busy instead. Everything these threads do goes
+//! through descriptors: they never resolve a path.
+//!
+//! The main thread waits for a job ([`Closer::wait_for`]) before any later
+//! command touches the same file, and for every file to be closed
+//! ([`Closer::wait`]) before END, fs-verity (which needs every writer gone)
+//! and after a failure. A job's failure is kept, with the number of the
+//! command that failed, until the main thread collects it
+//! ([`Closer::take_errors`]).
 
 use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
-/// Files are handed over in batches: one wake-up of the thread per batch.
-const BATCH: usize = 128;
+use btrfs_stream::{CommandKind, Position, Timespec};
+use nix::sys::stat::{fchmod, fstat, futimens, Mode};
+use nix::unistd::{fchown, Gid, Uid};
 
-enum Msg {
-    Close(Vec<File>),
-    Barrier(SyncSender<()>),
+use crate::error::{escape, CmdError, Error};
+use crate::meta;
+
+/// Jobs are handed over in batches: one wake-up of the thread per batch.
+const BATCH: usize = 64;
+/// A batch is handed over early once it holds this much data.
+const BATCH_BYTES: usize = 1 << 20;
+/// Batches waiting for the thread (bounds memory to a few MiB).
+const QUEUE: usize = 4;
+
+/// What is left to do to a new file after its create.
+pub struct Finish {
+    /// Its path (for error messages).
+    pub path: Vec<u8>,
+    /// The MKFILE.
+    pub create: Position,
+    /// Data to write: offset, bytes, the WRITE.
+    pub writes: Vec<(u64, Vec<u8>, Position)>,
+    /// CHOWN to this owner.
+    pub owner: Option<(u32, u32, Position)>,
+    /// CHMOD to this mode.
+    pub mode: Option<(u32, Position)>,
+    /// UTIMES: atime, mtime.
+    pub times: Option<(Timespec, Timespec, Position)>,
+    /// Start writing the data back before closing (sync_file_range).
+    pub flush: bool,
 }
 
-/// Closes files in the background.
+/// A descriptor to close, maybe with a new file's remaining commands.
+pub struct Job {
+    /// The file.
+    pub file: File,
+    /// What to do before closing it.
+    pub finish: Option<Box<Finish>>,
+}
+
+impl Job {
+    fn bytes(&self) -> usize {
+        self.finish
+            .as_ref()
+            .map_or(0, |f| f.writes.iter().map(|w| w.1.len()).sum())
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Sequence number of the last job done: its commands are applied.
+    done: AtomicU64,
+    /// Sequence number of the last job whose file is closed.
+    closed: AtomicU64,
+    /// Whether `errors` holds anything.
+    failed: AtomicBool,
+    /// Failed jobs, in the order they were handed over.
+    errors: Mutex<Vec<Error>>,
+    /// Signalled after each batch, by either thread.
+    cv: Condvar,
+    chowns_skipped: AtomicU64,
+    chmods_skipped: AtomicU64,
+}
+
+/// Counters kept by the closing thread.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counts {
+    /// CHOWNs skipped because the new file already had that owner.
+    pub chowns_skipped: u64,
+    /// CHMODs skipped because the new file already had that mode.
+    pub chmods_skipped: u64,
+}
+
+struct Batch {
+    jobs: Vec<Job>,
+    bytes: usize,
+    /// Sequence number of the last job handed over (sent or batched).
+    last: u64,
+    /// Sequence number of the last job sent to the thread.
+    sent: u64,
+}
+
+/// Finishes and closes files in the background.
 pub struct Closer {
-    tx: Option<SyncSender<Msg>>,
-    batch: Mutex<Vec<File>>,
+    tx: Option<SyncSender<Vec<Job>>>,
+    batch: Mutex<Batch>,
+    shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Closer {
-    /// Starts the closing thread; without one, files close in place.
+    /// Starts the closing thread; without one (or with `RRECEIVE_SYNC_CLOSE`
+    /// set), jobs run in place when handed over.
     pub fn new() -> Closer {
+        let shared = Arc::new(Shared::default());
+        let batch = Mutex::new(Batch {
+            jobs: Vec::with_capacity(BATCH),
+            bytes: 0,
+            last: 0,
+            sent: 0,
+        });
+        let inline = || Closer {
+            tx: None,
+            batch: Mutex::new(Batch {
+                jobs: Vec::new(),
+                bytes: 0,
+                last: 0,
+                sent: 0,
+            }),
+            shared: Arc::new(Shared::default()),
+            thread: None,
+        };
         if std::env::var_os("RRECEIVE_SYNC_CLOSE").is_some() {
-            return Closer {
-                tx: None,
-                batch: Mutex::new(Vec::new()),
-                thread: None,
-            };
+            return inline();
         }
-        let (tx, rx) = sync_channel::<Msg>(64);
+        let (tx, rx) = sync_channel::<Vec<Job>>(QUEUE);
+        let sh = shared.clone();
         match std::thread::Builder::new()
-            .name("rreceive-close".into())
-            .spawn(move || run(rx))
+            .name("rreceive-finish".into())
+            .spawn(move || finisher(rx, &sh))
         {
             Ok(t) => Closer {
                 tx: Some(tx),
-                batch: Mutex::new(Vec::with_capacity(BATCH)),
+                batch,
+                shared,
                 thread: Some(t),
             },
-            Err(_) => Closer {
-                tx: None,
-                batch: Mutex::new(Vec::new()),
-                thread: None,
-            },
+            Err(_) => inline(),
         }
     }
 
     /// Closes `f`, later.
     pub fn close(&self, f: File) {
-        let Some(tx) = &self.tx else { return };
-        let Ok(mut b) = self.batch.lock() else { return };
-        b.push(f);
-        if b.len() >= BATCH {
-            let full = std::mem::replace(&mut *b, Vec::with_capacity(BATCH));
-            // If the thread is gone the files come back and close here.
-            let _ = tx.send(Msg::Close(full));
-        }
+        self.submit(Job {
+            file: f,
+            finish: None,
+        });
     }
 
-    fn send_batch(&self) {
-        let Some(tx) = &self.tx else { return };
-        if let Ok(mut b) = self.batch.lock() {
-            if !b.is_empty() {
-                let _ = tx.send(Msg::Close(std::mem::take(&mut *b)));
-            }
+    /// Hands `job` over; returns its sequence number (see [`Closer::wait_for`]).
+    pub fn submit(&self, job: Job) -> u64 {
+        let Ok(mut b) = self.batch.lock() else {
+            // Poisoned: nothing sensible is left to do but run it here.
+            run_job(&job, &self.shared);
+            return 0;
+        };
+        b.last += 1;
+        let seq = b.last;
+        let Some(tx) = &self.tx else {
+            run_job(&job, &self.shared);
+            drop(job);
+            self.shared.done.store(seq, Ordering::Release);
+            self.shared.closed.store(seq, Ordering::Release);
+            return seq;
+        };
+        b.bytes += job.bytes();
+        b.jobs.push(job);
+        if b.jobs.len() >= BATCH || b.bytes >= BATCH_BYTES {
+            send(&mut b, tx, &self.shared);
         }
+        seq
     }
 
-    /// Waits until every file handed over so far is closed.
+    /// Sequence number of the last job done: every job up to it is done.
+    pub fn done(&self) -> u64 {
+        self.shared.done.load(Ordering::Acquire)
+    }
+
+    /// Waits until job `seq` and all before it are done (their files may
+    /// still be open).
+    pub fn wait_for(&self, seq: u64) {
+        self.wait_until(seq, &self.shared.done);
+    }
+
+    /// Waits until every job handed over so far is done and its file closed.
     pub fn wait(&self) {
-        self.send_batch();
-        if let Some(tx) = &self.tx {
-            let (done_tx, done_rx) = sync_channel(1);
-            if tx.send(Msg::Barrier(done_tx)).is_ok() {
-                let _ = done_rx.recv();
+        let last = self.batch.lock().map(|b| b.last).unwrap_or(0);
+        self.wait_until(last, &self.shared.closed);
+    }
+
+    fn wait_until(&self, seq: u64, counter: &AtomicU64) {
+        if counter.load(Ordering::Acquire) >= seq {
+            return;
+        }
+        if let (Some(tx), Ok(mut b)) = (&self.tx, self.batch.lock()) {
+            if b.sent < seq {
+                send(&mut b, tx, &self.shared);
             }
         }
+        let Ok(mut g) = self.shared.errors.lock() else {
+            return;
+        };
+        while counter.load(Ordering::Acquire) < seq {
+            match &self.thread {
+                Some(t) if !t.is_finished() => {}
+                // The threads are gone (they do not fail, but never hang).
+                _ => return,
+            }
+            g = match self.shared.cv.wait_timeout(g, Duration::from_millis(100)) {
+                Ok((g, _)) => g,
+                Err(_) => return,
+            };
+        }
+    }
+
+    /// Whether a job failed since the last [`Closer::take_errors`].
+    pub fn has_errors(&self) -> bool {
+        self.shared.failed.load(Ordering::Acquire)
+    }
+
+    /// The failures of jobs done so far, in the order they were handed over.
+    pub fn take_errors(&self) -> Vec<Error> {
+        if !self.has_errors() {
+            return Vec::new();
+        }
+        match self.shared.errors.lock() {
+            Ok(mut g) => {
+                self.shared.failed.store(false, Ordering::Release);
+                std::mem::take(&mut *g)
+            }
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// The counters since the last call.
+    pub fn take_counts(&self) -> Counts {
+        Counts {
+            chowns_skipped: self.shared.chowns_skipped.swap(0, Ordering::Relaxed),
+            chmods_skipped: self.shared.chmods_skipped.swap(0, Ordering::Relaxed),
+        }
+    }
+}
+
+fn send(b: &mut Batch, tx: &SyncSender<Vec<Job>>, shared: &Shared) {
+    if b.jobs.is_empty() {
+        return;
+    }
+    let jobs = std::mem::replace(&mut b.jobs, Vec::with_capacity(BATCH));
+    b.bytes = 0;
+    b.sent = b.last;
+    if let Err(std::sync::mpsc::SendError(jobs)) = tx.send(jobs) {
+        // The thread is gone: do them here.
+        for j in jobs {
+            run_job(&j, shared);
+        }
+        shared.done.store(b.last, Ordering::Release);
+        shared.closed.store(b.last, Ordering::Release);
     }
 }
 
@@ -94,20 +287,151 @@ impl Default for Closer {
     }
 }
 
-fn run(rx: Receiver<Msg>) {
-    for m in rx {
-        match m {
-            Msg::Close(f) => drop(f),
-            Msg::Barrier(done) => {
-                let _ = done.send(());
+fn notify(shared: &Shared) {
+    // Taking the lock orders this after a waiter's check of the counters.
+    drop(shared.errors.lock());
+    shared.cv.notify_all();
+}
+
+/// The finishing thread: applies each job's commands, then hands the file
+/// to the closing thread (or closes it, if that thread could not start).
+fn finisher(rx: Receiver<Vec<Job>>, shared: &Arc<Shared>) {
+    let (ctx, crx) = sync_channel::<Vec<(File, bool)>>(QUEUE);
+    let sh = shared.clone();
+    let closing = std::thread::Builder::new()
+        .name("rreceive-close".into())
+        .spawn(move || closer(crx, &sh))
+        .ok();
+    let ctx = closing.as_ref().map(|_| ctx);
+    let mut seq = 0u64;
+    for jobs in rx {
+        let mut files = Vec::with_capacity(jobs.len());
+        for j in jobs {
+            let flush = run_job(&j, shared);
+            seq += 1;
+            shared.done.store(seq, Ordering::Release);
+            if ctx.is_some() {
+                files.push((j.file, flush));
+            } else {
+                drop(j);
+                shared.closed.store(seq, Ordering::Release);
             }
+        }
+        if let Some(tx) = &ctx {
+            if let Err(std::sync::mpsc::SendError(files)) = tx.send(files) {
+                drop(files);
+                shared.closed.store(seq, Ordering::Release);
+            }
+        }
+        notify(shared);
+    }
+    drop(ctx);
+    if let Some(t) = closing {
+        let _ = t.join();
+    }
+}
+
+/// The closing thread: starts writeback where asked, closes.
+fn closer(rx: Receiver<Vec<(File, bool)>>, shared: &Shared) {
+    let mut seq = 0u64;
+    for files in rx {
+        for (f, flush) in files {
+            if flush {
+                start_writeback(&f);
+            }
+            drop(f);
+            seq += 1;
+            shared.closed.store(seq, Ordering::Release);
+        }
+        notify(shared);
+    }
+}
+
+/// sync_file_range(SYNC_FILE_RANGE_WRITE) of the whole file: starts
+/// writeback of its dirty pages, waits for nothing, changes nothing.
+fn start_writeback(f: &File) {
+    // SAFETY: a plain system call on an open descriptor, no memory passed.
+    let _ = unsafe { libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+}
+
+/// Applies a job's commands; whether its writeback should be started.
+fn run_job(job: &Job, shared: &Shared) -> bool {
+    let Some(f) = &job.finish else {
+        return false;
+    };
+    match finish_file(&job.file, f, shared) {
+        Ok(()) => f.flush,
+        Err(e) => {
+            if let Ok(mut g) = shared.errors.lock() {
+                g.push(e);
+                shared.failed.store(true, Ordering::Release);
+            }
+            false
         }
     }
 }
 
+fn err(cmd: CommandKind, pos: Position, path: &[u8], kind: CmdError) -> Error {
+    Error::Command {
+        command: pos.index,
+        offset: pos.offset,
+        cmd,
+        path: format!("'{}'", escape(path)),
+        kind,
+    }
+}
+
+/// The rest of a new file's commands, in stream order; stops at the first
+/// that fails, as applying them one by one would.
+fn finish_file(file: &File, f: &Finish, shared: &Shared) -> Result<(), Error> {
+    let path = &f.path;
+    for (off, data, pos) in &f.writes {
+        file.write_all_at(data, *off)
+            .map_err(|e| err(CommandKind::Write, *pos, path, CmdError::io("write")(e)))?;
+    }
+    if f.owner.is_some() || f.mode.is_some() {
+        let st = fstat(file.as_raw_fd())
+            .map_err(|e| err(CommandKind::Mkfile, f.create, path, CmdError::os("stat")(e)))?;
+        let mut chowned = false;
+        if let Some((u, g, pos)) = f.owner {
+            if (st.st_uid, st.st_gid) != (u, g) {
+                fchown(
+                    file.as_raw_fd(),
+                    Some(Uid::from_raw(u)),
+                    Some(Gid::from_raw(g)),
+                )
+                .map_err(|e| err(CommandKind::Chown, pos, path, CmdError::os("chown")(e)))?;
+                chowned = true;
+            } else {
+                shared.chowns_skipped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let Some((m, pos)) = f.mode {
+            // chown clears set-id bits: the mode goes on again after it.
+            if chowned || st.st_mode & 0o7777 != m {
+                fchmod(file.as_raw_fd(), Mode::from_bits_retain(m))
+                    .map_err(|e| err(CommandKind::Chmod, pos, path, CmdError::os("chmod")(e)))?;
+            } else {
+                shared.chmods_skipped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    if let Some((a, m, pos)) = f.times {
+        let ts = |t| {
+            meta::timespec(t)
+                .map_err(|e| err(CommandKind::Utimes, pos, path, CmdError::os("utimes")(e)))
+        };
+        futimens(file.as_raw_fd(), &ts(a)?, &ts(m)?)
+            .map_err(|e| err(CommandKind::Utimes, pos, path, CmdError::os("utimes")(e)))?;
+    }
+    Ok(())
+}
+
 impl Drop for Closer {
     fn drop(&mut self) {
-        self.send_batch();
+        if let (Some(tx), Ok(mut b)) = (&self.tx, self.batch.lock()) {
+            send(&mut b, tx, &self.shared);
+        }
         self.tx = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();

@@ -204,6 +204,11 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
             break;
         }
     }
+    let res = rx.finish();
+    failed += std::mem::take(&mut rx.extra_errors);
+    if let Err(e) = res {
+        return Err(fail(&mut rx, e));
+    }
     if failed > 0 {
         return Err(fail(&mut rx, Error::Failed(failed)));
     }
