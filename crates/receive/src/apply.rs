@@ -33,7 +33,6 @@ use uuid::Uuid;
 
 use crate::closer::{Closer, Finish, Job};
 use crate::copy::{self, Methods};
-use crate::decompress;
 use crate::dest::{self, Dest, Kind};
 use crate::error::{escape, CmdError, Error};
 use crate::ioctl;
@@ -1631,9 +1630,12 @@ impl<'o> Receiver<'o> {
             .checked_add(w.len)
             .filter(|&e| e <= w.unencoded_len)
             .ok_or(CmdError::BadEncoded("file range beyond the unencoded data"))?;
+        let algorithm = btrfs_compress::Algorithm::from_encoded(w.compression)?;
         let buf = &mut cur.scratch;
-        decompress::decode(w.compression, w.data, w.unencoded_len as usize, buf)?;
+        buf.clear();
         buf.resize(w.unencoded_len as usize, 0);
+        let n = btrfs_compress::decompress(algorithm, w.data, buf)?;
+        buf[n..].fill(0);
         let piece = &buf[w.unencoded_offset as usize..end as usize];
         let f = cur.file.as_mut().ok_or(CmdError::NotRegular)?;
         f.file

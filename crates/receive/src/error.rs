@@ -6,7 +6,6 @@ use btrfs_stream::{Command, CommandKind, Position};
 use nix::errno::Errno;
 use uuid::Uuid;
 
-use crate::decompress::DecodeError;
 use crate::path::PathError;
 
 /// Why a receive stopped.
@@ -126,7 +125,7 @@ pub enum CmdError {
     BadEncoded(&'static str),
     /// ENCODED_WRITE data that does not decode.
     #[error(transparent)]
-    Decode(#[from] DecodeError),
+    Decode(#[from] btrfs_compress::Error),
 }
 
 impl Error {

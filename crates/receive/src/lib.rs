@@ -18,7 +18,6 @@
 pub mod apply;
 pub mod closer;
 pub mod copy;
-pub mod decompress;
 pub mod dest;
 pub mod error;
 pub mod ioctl;

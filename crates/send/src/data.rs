@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use crate::compress::decompress;
 use crate::csum::CsumType;
 use crate::error::{Error, Result};
 use crate::fs::{CsumRun, Filesystem, NoticeKind};
@@ -644,7 +643,7 @@ impl FileCtx<'_, '_> {
                     raw
                 } else {
                     let mut v = vec![0u8; ram];
-                    let n = decompress(fe.compression(), raw, &mut v, fs.sectorsize())
+                    let n = decompress(fe, raw, &mut v, fs.sectorsize())
                         .map_err(|e| self.bad(start, format!("inline extent: {e}")))?;
                     v[n..].fill(0);
                     decoded = v;
@@ -718,7 +717,7 @@ impl FileCtx<'_, '_> {
             &mut raw,
         )?;
         let mut out = vec![0u8; fe.ram_bytes() as usize];
-        let n = decompress(fe.compression(), &raw, &mut out, fs.sectorsize())
+        let n = decompress(fe, &raw, &mut out, fs.sectorsize())
             .map_err(|e| self.bad(start, format!("extent at logical {bytenr}: {e}")))?;
         out[n..].fill(0);
         let out = Arc::new(out);
@@ -727,6 +726,19 @@ impl FileCtx<'_, '_> {
         }
         Ok(out)
     }
+}
+
+/// Decodes the data of extent `fe` (stored as `raw`) into `out`; returns the
+/// bytes produced.
+fn decompress(
+    fe: &FileExtentItem<'_>,
+    raw: &[u8],
+    out: &mut [u8],
+    sectorsize: usize,
+) -> std::result::Result<usize, btrfs_compress::Error> {
+    let sectorsize = u32::try_from(sectorsize).unwrap_or(u32::MAX);
+    let algorithm = btrfs_compress::Algorithm::from_extent(fe.compression_raw(), sectorsize)?;
+    btrfs_compress::decompress(algorithm, raw, out)
 }
 
 /// Indexes of the sectors of `buf` that have a checksum and do not match it.

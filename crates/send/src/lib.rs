@@ -13,7 +13,6 @@
 #![warn(missing_docs)]
 
 pub mod chunk;
-pub mod compress;
 pub mod csum;
 pub mod data;
 pub mod device;

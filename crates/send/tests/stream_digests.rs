@@ -69,5 +69,9 @@ fn every_fixture_stream_keeps_its_recorded_bytes() {
         .map(|k| format!("{k}: recorded {:?}, now {:?}", want.get(k), got.get(k)))
         .collect();
     println!("{} fixture streams compared", got.len());
-    assert!(changed.is_empty(), "streams changed:\n{}", changed.join("\n"));
+    assert!(
+        changed.is_empty(),
+        "streams changed:\n{}",
+        changed.join("\n")
+    );
 }
