@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 use btrfs_stream::Writer;
 
-use crate::fs::Filesystem;
 use crate::progress::{totals, Progress};
 use crate::send::{find_sendable, label, send_subvolume, SendError, SendOptions};
-use crate::subvol::SubvolSelector;
+use btrfs_disk::fs::Filesystem;
+pub use btrfs_disk::SubvolSelector;
 
 /// Prints the subvolumes of the filesystem on `devices` as
 /// `btrfs subvolume list -p -u -q -R` does.
@@ -94,9 +94,9 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
     }
     // A send reads the tree once in order; a smaller block cache than the
     // reader's default keeps the peak RSS low at no measurable cost.
-    let opts = crate::fs::Options {
+    let opts = btrfs_disk::fs::Options {
         cache_bytes: SEND_CACHE_BYTES,
-        ..crate::fs::Options::default()
+        ..btrfs_disk::fs::Options::default()
     };
     let fs = Filesystem::open_with(&args.devices, opts)?;
     let mut svs = Vec::new();

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 use rsend::cli::SendArgs;
-use rsend::SubvolSelector;
+use rsend::cli::SubvolSelector;
 
 /// Send btrfs subvolumes as `btrfs send` does, reading devices or image files (no kernel, no mount).
 #[derive(Parser)]

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::error::{Error, Result};
-use crate::fs::Filesystem;
-use crate::items::{key_type, objectid, ExtentKind, FileExtentItem, InodeItem};
-use crate::subvol::Subvolume;
-use crate::tree::Key;
+use btrfs_disk::error::{Error, Result};
+use btrfs_disk::fs::Filesystem;
+use btrfs_disk::items::{key_type, objectid, ExtentKind, FileExtentItem, InodeItem};
+use btrfs_disk::subvol::Subvolume;
+use btrfs_disk::Key;
 
 /// A progress bar on standard error.
 #[derive(Clone)]

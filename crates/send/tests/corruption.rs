@@ -8,10 +8,10 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use btrfs_disk::chunk::Profile;
+use btrfs_disk::items::ExtentKind;
+use btrfs_disk::{Error, Filesystem, NoticeKind, Subvolume};
 use common::{fixtures, manifest_of, read_manifest, recording_options, Fixture};
-use rsend::chunk::Profile;
-use rsend::items::ExtentKind;
-use rsend::{Error, Filesystem, NoticeKind, Subvolume};
 
 /// The first fixture (decompressed into `tmp`) for which `pred` holds on the opened filesystem.
 ///
@@ -121,7 +121,7 @@ fn a_data_extent(fs: &Filesystem, sv: &Subvolume) -> Option<(u64, u64, u64)> {
     let mut stack = vec![256u64];
     while let Some(dir) = stack.pop() {
         for e in fs.read_dir(sv, dir).ok()? {
-            if e.location.item_type != rsend::items::key_type::INODE_ITEM {
+            if e.location.item_type != btrfs_disk::items::key_type::INODE_ITEM {
                 continue;
             }
             let ino = e.location.objectid;
@@ -132,7 +132,7 @@ fn a_data_extent(fs: &Filesystem, sv: &Subvolume) -> Option<(u64, u64, u64)> {
                     for x in fs.file_extents(sv, ino).ok()? {
                         if x.kind == ExtentKind::Regular
                             && x.disk_bytenr != 0
-                            && x.compression == rsend::items::Compression::None
+                            && x.compression == btrfs_disk::items::Compression::None
                             && x.num_bytes >= 4096
                             && x.file_offset + 4096 <= inode.size
                         {
@@ -317,7 +317,7 @@ fn zeroed_raid5_member_still_reads_correctly() {
     let Some((f, devs)) = pick(tmp.path(), |_, fs| {
         fs.chunks()
             .iter()
-            .any(|c| c.profile == Profile::Raid5 && c.flags & rsend::chunk::flags::DATA != 0)
+            .any(|c| c.profile == Profile::Raid5 && c.flags & btrfs_disk::chunk::flags::DATA != 0)
     }) else {
         println!("SKIP zeroed_raid5_member_still_reads_correctly: no RAID5 fixture yet");
         return;
@@ -459,10 +459,10 @@ fn random_byte_flips_in_metadata_never_panic() {
 /// The tree block checksum of the fixture's csum type.
 fn crc32c_like(f: &Fixture, body: &[u8]) -> Vec<u8> {
     let t = match info(f, "csum") {
-        "xxhash" => rsend::csum::CsumType::Xxhash64,
-        "sha256" => rsend::csum::CsumType::Sha256,
-        "blake2" => rsend::csum::CsumType::Blake2b,
-        _ => rsend::csum::CsumType::Crc32c,
+        "xxhash" => btrfs_disk::csum::CsumType::Xxhash64,
+        "sha256" => btrfs_disk::csum::CsumType::Sha256,
+        "blake2" => btrfs_disk::csum::CsumType::Blake2b,
+        _ => btrfs_disk::csum::CsumType::Crc32c,
     };
     t.compute(body)[..t.size()].to_vec()
 }
@@ -473,7 +473,7 @@ fn raid6_reads_with_two_members_missing() {
     let Some((f, devs)) = pick(tmp.path(), |_, fs| {
         fs.chunks()
             .iter()
-            .any(|c| c.profile == Profile::Raid6 && c.flags & rsend::chunk::flags::DATA != 0)
+            .any(|c| c.profile == Profile::Raid6 && c.flags & btrfs_disk::chunk::flags::DATA != 0)
     }) else {
         println!("SKIP raid6_reads_with_two_members_missing: no RAID6 fixture yet");
         return;
@@ -500,9 +500,9 @@ fn raid6_reads_with_two_members_missing() {
 }
 
 /// Rewrites every superblock copy of `dev` through `edit` and re-seals its checksum.
-fn edit_superblocks(dev: &Path, csum: rsend::csum::CsumType, edit: impl Fn(&mut [u8])) {
+fn edit_superblocks(dev: &Path, csum: btrfs_disk::csum::CsumType, edit: impl Fn(&mut [u8])) {
     let len = std::fs::metadata(dev).unwrap().len();
-    for off in rsend::superblock::copy_offsets() {
+    for off in btrfs_disk::superblock::copy_offsets() {
         if off + 4096 > len {
             continue;
         }

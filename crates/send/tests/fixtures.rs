@@ -6,8 +6,8 @@ mod common;
 
 use std::process::Command;
 
+use btrfs_disk::{Filesystem, NoticeKind};
 use common::{fixtures, manifest_of, read_manifest, recording_options};
-use rsend::{Filesystem, NoticeKind};
 
 fn diff(want: &[String], got: &[String]) -> String {
     let w: std::collections::BTreeSet<_> = want.iter().collect();
@@ -173,7 +173,7 @@ fn listed(text: &str) -> Vec<(u64, String, String)> {
 
 #[test]
 fn subvolumes_are_found_by_path_id_and_uuid() {
-    use rsend::SubvolSelector;
+    use btrfs_disk::SubvolSelector;
     let all = fixtures();
     if all.is_empty() {
         println!("SKIP subvolumes_are_found_by_path_id_and_uuid: no fixtures in testdata/images");
@@ -224,7 +224,7 @@ fn subvolumes_are_found_by_path_id_and_uuid() {
 
 #[test]
 fn file_extents_and_backrefs_match_dump_tree() {
-    use rsend::items::{BackRef, Compression, ExtentKind};
+    use btrfs_disk::items::{BackRef, Compression, ExtentKind};
     let all = fixtures();
     if all.is_empty() {
         println!("SKIP file_extents_and_backrefs_match_dump_tree: no fixtures in testdata/images");
@@ -351,7 +351,7 @@ fn unaligned_reads_match_whole_file_reads() {
             let mut stack = vec![256u64];
             while let Some(dir) = stack.pop() {
                 for e in fs.read_dir(&sv, dir).unwrap() {
-                    if e.location.item_type != rsend::items::key_type::INODE_ITEM {
+                    if e.location.item_type != btrfs_disk::items::key_type::INODE_ITEM {
                         continue;
                     }
                     let ino = e.location.objectid;

@@ -12,14 +12,14 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use btrfs_disk::chunk::Profile;
+use btrfs_disk::Filesystem;
 use btrfs_stream::Reader;
 use common::model::Model;
 use common::{
     expected_truncates, fixtures, read_manifest, ro_snapshots, rsend_stream, source_link_groups,
     Fixture,
 };
-use rsend::chunk::Profile;
-use rsend::Filesystem;
 
 fn rsend(args: &[&std::ffi::OsStr]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_rsend"))

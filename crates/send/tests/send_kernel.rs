@@ -22,9 +22,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use btrfs_disk::Filesystem;
 use btrfs_stream::{Command as Cmd, CommandKind, Reader};
 use common::{fixtures, ro_snapshots, rsend_stream, source_link_groups};
-use rsend::Filesystem;
 use testkit::{kernel_available, run, sh, BtrfsImage};
 
 fn manifest_py() -> PathBuf {

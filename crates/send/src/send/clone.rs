@@ -8,9 +8,9 @@
 //! extent is written, which is what a stream without clone search looks
 //! like.
 
-use crate::data::Inode;
-use crate::error::Result;
-use crate::items::FileExtentItem;
+use btrfs_disk::data::Inode;
+use btrfs_disk::error::Result;
+use btrfs_disk::items::FileExtentItem;
 
 /// An extent about to be sent: inode, file range and the EXTENT_DATA item.
 pub struct ExtentRef<'a, 'b> {

@@ -227,7 +227,7 @@ impl Cmd {
 }
 
 /// Converts an on-disk timestamp to the stream's.
-pub(crate) fn ts(t: crate::items::Timespec) -> Timespec {
+pub(crate) fn ts(t: btrfs_disk::items::Timespec) -> Timespec {
     Timespec {
         sec: t.sec,
         nsec: t.nsec,

@@ -30,14 +30,15 @@ use super::cmd::{ts, Bytes, Cmd};
 use super::path::{join, Paths};
 use super::sink::{Emitter, Hangup};
 use super::utimes::DirUtimes;
-use crate::data::Inode;
-use crate::error::Error;
-use crate::fs::Filesystem;
-use crate::items::{
+use btrfs_disk::data::Inode;
+use btrfs_disk::error::Error;
+use btrfs_disk::fs::Filesystem;
+use btrfs_disk::items::{
     dir_entries, inode_extrefs, inode_refs, key_type, objectid, Compression, ExtentKind,
     FileExtentItem, InodeItem,
 };
-use crate::tree::{Item, Key, Tree};
+use btrfs_disk::tree::Item;
+use btrfs_disk::{Key, Tree};
 
 /// FREE_INO_OBJECTID and FREE_SPACE_OBJECTID (the old inode cache): not files.
 const FREE_INO: u64 = -12i64 as u64;

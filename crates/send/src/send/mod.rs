@@ -32,10 +32,10 @@ use btrfs_stream::{Uuid, WriteError, Writer};
 pub use clone::{CloneSearch, CloneSource, ExtentRef, NoClones};
 pub use sink::StreamStats;
 
-use crate::error::Error;
-use crate::fs::Filesystem;
 use crate::progress::Progress;
-use crate::subvol::{SubvolSelector, Subvolume};
+use btrfs_disk::error::Error;
+use btrfs_disk::fs::Filesystem;
+use btrfs_disk::subvol::{SubvolSelector, Subvolume};
 use cmd::{Bytes, Cmd};
 use inode::{FullSend, Root, Stop};
 use sink::{Emitter, Msg, Sink};

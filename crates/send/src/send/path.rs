@@ -14,9 +14,9 @@
 use std::collections::{HashMap, HashSet};
 use std::num::NonZeroUsize;
 
-use crate::error::{Error, Result};
-use crate::items::{inode_extrefs, inode_refs, key_type, objectid, InodeItem};
-use crate::tree::{Key, Tree};
+use btrfs_disk::error::{Error, Result};
+use btrfs_disk::items::{inode_extrefs, inode_refs, key_type, objectid, InodeItem};
+use btrfs_disk::{Key, Tree};
 
 use super::cmd::Bytes;
 

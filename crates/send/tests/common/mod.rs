@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use rsend::items::{file_type, key_type, objectid};
-use rsend::{Filesystem, Subvolume};
+use btrfs_disk::items::{file_type, key_type, objectid};
+use btrfs_disk::{Filesystem, Subvolume};
 use sha2::Digest;
 
 /// testdata/images of the workspace, or `$RSEND_IMAGES` when set (for scratch fixtures).
@@ -112,7 +112,7 @@ pub fn decompress_sparse(src: &Path, dst: &Path) {
     out.set_len(pos).unwrap();
 }
 
-fn ts(t: rsend::items::Timespec) -> String {
+fn ts(t: btrfs_disk::items::Timespec) -> String {
     format!("{}.{:09}", t.sec, t.nsec)
 }
 
@@ -280,14 +280,16 @@ pub fn hex(b: &[u8]) -> String {
 
 /// A notice sink that records every notice.
 pub fn recording_options() -> (
-    rsend::Options,
-    std::sync::Arc<std::sync::Mutex<Vec<rsend::Notice>>>,
+    btrfs_disk::Options,
+    std::sync::Arc<std::sync::Mutex<Vec<btrfs_disk::Notice>>>,
 ) {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let s2 = seen.clone();
-    let opts = rsend::Options {
-        notice: std::sync::Arc::new(move |n: &rsend::Notice| s2.lock().unwrap().push(n.clone())),
-        ..rsend::Options::default()
+    let opts = btrfs_disk::Options {
+        notice: std::sync::Arc::new(move |n: &btrfs_disk::Notice| {
+            s2.lock().unwrap().push(n.clone())
+        }),
+        ..btrfs_disk::Options::default()
     };
     (opts, seen)
 }

@@ -1,5 +1,5 @@
-//! B-tree blocks (nodes and leaves), their validation, the block cache, and
-//! searching and iterating a tree.
+//! Tree blocks (nodes and leaves): their layout, their validation, the block
+//! cache, and [`BlockSource`], the one way tree code reads a block.
 
 use std::sync::Arc;
 
@@ -7,8 +7,8 @@ use uuid::Uuid;
 
 use crate::bytes::{u32_at, u64_at, u8_at, uuid_at};
 use crate::csum::CsumType;
-use crate::error::{Error, Result};
-use crate::fs::Filesystem;
+use crate::error::Result;
+use crate::key::Key;
 
 /// Size of a tree block header.
 pub const HEADER_SIZE: usize = 0x65;
@@ -16,63 +16,14 @@ pub const HEADER_SIZE: usize = 0x65;
 pub const ITEM_SIZE: usize = 25;
 /// Size of a node key pointer.
 pub const KEY_PTR_SIZE: usize = 33;
-/// Size of an on-disk key.
-pub const DISK_KEY_SIZE: usize = 17;
 /// Tree levels go from 0 (leaf) to 7.
 pub const MAX_LEVEL: u8 = 8;
 
-/// A btrfs key: items sort by (objectid, item_type, offset).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Key {
-    /// Object id (inode number, tree id, logical address, ...).
-    pub objectid: u64,
-    /// Item type.
-    pub item_type: u8,
-    /// Type-specific offset.
-    pub offset: u64,
-}
-
-impl Key {
-    /// A key from its three parts.
-    pub const fn new(objectid: u64, item_type: u8, offset: u64) -> Key {
-        Key {
-            objectid,
-            item_type,
-            offset,
-        }
-    }
-
-    /// The smallest key.
-    pub const MIN: Key = Key::new(0, 0, 0);
-    /// The largest key.
-    pub const MAX: Key = Key::new(u64::MAX, u8::MAX, u64::MAX);
-
-    /// Decodes a 17-byte disk key at `off`.
-    #[inline]
-    pub fn parse(b: &[u8], off: usize) -> Option<Key> {
-        Some(Key {
-            objectid: u64_at(b, off)?,
-            item_type: u8_at(b, off + 8)?,
-            offset: u64_at(b, off + 9)?,
-        })
-    }
-}
-
-impl std::fmt::Display for Key {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let obj = self.objectid as i64;
-        // Negative ids print as progs does for the well-known ones.
-        if (-256..0).contains(&obj) {
-            write!(f, "({obj} ")?;
-        } else {
-            write!(f, "({} ", self.objectid)?;
-        }
-        match crate::items::key_type_name(self.item_type) {
-            Some(n) => write!(f, "{n} ")?,
-            None => write!(f, "UNKNOWN.{} ", self.item_type)?,
-        }
-        write!(f, "{})", self.offset)
-    }
+/// Where tree blocks come from: a filesystem on its devices, or blocks held
+/// in memory. Returns the block at `e.logical`, validated and matching `e`.
+pub trait BlockSource: Sync {
+    /// The validated block that `e` points to.
+    fn tree_block(&self, e: &Expect) -> Result<Block>;
 }
 
 /// A node's pointer to a child block.
@@ -166,7 +117,7 @@ impl Block {
         Some((key, self.data.get(start..start + len)?))
     }
 
-    fn item_span(&self, i: usize) -> Option<(Key, usize, usize)> {
+    pub(crate) fn item_span(&self, i: usize) -> Option<(Key, usize, usize)> {
         if !self.is_leaf() || i >= self.nritems() {
             return None;
         }
@@ -197,7 +148,7 @@ impl Block {
     }
 
     /// Index of the first item with key ≥ `key` (nritems if none).
-    fn lower_bound(&self, key: &Key) -> usize {
+    pub(crate) fn lower_bound(&self, key: &Key) -> usize {
         let (mut lo, mut hi) = (0, self.nritems());
         while lo < hi {
             let mid = (lo + hi) / 2;
@@ -210,7 +161,7 @@ impl Block {
     }
 
     /// Index of the last key ≤ `key`, if any.
-    fn last_le(&self, key: &Key) -> Option<usize> {
+    pub(crate) fn last_le(&self, key: &Key) -> Option<usize> {
         let (mut lo, mut hi) = (0, self.nritems());
         while lo < hi {
             let mid = (lo + hi) / 2;
@@ -416,308 +367,6 @@ impl BlockCache {
     }
 }
 
-/// One item found in a leaf: its key and a view of its data.
-#[derive(Clone)]
-pub struct Item {
-    /// The item's key.
-    pub key: Key,
-    block: Block,
-    start: u32,
-    len: u32,
-}
-
-impl std::fmt::Debug for Item {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Item({}, {} bytes)", self.key, self.len)
-    }
-}
-
-impl Item {
-    /// The item's data.
-    #[inline]
-    pub fn data(&self) -> &[u8] {
-        self.block
-            .data
-            .get(self.start as usize..self.start as usize + self.len as usize)
-            .unwrap_or(&[])
-    }
-    /// The leaf holding it.
-    pub fn leaf(&self) -> &Block {
-        &self.block
-    }
-}
-
-/// A tree: where its root is and what to expect of it.
-#[derive(Clone, Copy)]
-pub struct Tree<'fs> {
-    fs: &'fs Filesystem,
-    /// The tree id.
-    pub id: u64,
-    /// Logical address of the root block.
-    pub root: u64,
-    /// Generation of the root block.
-    pub generation: u64,
-    /// Level of the root block.
-    pub level: u8,
-}
-
-impl std::fmt::Debug for Tree<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tree")
-            .field("id", &self.id)
-            .field("root", &self.root)
-            .field("generation", &self.generation)
-            .field("level", &self.level)
-            .finish()
-    }
-}
-
-impl<'fs> Tree<'fs> {
-    pub(crate) fn new(fs: &'fs Filesystem, id: u64, root: u64, generation: u64, level: u8) -> Self {
-        Tree {
-            fs,
-            id,
-            root,
-            generation,
-            level,
-        }
-    }
-
-    /// The filesystem it belongs to.
-    pub fn fs(&self) -> &'fs Filesystem {
-        self.fs
-    }
-
-    /// The root block.
-    pub fn root_block(&self) -> Result<Block> {
-        self.fs.tree_block(&Expect {
-            logical: self.root,
-            generation: self.generation,
-            level: self.level,
-            first_key: None,
-            tree: self.id,
-        })
-    }
-
-    /// Child `slot` of `node`, validated against the node's pointer.
-    pub fn child(&self, node: &Block, slot: usize) -> Result<Block> {
-        let ptr = node.key_ptr(slot).ok_or_else(|| Error::BadTreeBlock {
-            logical: node.bytenr(),
-            tree: self.id,
-            reason: format!("no pointer {slot}"),
-        })?;
-        self.fs.tree_block(&Expect {
-            logical: ptr.blockptr,
-            generation: ptr.generation,
-            level: node.level() - 1,
-            first_key: Some(ptr.key),
-            tree: self.id,
-        })
-    }
-
-    /// The item with exactly `key`.
-    pub fn search(&self, key: &Key) -> Result<Option<Item>> {
-        let mut c = self.cursor();
-        Ok(c.seek_ge(key)?.filter(|i| i.key == *key))
-    }
-
-    /// The last item with key ≤ `key`.
-    pub fn search_le(&self, key: &Key) -> Result<Option<Item>> {
-        self.cursor().seek_le(key)
-    }
-
-    /// Items with keys in `from..=to`, in key order.
-    pub fn range(&self, from: Key, to: Key) -> RangeIter<'fs> {
-        RangeIter {
-            cursor: self.cursor(),
-            start: Start::Ge(from),
-            to,
-        }
-    }
-
-    /// Items from the last one with key ≤ `from` (or the first after it when none) up to `to`.
-    pub fn range_from_le(&self, from: Key, to: Key) -> RangeIter<'fs> {
-        RangeIter {
-            cursor: self.cursor(),
-            start: Start::Le(from),
-            to,
-        }
-    }
-
-    /// A cursor for walking items.
-    pub fn cursor(&self) -> Cursor<'fs> {
-        Cursor {
-            tree: *self,
-            path: Vec::with_capacity(usize::from(self.level) + 1),
-        }
-    }
-}
-
-/// A position in a tree: the path of blocks from the root to one leaf item.
-pub struct Cursor<'fs> {
-    tree: Tree<'fs>,
-    path: Vec<(Block, usize)>,
-}
-
-impl<'fs> Cursor<'fs> {
-    /// Moves to the first item with key ≥ `key`.
-    pub fn seek_ge(&mut self, key: &Key) -> Result<Option<Item>> {
-        self.path.clear();
-        let mut b = self.tree.root_block()?;
-        loop {
-            if b.is_leaf() {
-                let slot = b.lower_bound(key);
-                let n = b.nritems();
-                self.path.push((b, slot));
-                if slot >= n {
-                    return self.next_leaf();
-                }
-                return Ok(self.current());
-            }
-            let slot = b.last_le(key).unwrap_or(0);
-            let child = self.tree.child(&b, slot)?;
-            self.path.push((b, slot));
-            b = child;
-        }
-    }
-
-    /// Moves to the last item with key ≤ `key`; when there is none, to the first item.
-    ///
-    /// Returns the item only when its key is ≤ `key`.
-    pub fn seek_le(&mut self, key: &Key) -> Result<Option<Item>> {
-        self.path.clear();
-        let mut b = self.tree.root_block()?;
-        loop {
-            if b.is_leaf() {
-                match b.last_le(key) {
-                    Some(slot) => {
-                        self.path.push((b, slot));
-                        return Ok(self.current());
-                    }
-                    None => {
-                        let empty = b.nritems() == 0;
-                        self.path.push((b, 0));
-                        if empty {
-                            self.next_leaf()?;
-                        }
-                        return Ok(None);
-                    }
-                }
-            }
-            let slot = b.last_le(key).unwrap_or(0);
-            let child = self.tree.child(&b, slot)?;
-            self.path.push((b, slot));
-            b = child;
-        }
-    }
-
-    /// The item at the cursor.
-    pub fn current(&self) -> Option<Item> {
-        let (b, slot) = self.path.last()?;
-        let (key, start, len) = b.item_span(*slot)?;
-        Some(Item {
-            key,
-            block: b.clone(),
-            start: start as u32,
-            len: len as u32,
-        })
-    }
-
-    /// Advances to the next item.
-    pub fn next_item(&mut self) -> Result<Option<Item>> {
-        match self.path.last_mut() {
-            None => Ok(None),
-            Some((b, slot)) => {
-                *slot += 1;
-                if *slot < b.nritems() {
-                    Ok(self.current())
-                } else {
-                    self.next_leaf()
-                }
-            }
-        }
-    }
-
-    /// Moves to the first item of the next non-empty leaf.
-    fn next_leaf(&mut self) -> Result<Option<Item>> {
-        loop {
-            self.path.pop();
-            let Some((node, slot)) = self.path.last_mut() else {
-                return Ok(None);
-            };
-            if *slot + 1 >= node.nritems() {
-                continue;
-            }
-            *slot += 1;
-            let mut b = self.tree.child(node, *slot)?;
-            while !b.is_leaf() {
-                let child = self.tree.child(&b, 0)?;
-                self.path.push((b, 0));
-                b = child;
-            }
-            let empty = b.nritems() == 0;
-            self.path.push((b, 0));
-            if !empty {
-                return Ok(self.current());
-            }
-        }
-    }
-}
-
-enum Start {
-    Ge(Key),
-    Le(Key),
-    Started,
-    Done,
-}
-
-/// Iterator over the items of a key range.
-pub struct RangeIter<'fs> {
-    cursor: Cursor<'fs>,
-    start: Start,
-    to: Key,
-}
-
-impl Iterator for RangeIter<'_> {
-    type Item = Result<Item>;
-
-    fn next(&mut self) -> Option<Result<Item>> {
-        let r = match std::mem::replace(&mut self.start, Start::Started) {
-            Start::Ge(k) => self.cursor.seek_ge(&k),
-            Start::Le(k) => match self.cursor.seek_le(&k) {
-                Ok(None) => self.cursor.current_or_next(),
-                other => other,
-            },
-            Start::Started => self.cursor.next_item(),
-            Start::Done => {
-                self.start = Start::Done;
-                return None;
-            }
-        };
-        match r {
-            Ok(Some(item)) if item.key <= self.to => Some(Ok(item)),
-            Ok(_) => {
-                self.start = Start::Done;
-                None
-            }
-            Err(e) => {
-                self.start = Start::Done;
-                Some(Err(e))
-            }
-        }
-    }
-}
-
-impl Cursor<'_> {
-    /// The item at the cursor, or the next one when the cursor is before the first.
-    fn current_or_next(&mut self) -> Result<Option<Item>> {
-        match self.current() {
-            Some(i) => Ok(Some(i)),
-            None => self.next_item(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -753,18 +402,5 @@ mod tests {
         c.remove(3);
         assert_eq!(c.last_key(), None, "removing last drops it");
         assert!(c.get(3).is_none());
-    }
-
-    #[test]
-    fn keys_order_by_objectid_then_type_then_offset() {
-        let a = Key::new(1, 200, 0);
-        let b = Key::new(2, 1, 0);
-        let c = Key::new(2, 1, 5);
-        assert!(a < b && b < c);
-        assert_eq!(Key::new(256, 1, 0).to_string(), "(256 INODE_ITEM 0)");
-        assert_eq!(
-            Key::new(-10i64 as u64, 128, 4096).to_string(),
-            "(-10 EXTENT_CSUM 4096)"
-        );
     }
 }

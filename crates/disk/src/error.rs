@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use uuid::Uuid;
 
-use crate::tree::Key;
+use crate::key::Key;
 
 /// Everything that can go wrong while reading a btrfs filesystem.
 #[derive(Debug, thiserror::Error)]

@@ -6,13 +6,16 @@ use std::sync::{Arc, Mutex};
 
 use uuid::Uuid;
 
+use crate::block::{check_expect, validate, Block, BlockCache, BlockSource, Expect};
 use crate::chunk::{parse_sys_chunk_array, raid56, Chunk, ChunkMap, Profile};
 use crate::csum::CsumType;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::items::{key_type, objectid, DevItem, RootItem};
+use crate::items::{DevItem, RootItem};
+use crate::key::Key;
+use crate::key::{key_type, objectid};
 use crate::superblock::Superblock;
-use crate::tree::{check_expect, validate, Block, BlockCache, Expect, Key, Tree};
+use crate::tree::{Item, Tree};
 
 /// Default size of the tree block cache.
 pub const DEFAULT_CACHE_BYTES: usize = 256 << 20;
@@ -381,10 +384,7 @@ impl Filesystem {
     }
 
     /// The last ROOT_ITEM of `id`: its key, root location and the item.
-    pub(crate) fn find_root_item(
-        &self,
-        id: u64,
-    ) -> Result<Option<(Key, RootLocation, crate::tree::Item)>> {
+    pub(crate) fn find_root_item(&self, id: u64) -> Result<Option<(Key, RootLocation, Item)>> {
         let rt = self.root_tree();
         let Some(item) = rt.search_le(&Key::new(id, key_type::ROOT_ITEM, u64::MAX))? else {
             return Ok(None);
@@ -655,5 +655,11 @@ mod tests {
     fn filesystem_can_be_shared_between_threads() {
         fn check<T: Send + Sync>() {}
         check::<super::Filesystem>();
+    }
+}
+
+impl BlockSource for Filesystem {
+    fn tree_block(&self, e: &Expect) -> Result<Block> {
+        Filesystem::tree_block(self, e)
     }
 }

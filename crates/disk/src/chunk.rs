@@ -380,7 +380,7 @@ pub fn parse_sys_chunk_array(mut a: &[u8]) -> Result<Vec<Chunk>, String> {
         let key_obj = u64_at(a, 0).ok_or("sys_chunk_array: truncated key")?;
         let key_type = *a.get(8).ok_or("sys_chunk_array: truncated key")?;
         let logical = u64_at(a, 9).ok_or("sys_chunk_array: truncated key")?;
-        if key_obj != 256 || key_type != crate::items::key_type::CHUNK_ITEM {
+        if key_obj != 256 || key_type != crate::key::key_type::CHUNK_ITEM {
             return Err(format!(
                 "sys_chunk_array: unexpected key ({key_obj}, {key_type}, {logical})"
             ));

@@ -11,7 +11,8 @@ use crate::items::{
     inode_refs, key_type, objectid, uuid_key, uuid_subvols, RootItem, RootRef, Timespec,
     ROOT_SUBVOL_DEAD, ROOT_SUBVOL_RDONLY,
 };
-use crate::tree::{Key, Tree};
+use crate::key::Key;
+use crate::tree::Tree;
 
 /// Where a subvolume is linked in its parent.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,8 +10,9 @@ use crate::items::{
     dir_entries, inode_extrefs, inode_flags, inode_refs, key_type, objectid, Compression,
     ExtentKind, FileExtentItem, InodeItem, InodeRef, Timespec,
 };
+use crate::key::Key;
 use crate::subvol::Subvolume;
-use crate::tree::{Key, Tree};
+use crate::tree::Tree;
 
 /// An inode's attributes (decoded INODE_ITEM).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

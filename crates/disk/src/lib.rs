@@ -1,0 +1,47 @@
+//! The btrfs on-disk reader: filesystems read straight from image files and
+//! block devices, with no kernel, mount or ioctl.
+//!
+//! [`Filesystem::open`] takes the devices; from there you get subvolumes
+//! ([`Filesystem::subvolumes`], [`Filesystem::find_subvolume`]), trees
+//! ([`tree::Tree`] with point lookups, range iteration and cursors), typed
+//! item views ([`items`]) and file data ([`Filesystem::read_file`]), checked
+//! against the checksum tree and repaired from other copies.
+//!
+//! The modules form layers, each importing only those below it:
+//!
+//! 1. [`key`], [`csum`], [`error`]: keys and key types, checksums, errors;
+//! 2. [`superblock`], [`items`], [`chunk`]: decoding of on-disk structures;
+//! 3. [`device`]: reading devices and image files;
+//! 4. [`block`]: tree blocks, their validation and cache, and the
+//!    [`BlockSource`] trait through which trees read blocks;
+//! 5. [`tree`]: searching and walking any tree over a [`BlockSource`];
+//! 6. [`fs`]: the [`Filesystem`] (devices, chunk map, RAID, the root trees),
+//!    itself a [`BlockSource`];
+//! 7. [`subvol`], [`data`]: subvolumes, inodes, directories and file data.
+//!
+//! The only `unsafe` code is the memory map of an image file in [`device`].
+
+#![warn(missing_docs)]
+
+pub mod block;
+pub mod chunk;
+pub mod csum;
+pub mod data;
+pub mod device;
+pub mod error;
+pub mod fs;
+pub mod items;
+pub mod key;
+pub mod subvol;
+pub mod superblock;
+pub mod tree;
+
+mod bytes;
+
+pub use block::{Block, BlockSource, Expect};
+pub use data::{DirEntryInfo, FileExtent, Inode};
+pub use error::{Error, Result};
+pub use fs::{Filesystem, Notice, NoticeKind, Options, RootLocation};
+pub use key::Key;
+pub use subvol::{SubvolSelector, Subvolume};
+pub use tree::Tree;
