@@ -3,6 +3,7 @@
 use std::fs::File;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::superblock::{copy_offsets, Superblock, SUPER_INFO_SIZE};
@@ -23,6 +24,8 @@ enum Source {
     Mmap(memmap2::Mmap, File),
     /// A mounted block device, read with O_DIRECT so the page cache is bypassed.
     Direct(File),
+    /// An image held in memory.
+    Memory(Arc<[u8]>),
 }
 
 /// The bytes of one device or image file.
@@ -96,6 +99,23 @@ impl Device {
                 io.source = map_file(file, size).map_err(err)?;
             }
         }
+        Ok(Device {
+            io,
+            superblock,
+            notes,
+        })
+    }
+
+    /// A device whose bytes are `image`, held in memory; `name` stands for
+    /// its path in messages.
+    pub fn from_bytes(name: impl Into<PathBuf>, image: Arc<[u8]>) -> Result<Device> {
+        let io = DeviceIo {
+            path: name.into(),
+            size: image.len() as u64,
+            source: Source::Memory(image),
+        };
+        let mut notes = Vec::new();
+        let superblock = io.choose_superblock(&mut notes)?;
         Ok(Device {
             io,
             superblock,
@@ -217,6 +237,15 @@ impl DeviceIo {
                 buf.copy_from_slice(src);
                 Ok(())
             }
+            Source::Memory(m) => {
+                let src = usize::try_from(physical)
+                    .ok()
+                    .zip(usize::try_from(end).ok())
+                    .and_then(|(s, e)| m.get(s..e))
+                    .ok_or_else(short)?;
+                buf.copy_from_slice(src);
+                Ok(())
+            }
             Source::Direct(f) => self.read_direct(f, physical, buf),
         }
     }
@@ -225,6 +254,10 @@ impl DeviceIo {
     pub fn slice(&self, physical: u64, len: usize) -> Option<&[u8]> {
         match &self.source {
             Source::Mmap(m, _) => {
+                let s = usize::try_from(physical).ok()?;
+                m.get(s..s.checked_add(len)?)
+            }
+            Source::Memory(m) => {
                 let s = usize::try_from(physical).ok()?;
                 m.get(s..s.checked_add(len)?)
             }

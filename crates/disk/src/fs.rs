@@ -144,6 +144,16 @@ impl Filesystem {
         if opened.is_empty() {
             return Err(first_err.unwrap_or(Error::NoDevices));
         }
+        Filesystem::from_devices(opened, opts)
+    }
+
+    /// The filesystem on devices already opened (for example images held in
+    /// memory, [`Device::from_bytes`]).
+    pub fn from_devices(opened: Vec<Device>, opts: Options) -> Result<Filesystem> {
+        let say = |kind, message: String| (opts.notice)(&Notice { kind, message });
+        if opened.is_empty() {
+            return Err(Error::NoDevices);
+        }
         for d in &opened {
             for n in d.notes() {
                 say(NoticeKind::Note, n.clone());

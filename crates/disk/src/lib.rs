@@ -15,6 +15,7 @@
 //! 4. [`block`]: tree blocks, their validation and cache, and the
 //!    [`BlockSource`] trait through which trees read blocks;
 //! 5. [`tree`]: searching and walking any tree over a [`BlockSource`];
+//!    [`mem`] holds trees in memory, for tests and fuzzing;
 //! 6. [`fs`]: the [`Filesystem`] (devices, chunk map, RAID, the root trees),
 //!    itself a [`BlockSource`];
 //! 7. [`subvol`], [`data`]: subvolumes, inodes, directories and file data.
@@ -32,6 +33,7 @@ pub mod error;
 pub mod fs;
 pub mod items;
 pub mod key;
+pub mod mem;
 pub mod subvol;
 pub mod superblock;
 pub mod tree;

@@ -303,3 +303,165 @@ impl Cursor<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::KeyPtr;
+    use crate::csum::CsumType;
+    use crate::mem::MemBlocks;
+    use uuid::Uuid;
+
+    const NODESIZE: usize = 4096;
+    const GEN: u64 = 7;
+    const TREE: u64 = 5;
+
+    /// Items (k, 0, k * 10) with k = 0, 3, 6, ...: a value names its key.
+    fn items(n: u64) -> Vec<(Key, Vec<u8>)> {
+        (0..n)
+            .map(|i| (Key::new(i * 3, 0, i * 10), (i * 3).to_le_bytes().to_vec()))
+            .collect()
+    }
+
+    /// A tree of `items`, `per_leaf` items per leaf and `fanout` pointers
+    /// per node, in memory; returns the blocks and the root pointer and level.
+    fn build(items: &[(Key, Vec<u8>)], per_leaf: usize, fanout: usize) -> (MemBlocks, KeyPtr, u8) {
+        let mut m = MemBlocks::new(NODESIZE, Uuid::from_u128(1), CsumType::Crc32c);
+        let mut next = 1u64 << 20;
+        let mut alloc = || {
+            next += NODESIZE as u64;
+            next
+        };
+        let mut level = 0u8;
+        let mut ptrs: Vec<KeyPtr> = items
+            .chunks(per_leaf)
+            .map(|c| {
+                let refs: Vec<(Key, &[u8])> = c.iter().map(|(k, v)| (*k, &v[..])).collect();
+                m.leaf(alloc(), GEN, TREE, &refs).unwrap()
+            })
+            .collect();
+        while ptrs.len() > 1 {
+            level += 1;
+            ptrs = ptrs
+                .chunks(fanout)
+                .map(|c| m.node(alloc(), GEN, TREE, level, c).unwrap())
+                .collect();
+        }
+        (m, ptrs[0], level)
+    }
+
+    fn tree(m: &MemBlocks, root: KeyPtr, level: u8) -> Tree<'_> {
+        Tree::new(m, TREE, root.blockptr, root.generation, level)
+    }
+
+    #[test]
+    fn three_level_tree_answers_like_a_sorted_map() {
+        let all = items(500);
+        let (m, root, level) = build(&all, 7, 4);
+        assert!(level >= 3);
+        let t = tree(&m, root, level);
+        let model: std::collections::BTreeMap<Key, Vec<u8>> = all.iter().cloned().collect();
+        for probe in (0..1600).step_by(1) {
+            let k = Key::new(probe, 0, (probe / 3) * 10);
+            assert_eq!(
+                t.search(&k).unwrap().map(|i| i.data().to_vec()),
+                model.get(&k).cloned(),
+                "search {k}"
+            );
+            let le = t.search_le(&Key::new(probe, 0, u64::MAX)).unwrap();
+            let want = model.range(..=Key::new(probe, 0, u64::MAX)).next_back();
+            assert_eq!(le.map(|i| i.key), want.map(|(k, _)| *k), "search_le {probe}");
+        }
+        let got: Vec<Key> = t
+            .range(Key::new(100, 0, 0), Key::new(1000, 0, 0))
+            .map(|i| i.unwrap().key)
+            .collect();
+        let want: Vec<Key> = model
+            .range(Key::new(100, 0, 0)..=Key::new(1000, 0, 0))
+            .map(|(k, _)| *k)
+            .collect();
+        assert_eq!(got, want);
+        let all_keys: Vec<Key> = t.range(Key::MIN, Key::MAX).map(|i| i.unwrap().key).collect();
+        assert_eq!(all_keys.len(), 500);
+    }
+
+    #[test]
+    fn cursor_walks_across_leaves_and_stops_at_the_end() {
+        let all = items(40);
+        let (m, root, level) = build(&all, 3, 3);
+        let t = tree(&m, root, level);
+        let mut c = t.cursor();
+        let first = c.seek_ge(&Key::new(10, 0, 0)).unwrap().unwrap();
+        assert_eq!(first.key.objectid, 12);
+        let mut seen = vec![first.key.objectid];
+        while let Some(i) = c.next_item().unwrap() {
+            seen.push(i.key.objectid);
+        }
+        assert_eq!(seen, (4..40).map(|i| i * 3).collect::<Vec<_>>());
+        assert!(t.cursor().seek_ge(&Key::new(1000, 0, 0)).unwrap().is_none());
+        // Before the first key: seek_le finds nothing, the range starts at the first.
+        assert!(t.search_le(&Key::MIN).unwrap().is_none() || all[0].0 == Key::MIN);
+        let from_le: Vec<u64> = t
+            .range_from_le(Key::new(7, 0, 0), Key::new(12, 0, u64::MAX))
+            .map(|i| i.unwrap().key.objectid)
+            .collect();
+        assert_eq!(from_le, vec![6, 9, 12]);
+    }
+
+    #[test]
+    fn a_corrupt_child_is_an_error_naming_the_block_and_tree() {
+        let all = items(60);
+        let (mut m, root, level) = build(&all, 5, 4);
+        let t = tree(&m, root, level);
+        // The leaf holding key 90 (item 30).
+        let leaf = t.search(&Key::new(90, 0, 300)).unwrap().unwrap().leaf().bytenr();
+        let mut raw = t.search(&Key::new(90, 0, 300)).unwrap().unwrap().leaf().bytes().to_vec();
+        raw[200] ^= 0xff;
+        m.insert_raw(leaf, raw);
+        let t = tree(&m, root, level);
+        let e = t.search(&Key::new(90, 0, 300)).unwrap_err().to_string();
+        assert!(e.contains(&format!("logical {leaf}")) && e.contains("tree 5"), "{e}");
+        assert!(e.contains("checksum mismatch"), "{e}");
+        // Items in other leaves still read.
+        assert!(t.search(&Key::new(0, 0, 0)).unwrap().is_some());
+        let errors = t.range(Key::MIN, Key::MAX).filter(|r| r.is_err()).count();
+        assert_eq!(errors, 1, "a range stops at the first error");
+    }
+
+    #[test]
+    fn a_parent_pointer_that_disagrees_with_the_child_is_an_error() {
+        let all = items(20);
+        let mut m = MemBlocks::new(NODESIZE, Uuid::from_u128(1), CsumType::Crc32c);
+        let refs: Vec<(Key, &[u8])> = all[..10].iter().map(|(k, v)| (*k, &v[..])).collect();
+        let a = m.leaf(8192, GEN, TREE, &refs).unwrap();
+        let refs: Vec<(Key, &[u8])> = all[10..].iter().map(|(k, v)| (*k, &v[..])).collect();
+        let b = m.leaf(12288, GEN, TREE, &refs).unwrap();
+        let stale = KeyPtr {
+            generation: GEN + 1,
+            ..b
+        };
+        let root = m.node(16384, GEN + 1, TREE, 1, &[a, stale]).unwrap();
+        let t = tree(&m, root, 1);
+        let e = t.search(&all[15].0).unwrap_err().to_string();
+        assert!(e.contains("generation 7 where the parent says 8"), "{e}");
+        let moved = KeyPtr {
+            key: Key::new(31, 0, 0),
+            ..b
+        };
+        let root = m.node(20480, GEN, TREE, 1, &[a, moved]).unwrap();
+        let e = tree(&m, root, 1).search(&all[15].0).unwrap_err().to_string();
+        assert!(e.contains("first key"), "{e}");
+        // A block from another filesystem.
+        let mut other = MemBlocks::new(NODESIZE, Uuid::from_u128(2), CsumType::Crc32c);
+        let refs: Vec<(Key, &[u8])> = all.iter().map(|(k, v)| (*k, &v[..])).collect();
+        let p = other.leaf(8192, GEN, TREE, &refs).unwrap();
+        let raw = Tree::new(&other, TREE, p.blockptr, GEN, 0)
+            .root_block()
+            .unwrap()
+            .bytes()
+            .to_vec();
+        m.insert_raw(24576, raw);
+        let e = Tree::new(&m, TREE, 24576, GEN, 0).root_block().unwrap_err().to_string();
+        assert!(e.contains("header"), "{e}");
+    }
+}
