@@ -4,6 +4,13 @@
 # (rreceive), and check the result against the snapshot's manifest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for tool in zstd getfattr setfattr python3; do
+    if ! command -v "$tool" >/dev/null; then
+        echo "demo.sh: needs $tool (Debian: apt-get install zstd attr python3)" >&2
+        exit 1
+    fi
+done
+# The root is a plain workspace: this builds rsend, rreceive and rdump.
 cargo build --release -q
 bin=target/release
 work=$(mktemp -d)

@@ -659,17 +659,17 @@ impl Filesystem {
     }
 }
 
+impl BlockSource for Filesystem {
+    fn tree_block(&self, e: &Expect) -> Result<Block> {
+        Filesystem::tree_block(self, e)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn filesystem_can_be_shared_between_threads() {
         fn check<T: Send + Sync>() {}
         check::<super::Filesystem>();
-    }
-}
-
-impl BlockSource for Filesystem {
-    fn tree_block(&self, e: &Expect) -> Result<Block> {
-        Filesystem::tree_block(self, e)
     }
 }
