@@ -666,12 +666,17 @@ impl FileCtx<'_, '_> {
                     .ok_or_else(|| self.bad(start, "extent address overflows"))?;
                 let extent = (fe.disk_bytenr(), fe.disk_num_bytes());
                 let a0 = logical - logical % ss;
-                let a1 = (logical + out.len() as u64).div_ceil(ss) * ss;
-                if a0 == logical && a1 == logical + out.len() as u64 {
+                let end = logical.checked_add(out.len() as u64);
+                let a1 = end
+                    .and_then(|e| e.checked_next_multiple_of(ss))
+                    .ok_or_else(|| self.bad(start, "extent address overflows"))?;
+                if a0 == logical && Some(a1) == end {
                     fs.read_verified(self, extent, logical, file_pos, out)
                 } else {
                     let mut tmp = vec![0u8; (a1 - a0) as usize];
-                    fs.read_verified(self, extent, a0, file_pos - (logical - a0), &mut tmp)?;
+                    // The file offset of the first sector read, for messages.
+                    let at = file_pos.saturating_sub(logical - a0);
+                    fs.read_verified(self, extent, a0, at, &mut tmp)?;
                     let h = (logical - a0) as usize;
                     out.copy_from_slice(&tmp[h..h + out.len()]);
                     Ok(())
