@@ -226,18 +226,6 @@ pub struct Receiver<'o> {
 
 type R<T> = Result<T, CmdError>;
 
-fn bad(which: &'static str) -> impl FnOnce(path::PathError) -> CmdError {
-    move |err| CmdError::Path { which, err }
-}
-
-fn check(p: &[u8]) -> R<()> {
-    path::check(p).map_err(bad("path"))
-}
-
-fn check_root_or(p: &[u8]) -> R<()> {
-    path::check_root_or(p).map_err(bad("path"))
-}
-
 fn file_from(fd: std::os::fd::RawFd) -> File {
     File::from(ioctl::owned(fd))
 }
@@ -745,7 +733,6 @@ impl<'o> Receiver<'o> {
     }
 
     fn defer(&mut self, pos: Position, path: &[u8], what: Create) -> R<Flow> {
-        check(path)?;
         let cur = self.cur()?;
         cur.pending = Some(Pending {
             cmd_pos: pos,
@@ -756,8 +743,11 @@ impl<'o> Receiver<'o> {
         Ok(Flow::Continue)
     }
 
+    /// Applies one command. Every path it carries is checked first
+    /// ([`path::confine`]); the functions below take checked paths.
     fn dispatch(&mut self, cmd: &Command<'_>, pos: Position) -> R<Flow> {
         use Command as C;
+        path::confine(cmd)?;
         match *cmd {
             C::Subvol {
                 path,
@@ -780,16 +770,6 @@ impl<'o> Receiver<'o> {
             C::Mkfifo { path, .. } => self.defer(pos, path, Create::Fifo),
             C::Mksock { path, .. } => self.defer(pos, path, Create::Sock),
             C::Symlink { path, target, .. } => {
-                if target.is_empty() || target.contains(&0) {
-                    return Err(CmdError::Path {
-                        which: "symlink target",
-                        err: if target.is_empty() {
-                            path::PathError::Empty
-                        } else {
-                            path::PathError::Nul
-                        },
-                    });
-                }
                 self.defer(pos, path, Create::Symlink(target.to_vec()))
             }
             C::Rename { from, to } => self.rename(from, to),
@@ -814,8 +794,7 @@ impl<'o> Receiver<'o> {
             C::Utimes {
                 path, atime, mtime, ..
             } => self.utimes(pos, path, atime, mtime),
-            C::UpdateExtent { path, .. } => {
-                check(path)?;
+            C::UpdateExtent { .. } => {
                 self.cur()?;
                 Ok(Flow::Continue)
             }
@@ -864,7 +843,6 @@ impl<'o> Receiver<'o> {
         if self.cur.is_some() {
             return Err(CmdError::NestedSubvol);
         }
-        path::check_subvol_name(name).map_err(bad("subvolume name"))?;
         let state = SubvolState {
             received_uuid: uuid,
             ctransid,
@@ -892,7 +870,6 @@ impl<'o> Receiver<'o> {
         if self.cur.is_some() {
             return Err(CmdError::NestedSubvol);
         }
-        path::check_subvol_name(name).map_err(bad("subvolume name"))?;
         let parent = self
             .dest
             .find(parent_uuid)
@@ -985,6 +962,11 @@ impl<'o> Receiver<'o> {
     /// Folds `cmd` into the held-back create `p` where the result is the
     /// same as applying it after the create.
     fn fold(&mut self, p: &mut Pending, cmd: &Command<'_>, pos: Position) -> Fold {
+        // A command with a path that is not allowed is never folded in:
+        // applied on its own, it fails with its own error.
+        if path::confine(cmd).is_err() {
+            return Fold::No;
+        }
         let is_file = matches!(p.what, Create::File);
         let r = &mut p.recipe;
         match *cmd {
@@ -992,11 +974,10 @@ impl<'o> Receiver<'o> {
                 // Creating in the final directory is the same as creating
                 // at the orphan name and renaming, unless that directory
                 // has a default ACL, which the new inode would inherit.
-                let ok = path::check(to).is_ok()
-                    && self.cur.as_mut().is_some_and(|c| {
-                        let (parent, _) = path::split(to);
-                        !c.res.has_default_acl(parent)
-                    });
+                let ok = self.cur.as_mut().is_some_and(|c| {
+                    let (parent, _) = path::split(to);
+                    !c.res.has_default_acl(parent)
+                });
                 if !ok {
                     return Fold::No;
                 }
@@ -1056,8 +1037,7 @@ impl<'o> Receiver<'o> {
                     Some(c)
                         if c.res.is_cached_dir(path)
                             && !c.is_open(path)
-                            && c.dir_times.len() < MAX_DIR_TIMES
-                            && path::check_root_or(path).is_ok() =>
+                            && c.dir_times.len() < MAX_DIR_TIMES =>
                     {
                         c.dir_times.insert(path.to_vec(), (atime, mtime, pos));
                         self.stats.dir_utimes_deferred += 1;
@@ -1278,8 +1258,6 @@ impl<'o> Receiver<'o> {
     // --- names ------------------------------------------------------------
 
     fn rename(&mut self, from: &[u8], to: &[u8]) -> R<Flow> {
-        path::check(from).map_err(bad("path"))?;
-        path::check(to).map_err(bad("destination"))?;
         let cur = self.cur()?;
         let (fp, fname) = path::split(from);
         let (tp, tname) = path::split(to);
@@ -1301,8 +1279,6 @@ impl<'o> Receiver<'o> {
     }
 
     fn link(&mut self, path: &[u8], target: &[u8]) -> R<Flow> {
-        path::check(path).map_err(bad("path"))?;
-        path::check(target).map_err(bad("link target"))?;
         let cur = self.cur()?;
         let (np, nname) = path::split(path);
         let (tp, tname) = path::split(target);
@@ -1320,7 +1296,6 @@ impl<'o> Receiver<'o> {
     }
 
     fn unlink(&mut self, path: &[u8], dir: bool) -> R<Flow> {
-        check(path)?;
         let cur = self.cur()?;
         if cur.is_open(path) {
             cur.retire();
@@ -1341,7 +1316,6 @@ impl<'o> Receiver<'o> {
     // --- metadata ---------------------------------------------------------
 
     fn chown(&mut self, path: &[u8], uid: u64, gid: u64) -> R<Flow> {
-        check_root_or(path)?;
         let uid = u32::try_from(uid).map_err(|_| CmdError::OutOfRange("uid"))?;
         let gid = u32::try_from(gid).map_err(|_| CmdError::OutOfRange("gid"))?;
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
@@ -1377,7 +1351,6 @@ impl<'o> Receiver<'o> {
     }
 
     fn chmod(&mut self, path: &[u8], mode: u64) -> R<Flow> {
-        check_root_or(path)?;
         let mode = (mode & 0o7777) as u32;
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
         match target(cur, &self.dest, path)? {
@@ -1399,7 +1372,6 @@ impl<'o> Receiver<'o> {
     }
 
     fn utimes(&mut self, pos: Position, path: &[u8], atime: Timespec, mtime: Timespec) -> R<Flow> {
-        check_root_or(path)?;
         meta::timespec(atime).map_err(CmdError::os("utimes"))?;
         meta::timespec(mtime).map_err(CmdError::os("utimes"))?;
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
@@ -1427,7 +1399,6 @@ impl<'o> Receiver<'o> {
     }
 
     fn check_xattr(path: &[u8], name: &[u8]) -> R<()> {
-        check_root_or(path)?;
         if name.is_empty() || name.contains(&0) {
             return Err(CmdError::BadXattrName);
         }
@@ -1504,7 +1475,6 @@ impl<'o> Receiver<'o> {
     // --- data -------------------------------------------------------------
 
     fn write(&mut self, path: &[u8], offset: u64, data: &[u8]) -> R<Flow> {
-        check(path)?;
         to_i64(offset.saturating_add(data.len() as u64), "offset")?;
         let f = self.cur()?.file(path)?;
         f.file
@@ -1517,7 +1487,6 @@ impl<'o> Receiver<'o> {
     }
 
     fn truncate(&mut self, path: &[u8], size: u64) -> R<Flow> {
-        check(path)?;
         let size_i = to_i64(size, "size")?;
         let f = self.cur()?.file(path)?;
         let now = match f.size {
@@ -1542,8 +1511,6 @@ impl<'o> Receiver<'o> {
         clone_path: &[u8],
         clone_offset: u64,
     ) -> R<Flow> {
-        check(path)?;
-        path::check(clone_path).map_err(bad("clone source"))?;
         to_i64(offset.saturating_add(len), "offset")?;
         to_i64(clone_offset.saturating_add(len), "clone offset")?;
         let force = self.opts.force;
@@ -1598,7 +1565,6 @@ impl<'o> Receiver<'o> {
     }
 
     fn encoded_write(&mut self, path: &[u8], offset: u64, w: ioctl::EncodedWrite<'_>) -> R<Flow> {
-        check(path)?;
         if w.encryption != 0 {
             return Err(CmdError::Encryption(w.encryption));
         }
@@ -1649,7 +1615,6 @@ impl<'o> Receiver<'o> {
     }
 
     fn fallocate(&mut self, path: &[u8], mode: u32, offset: u64, len: u64) -> R<Flow> {
-        check(path)?;
         let keep = FallocateFlags::FALLOC_FL_KEEP_SIZE.bits() as u32;
         let punch = FallocateFlags::FALLOC_FL_PUNCH_HOLE.bits() as u32;
         let zero = FallocateFlags::FALLOC_FL_ZERO_RANGE.bits() as u32;
@@ -1740,7 +1705,6 @@ impl<'o> Receiver<'o> {
     }
 
     fn fileattr(&mut self, path: &[u8], attr: u64) -> R<Flow> {
-        check_root_or(path)?;
         self.cur()?;
         let want = map_inode_flags(attr);
         let f = self.open_for_ioctl(path)?;
@@ -1789,7 +1753,6 @@ impl<'o> Receiver<'o> {
         salt: &[u8],
         sig: &[u8],
     ) -> R<Flow> {
-        check(path)?;
         let cur = self.cur()?;
         // fs-verity needs every writable descriptor closed.
         cur.file = None;
