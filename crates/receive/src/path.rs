@@ -19,10 +19,11 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use btrfs_stream::{Command, CommandKind, PathRole};
 use nix::errno::Errno;
-use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 
 use crate::error::CmdError;
+use crate::ioctl::{openat, openat2};
 
 /// Longest path the kernel sends (PATH_MAX).
 pub const PATH_MAX: usize = 4096;
@@ -204,7 +205,7 @@ pub fn open_beneath(
     if *use_openat2 {
         let how = OpenHow::new().flags(flags).mode(mode).resolve(beneath());
         match openat2(base_raw(base), path, how) {
-            Ok(fd) => return Ok(own(fd)),
+            Ok(fd) => return Ok(fd),
             Err(Errno::ENOSYS) | Err(Errno::EPERM) if !kernel_has_openat2() => {
                 *use_openat2 = false;
             }
@@ -225,11 +226,11 @@ pub fn open_beneath(
                 dir_flags() | OFlag::O_NOFOLLOW,
                 Mode::empty(),
             )?;
-            cur = Some(own(next));
+            cur = Some(next);
         }
     }
     let at = cur.as_ref().map_or(base, |f| f.as_fd());
-    openat(Some(base_raw(at)), name, flags, mode).map(own)
+    openat(Some(base_raw(at)), name, flags, mode)
 }
 
 fn kernel_has_openat2() -> bool {
@@ -238,7 +239,7 @@ fn kernel_has_openat2() -> bool {
     let how = OpenHow::new().flags(OFlag::O_PATH | OFlag::O_CLOEXEC);
     match openat2(libc::AT_FDCWD, "/", how) {
         Ok(fd) => {
-            drop(own(fd));
+            drop(fd);
             true
         }
         Err(_) => false,
@@ -247,10 +248,6 @@ fn kernel_has_openat2() -> bool {
 
 fn base_raw(fd: BorrowedFd<'_>) -> RawFd {
     fd.as_raw_fd()
-}
-
-fn own(fd: RawFd) -> OwnedFd {
-    crate::ioctl::owned(fd)
 }
 
 impl Resolver {
@@ -328,7 +325,6 @@ impl Resolver {
             flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             mode,
         )
-        .map(own)
     }
 
     /// Forgets cached directories at or beneath `path` (after it was renamed

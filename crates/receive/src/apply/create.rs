@@ -1,6 +1,7 @@
 //! MKFILE, MKDIR, MKNOD, MKFIFO, MKSOCK, SYMLINK: making the inode, once
 //! its create is no longer held back.
 
+use std::fs::File;
 use std::os::fd::AsRawFd;
 
 use btrfs_stream::CommandKind;
@@ -10,8 +11,9 @@ use nix::sys::stat::{mkdirat, mknodat, Mode, SFlag};
 use nix::unistd::{mkfifoat, symlinkat};
 
 use crate::error::CmdError;
+use crate::ioctl;
 
-use super::{file_from, OpenFile, Receiver, R, RESOLVE};
+use super::{OpenFile, Receiver, R, RESOLVE};
 
 /// The inode a held-back create makes.
 pub(super) enum Create {
@@ -44,7 +46,7 @@ impl Receiver<'_> {
         match what {
             Create::File => {
                 let open = || {
-                    nix::fcntl::openat(
+                    ioctl::openat(
                         raw,
                         name,
                         OFlag::O_RDWR
@@ -64,7 +66,7 @@ impl Receiver<'_> {
                     r => r,
                 }
                 .map_err(CmdError::os("create file"))?;
-                let file = file_from(fd);
+                let file = File::from(fd);
                 cur.retire();
                 cur.file = Some(OpenFile {
                     path: at.to_vec(),

@@ -141,10 +141,6 @@ pub struct Receiver<'o> {
 
 type R<T> = Result<T, CmdError>;
 
-fn file_from(fd: std::os::fd::RawFd) -> File {
-    File::from(ioctl::owned(fd))
-}
-
 fn is_kind(mode: u32, kind: u32) -> bool {
     mode & libc::S_IFMT == kind
 }
@@ -220,14 +216,14 @@ fn open_regular(res: &mut Resolver, path: &[u8], flags: OFlag) -> R<File> {
     let f = if flags == OFlag::O_RDONLY {
         copy::open_noatime(dir, name, OFlag::O_NONBLOCK).map_err(CmdError::os("open"))?
     } else {
-        let fd = nix::fcntl::openat(
+        let fd = ioctl::openat(
             Some(dir.as_raw_fd()),
             name,
             flags | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
             Mode::empty(),
         )
         .map_err(CmdError::os("open"))?;
-        file_from(fd)
+        File::from(fd)
     };
     let st2 = fstat(f.as_raw_fd()).map_err(CmdError::os("stat"))?;
     if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino) || !is_kind(st2.st_mode, libc::S_IFREG) {
