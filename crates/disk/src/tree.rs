@@ -370,7 +370,11 @@ mod tests {
             );
             let le = t.search_le(&Key::new(probe, 0, u64::MAX)).unwrap();
             let want = model.range(..=Key::new(probe, 0, u64::MAX)).next_back();
-            assert_eq!(le.map(|i| i.key), want.map(|(k, _)| *k), "search_le {probe}");
+            assert_eq!(
+                le.map(|i| i.key),
+                want.map(|(k, _)| *k),
+                "search_le {probe}"
+            );
         }
         let got: Vec<Key> = t
             .range(Key::new(100, 0, 0), Key::new(1000, 0, 0))
@@ -381,7 +385,10 @@ mod tests {
             .map(|(k, _)| *k)
             .collect();
         assert_eq!(got, want);
-        let all_keys: Vec<Key> = t.range(Key::MIN, Key::MAX).map(|i| i.unwrap().key).collect();
+        let all_keys: Vec<Key> = t
+            .range(Key::MIN, Key::MAX)
+            .map(|i| i.unwrap().key)
+            .collect();
         assert_eq!(all_keys.len(), 500);
     }
 
@@ -414,13 +421,27 @@ mod tests {
         let (mut m, root, level) = build(&all, 5, 4);
         let t = tree(&m, root, level);
         // The leaf holding key 90 (item 30).
-        let leaf = t.search(&Key::new(90, 0, 300)).unwrap().unwrap().leaf().bytenr();
-        let mut raw = t.search(&Key::new(90, 0, 300)).unwrap().unwrap().leaf().bytes().to_vec();
+        let leaf = t
+            .search(&Key::new(90, 0, 300))
+            .unwrap()
+            .unwrap()
+            .leaf()
+            .bytenr();
+        let mut raw = t
+            .search(&Key::new(90, 0, 300))
+            .unwrap()
+            .unwrap()
+            .leaf()
+            .bytes()
+            .to_vec();
         raw[200] ^= 0xff;
         m.insert_raw(leaf, raw);
         let t = tree(&m, root, level);
         let e = t.search(&Key::new(90, 0, 300)).unwrap_err().to_string();
-        assert!(e.contains(&format!("logical {leaf}")) && e.contains("tree 5"), "{e}");
+        assert!(
+            e.contains(&format!("logical {leaf}")) && e.contains("tree 5"),
+            "{e}"
+        );
         assert!(e.contains("checksum mismatch"), "{e}");
         // Items in other leaves still read.
         assert!(t.search(&Key::new(0, 0, 0)).unwrap().is_some());
@@ -449,7 +470,10 @@ mod tests {
             ..b
         };
         let root = m.node(20480, GEN, TREE, 1, &[a, moved]).unwrap();
-        let e = tree(&m, root, 1).search(&all[15].0).unwrap_err().to_string();
+        let e = tree(&m, root, 1)
+            .search(&all[15].0)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("first key"), "{e}");
         // A block from another filesystem.
         let mut other = MemBlocks::new(NODESIZE, Uuid::from_u128(2), CsumType::Crc32c);
@@ -461,7 +485,10 @@ mod tests {
             .bytes()
             .to_vec();
         m.insert_raw(24576, raw);
-        let e = Tree::new(&m, TREE, 24576, GEN, 0).root_block().unwrap_err().to_string();
+        let e = Tree::new(&m, TREE, 24576, GEN, 0)
+            .root_block()
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("header"), "{e}");
     }
 }

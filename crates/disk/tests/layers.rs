@@ -69,5 +69,9 @@ fn modules_import_only_lower_layers() {
         }
     }
     assert!(graph.len() >= 12, "found only {:?}", graph.keys());
-    assert!(wrong.is_empty(), "imports against the layers:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "imports against the layers:\n{}",
+        wrong.join("\n")
+    );
 }

@@ -23,7 +23,7 @@
 //! ([`Closer::take_errors`]).
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -347,11 +347,9 @@ fn closer(rx: Receiver<Vec<(File, bool)>>, shared: &Shared) {
     }
 }
 
-/// sync_file_range(SYNC_FILE_RANGE_WRITE) of the whole file: starts
-/// writeback of its dirty pages, waits for nothing, changes nothing.
+/// Starts writeback of the file's dirty pages (a hint: failure is ignored).
 fn start_writeback(f: &File) {
-    // SAFETY: a plain system call on an open descriptor, no memory passed.
-    let _ = unsafe { libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+    let _ = crate::ioctl::start_writeback(f.as_fd());
 }
 
 /// Applies a job's commands; whether its writeback should be started.

@@ -14,7 +14,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, readlinkat, AtFlags, OFlag};
+use nix::fcntl::{readlinkat, AtFlags, OFlag};
 use nix::sys::stat::{fchmod, fstatat, futimens, mkdirat, mknodat, FileStat, Mode, SFlag};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{fchown, linkat, symlinkat, Gid, Uid};
@@ -182,13 +182,13 @@ pub fn copy_file_data(dst: &File, src: &File, size: u64, how: &mut Methods) -> i
 }
 
 fn open_at(dir: BorrowedFd<'_>, name: &[u8], flags: OFlag, mode: Mode) -> nix::Result<File> {
-    let fd = openat(
+    let fd = crate::ioctl::openat(
         Some(dir.as_raw_fd()),
         name,
         flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         mode,
     )?;
-    Ok(File::from(crate::ioctl::owned(fd)))
+    Ok(File::from(fd))
 }
 
 /// Opens a file for reading without updating its atime where allowed.

@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, OFlag};
+use nix::fcntl::OFlag;
 use nix::sys::stat::{mkdirat, Mode};
 use uuid::Uuid;
 
@@ -54,13 +54,13 @@ pub struct Dest {
 }
 
 fn open_dir_at(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<File> {
-    let fd = openat(
+    let fd = ioctl::openat(
         Some(dir.as_raw_fd()),
         name,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::empty(),
     )?;
-    Ok(File::from(ioctl::owned(fd)))
+    Ok(File::from(fd))
 }
 
 impl Dest {

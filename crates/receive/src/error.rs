@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use btrfs_stream::{Command, CommandKind, Position};
+use btrfs_stream::{Attr, Command, CommandKind, FieldValue, PathRole, Position};
 use nix::errno::Errno;
 use uuid::Uuid;
 
@@ -179,38 +179,110 @@ fn quoted(b: &[u8]) -> String {
     format!("'{}'", escape(b))
 }
 
-/// The path(s) a command names, for messages.
+/// The path(s) a command names, for messages: `'path'`, then its other
+/// paths (`-> 'to'`, `(target 'contents')`, `(from 'source')`) and an
+/// xattr's name (`(xattr 'name')`); `-` for a command without any.
 pub fn describe(cmd: &Command<'_>) -> String {
-    use Command as C;
-    match cmd {
-        C::Rename { from, to } => format!("{} -> {}", quoted(from), quoted(to)),
-        C::Link { path, target } => format!("{} -> {}", quoted(path), quoted(target)),
-        C::Symlink { path, target, .. } => format!("{} (target {})", quoted(path), quoted(target)),
-        C::Clone {
-            path, clone_path, ..
-        } => format!("{} (from {})", quoted(path), quoted(clone_path)),
-        C::SetXattr { path, name, .. } | C::RemoveXattr { path, name } => {
-            format!("{} (xattr {})", quoted(path), quoted(name))
+    use std::fmt::Write;
+    let mut head = String::new();
+    let mut tail = String::new();
+    for (role, p) in cmd.paths() {
+        let _ = match role {
+            PathRole::Path => write!(head, "{}", quoted(p)),
+            PathRole::PathTo | PathRole::LinkTarget => write!(tail, " -> {}", quoted(p)),
+            PathRole::SymlinkTarget => write!(tail, " (target {})", quoted(p)),
+            PathRole::CloneSource => write!(tail, " (from {})", quoted(p)),
+        };
+    }
+    cmd.for_each_field(|_, attr, value| {
+        if let (Attr::XattrName, FieldValue::Bytes(name)) = (attr, value) {
+            let _ = write!(tail, " (xattr {})", quoted(name));
         }
-        C::Subvol { path, .. }
-        | C::Snapshot { path, .. }
-        | C::Mkfile { path, .. }
-        | C::Mkdir { path, .. }
-        | C::Mknod { path, .. }
-        | C::Mkfifo { path, .. }
-        | C::Mksock { path, .. }
-        | C::Unlink { path }
-        | C::Rmdir { path }
-        | C::Write { path, .. }
-        | C::Truncate { path, .. }
-        | C::Chmod { path, .. }
-        | C::Chown { path, .. }
-        | C::Utimes { path, .. }
-        | C::UpdateExtent { path, .. }
-        | C::Fallocate { path, .. }
-        | C::Fileattr { path, .. }
-        | C::EncodedWrite { path, .. }
-        | C::EnableVerity { path, .. } => quoted(path),
-        C::End {} => "-".to_string(),
+    });
+    if head.is_empty() && tail.is_empty() {
+        return "-".to_string();
+    }
+    head + &tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describe_names_every_path_of_a_command() {
+        let t = btrfs_stream::Timespec::default();
+        let cases: [(Command<'_>, &str); 9] = [
+            (
+                Command::Mkfile {
+                    path: b"a/f",
+                    ino: 257,
+                },
+                "'a/f'",
+            ),
+            (
+                Command::Rename {
+                    from: b"o257-5-0",
+                    to: b"a/f",
+                },
+                "'o257-5-0' -> 'a/f'",
+            ),
+            (
+                Command::Link {
+                    path: b"h",
+                    target: b"a/f",
+                },
+                "'h' -> 'a/f'",
+            ),
+            (
+                Command::Symlink {
+                    path: b"l",
+                    ino: 258,
+                    target: b"/etc",
+                },
+                "'l' (target '/etc')",
+            ),
+            (
+                Command::Clone {
+                    offset: 0,
+                    len: 1,
+                    path: b"f",
+                    clone_uuid: Uuid::nil(),
+                    clone_ctransid: 0,
+                    clone_path: b"g",
+                    clone_offset: 0,
+                },
+                "'f' (from 'g')",
+            ),
+            (
+                Command::SetXattr {
+                    path: b"f",
+                    name: b"user.x",
+                    data: b"v",
+                },
+                "'f' (xattr 'user.x')",
+            ),
+            (
+                Command::RemoveXattr {
+                    path: b"",
+                    name: b"user.\xff",
+                },
+                "'' (xattr 'user.\\xff')",
+            ),
+            (
+                Command::Utimes {
+                    path: b"d\n",
+                    atime: t,
+                    mtime: t,
+                    ctime: t,
+                    otime: None,
+                },
+                "'d\\n'",
+            ),
+            (Command::End {}, "-"),
+        ];
+        for (cmd, want) in cases {
+            assert_eq!(describe(&cmd), want, "{}", cmd.kind());
+        }
     }
 }

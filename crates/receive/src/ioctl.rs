@@ -1,21 +1,48 @@
-//! The ioctls rreceive issues: btrfs subvolume management and encoded writes,
-//! reflinks (FICLONE, FICLONERANGE), inode flags and fs-verity.
+//! The system calls that need `unsafe`: the ioctls rreceive issues (btrfs
+//! subvolume management and encoded writes, reflinks with FICLONE and
+//! FICLONERANGE, inode flags, fs-verity), `sync_file_range`, and [`openat`]
+//! and [`openat2`], which return the new descriptor as an `OwnedFd` (nix
+//! 0.29's functions of the same names return a bare `RawFd`).
 //!
-//! This is the only module with `unsafe`. Every wrapper takes borrowed file
-//! descriptors and plain Rust values, builds the kernel's argument struct on
-//! the stack and returns `nix::Result`. [`owned`] is here too: it is where
-//! the raw descriptors nix 0.29's `openat` family returns become `OwnedFd`.
+//! This is the only module of the crate with `unsafe`. Every wrapper takes
+//! borrowed file descriptors and plain Rust values, builds the kernel's
+//! argument struct on the stack and returns `nix::Result`.
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-/// Takes ownership of a descriptor a successful open call just returned.
-pub fn owned(fd: RawFd) -> OwnedFd {
-    // SAFETY: callers pass only descriptors fresh from a successful open,
-    // owned by nobody else.
-    unsafe { OwnedFd::from_raw_fd(fd) }
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, OpenHow};
+use nix::sys::stat::Mode;
+use nix::NixPath;
+
+/// `openat(2)` as [`nix::fcntl::openat`] makes it, owning what it returns.
+pub fn openat<P: ?Sized + NixPath>(
+    dir: Option<RawFd>,
+    path: &P,
+    flags: OFlag,
+    mode: Mode,
+) -> nix::Result<OwnedFd> {
+    let fd = nix::fcntl::openat(dir, path, flags, mode)?;
+    // SAFETY: a successful openat returns a new descriptor, open and owned
+    // by nothing else; it is closed only through the OwnedFd.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-use nix::errno::Errno;
+/// `openat2(2)` as [`nix::fcntl::openat2`] makes it, owning what it returns.
+pub fn openat2<P: ?Sized + NixPath>(dir: RawFd, path: &P, how: OpenHow) -> nix::Result<OwnedFd> {
+    let fd = nix::fcntl::openat2(dir, path, how)?;
+    // SAFETY: a successful openat2 returns a new descriptor, open and owned
+    // by nothing else; it is closed only through the OwnedFd.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `sync_file_range(SYNC_FILE_RANGE_WRITE)` of the whole file: starts
+/// writeback of its dirty pages, waits for nothing, changes nothing.
+pub fn start_writeback(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    // SAFETY: a plain system call on an open descriptor, no memory passed.
+    let r = unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+    Errno::result(r).map(drop)
+}
 
 const BTRFS_IOCTL_MAGIC: u8 = 0x94;
 /// `BTRFS_PATH_NAME_MAX`.

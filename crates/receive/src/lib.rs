@@ -14,12 +14,19 @@
 //! clone sources must be subvolumes received in DEST, and a subvolume whose
 //! stream did not reach its END is never used as either unless
 //! [`Options::force`] is set.
+//!
+//! All `unsafe` code is in [`ioctl`], each block with a `SAFETY:` comment;
+//! the lints below keep it there.
+
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod apply;
 pub mod closer;
 pub mod copy;
 pub mod dest;
 pub mod error;
+#[allow(unsafe_code)]
 pub mod ioctl;
 pub mod meta;
 pub mod path;

@@ -1,5 +1,7 @@
 //! `rreceive`: replay a btrfs send stream into a directory on any filesystem.
 
+#![forbid(unsafe_code)]
+
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::PathBuf;

@@ -14,10 +14,12 @@ use std::path::PathBuf;
 
 use btrfs_stream::Timespec;
 use nix::errno::Errno;
-use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{fchmodat, fstatat, utimensat, FchmodatFlags, FileStat, Mode, UtimensatFlags};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{fchownat, Gid, Uid};
+
+use crate::ioctl;
 
 /// An object in a directory: `dir` + single-component `name`.
 #[derive(Clone, Copy)]
@@ -72,7 +74,7 @@ impl At<'_> {
 
     /// An `O_PATH` handle on the object itself.
     pub fn handle(&self) -> nix::Result<Handle> {
-        let fd = openat(
+        let fd = ioctl::openat(
             self.raw(),
             self.name,
             OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
@@ -81,7 +83,7 @@ impl At<'_> {
         Ok(Handle {
             at_dir: self.dir.try_clone_to_owned().ok(),
             name: self.name.to_vec(),
-            fd: crate::ioctl::owned(fd),
+            fd,
         })
     }
 }
@@ -130,13 +132,13 @@ impl Handle {
             return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
         }
         let dir = self.at_dir.as_ref().ok_or(io::ErrorKind::NotFound)?;
-        let fd = openat(
+        let fd = ioctl::openat(
             Some(dir.as_raw_fd()),
             self.name.as_slice(),
             OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
             Mode::empty(),
         )?;
-        let f = File::from(crate::ioctl::owned(fd));
+        let f = File::from(fd);
         let st2 = nix::sys::stat::fstat(f.as_raw_fd())?;
         if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino) {
             return Err(io::Error::from_raw_os_error(libc::ESTALE));

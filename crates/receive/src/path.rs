@@ -5,6 +5,7 @@
 //! is one or more `/`-separated components, none of them empty, `.` or `..`,
 //! with no NUL byte and no leading `/`.
 //!
+//! [`confine`] checks every path a command carries, by what it names.
 //! [`Resolver`] turns a checked path into a directory descriptor and a final
 //! name. Directories are opened with `openat2(RESOLVE_BENEATH |
 //! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)` from the
@@ -16,9 +17,13 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
+use btrfs_stream::{Command, CommandKind, PathRole};
 use nix::errno::Errno;
-use nix::fcntl::{openat, openat2, OFlag, OpenHow, ResolveFlag};
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
+
+use crate::error::CmdError;
+use crate::ioctl::{openat, openat2};
 
 /// Longest path the kernel sends (PATH_MAX).
 pub const PATH_MAX: usize = 4096;
@@ -100,6 +105,56 @@ pub fn check_subvol_name(name: &[u8]) -> Result<(), PathError> {
     Ok(())
 }
 
+/// Checks a symlink's contents: stored as given, never resolved, so only
+/// empty and NUL-holding ones are refused.
+pub fn check_symlink_target(target: &[u8]) -> Result<(), PathError> {
+    if target.is_empty() {
+        return Err(PathError::Empty);
+    }
+    if target.contains(&0) {
+        return Err(PathError::Nul);
+    }
+    Ok(())
+}
+
+/// Checks every path `cmd` carries ([`Command::paths`]), in stream order,
+/// before anything is done with it:
+///
+/// - PATH names a file beneath the subvolume root. The commands that change
+///   an inode's own metadata (CHOWN, CHMOD, UTIMES, SET_XATTR, REMOVE_XATTR,
+///   FILEATTR) may also name the root itself, as the kernel sends for inode
+///   256. For SUBVOL and SNAPSHOT it is the new subvolume's name in DEST.
+/// - PATH_TO, LINK's PATH_LINK and CLONE_PATH name files beneath a
+///   subvolume root.
+/// - SYMLINK's PATH_LINK is only the symlink's contents.
+///
+/// A command added to the stream crate later gets its paths checked here
+/// the strict way without being listed.
+pub fn confine(cmd: &Command<'_>) -> Result<(), CmdError> {
+    let refused = |which| move |err| CmdError::Path { which, err };
+    for (role, p) in cmd.paths() {
+        match role {
+            PathRole::Path => match cmd.kind() {
+                CommandKind::Subvol | CommandKind::Snapshot => {
+                    check_subvol_name(p).map_err(refused("subvolume name"))
+                }
+                CommandKind::Chown
+                | CommandKind::Chmod
+                | CommandKind::Utimes
+                | CommandKind::SetXattr
+                | CommandKind::RemoveXattr
+                | CommandKind::Fileattr => check_root_or(p).map_err(refused("path")),
+                _ => check(p).map_err(refused("path")),
+            },
+            PathRole::PathTo => check(p).map_err(refused("destination")),
+            PathRole::LinkTarget => check(p).map_err(refused("link target")),
+            PathRole::CloneSource => check(p).map_err(refused("clone source")),
+            PathRole::SymlinkTarget => check_symlink_target(p).map_err(refused("symlink target")),
+        }?;
+    }
+    Ok(())
+}
+
 /// Splits a checked, non-empty path into its parent (maybe empty) and final
 /// component.
 pub fn split(path: &[u8]) -> (&[u8], &[u8]) {
@@ -150,7 +205,7 @@ pub fn open_beneath(
     if *use_openat2 {
         let how = OpenHow::new().flags(flags).mode(mode).resolve(beneath());
         match openat2(base_raw(base), path, how) {
-            Ok(fd) => return Ok(own(fd)),
+            Ok(fd) => return Ok(fd),
             Err(Errno::ENOSYS) | Err(Errno::EPERM) if !kernel_has_openat2() => {
                 *use_openat2 = false;
             }
@@ -171,11 +226,11 @@ pub fn open_beneath(
                 dir_flags() | OFlag::O_NOFOLLOW,
                 Mode::empty(),
             )?;
-            cur = Some(own(next));
+            cur = Some(next);
         }
     }
     let at = cur.as_ref().map_or(base, |f| f.as_fd());
-    openat(Some(base_raw(at)), name, flags, mode).map(own)
+    openat(Some(base_raw(at)), name, flags, mode)
 }
 
 fn kernel_has_openat2() -> bool {
@@ -184,7 +239,7 @@ fn kernel_has_openat2() -> bool {
     let how = OpenHow::new().flags(OFlag::O_PATH | OFlag::O_CLOEXEC);
     match openat2(libc::AT_FDCWD, "/", how) {
         Ok(fd) => {
-            drop(own(fd));
+            drop(fd);
             true
         }
         Err(_) => false,
@@ -193,10 +248,6 @@ fn kernel_has_openat2() -> bool {
 
 fn base_raw(fd: BorrowedFd<'_>) -> RawFd {
     fd.as_raw_fd()
-}
-
-fn own(fd: RawFd) -> OwnedFd {
-    crate::ioctl::owned(fd)
 }
 
 impl Resolver {
@@ -274,7 +325,6 @@ impl Resolver {
             flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             mode,
         )
-        .map(own)
     }
 
     /// Forgets cached directories at or beneath `path` (after it was renamed
@@ -339,6 +389,107 @@ mod tests {
             Err(PathError::Reserved)
         );
         assert_eq!(check_root_or(b""), Ok(()));
+    }
+
+    /// The field `confine` refuses in `cmd`, and why.
+    fn refused(cmd: Command<'_>) -> Option<(&'static str, PathError)> {
+        match confine(&cmd) {
+            Ok(()) => None,
+            Err(CmdError::Path { which, err }) => Some((which, err)),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn confine_checks_each_path_by_what_it_names() {
+        use btrfs_stream::Uuid;
+        let t = btrfs_stream::Timespec::default();
+        // The subvolume root: only for an inode's own metadata.
+        assert_eq!(
+            refused(Command::Chmod {
+                path: b"",
+                mode: 0o755
+            }),
+            None
+        );
+        assert_eq!(
+            refused(Command::Utimes {
+                path: b"",
+                atime: t,
+                mtime: t,
+                ctime: t,
+                otime: None
+            }),
+            None
+        );
+        assert_eq!(
+            refused(Command::Write {
+                path: b"",
+                offset: 0,
+                data: b"x"
+            }),
+            Some(("path", PathError::Empty))
+        );
+        assert_eq!(
+            refused(Command::Subvol {
+                path: b"a/b",
+                uuid: Uuid::nil(),
+                ctransid: 0
+            }),
+            Some(("subvolume name", PathError::NotSingle))
+        );
+        assert_eq!(
+            refused(Command::Rename {
+                from: b"a",
+                to: b"../a"
+            }),
+            Some(("destination", PathError::DotDot))
+        );
+        assert_eq!(
+            refused(Command::Link {
+                path: b"h",
+                target: b"/etc/passwd"
+            }),
+            Some(("link target", PathError::Absolute))
+        );
+        // Where a symlink points is its contents, not a path to resolve.
+        assert_eq!(
+            refused(Command::Symlink {
+                path: b"l",
+                ino: 257,
+                target: b"/etc/../.."
+            }),
+            None
+        );
+        assert_eq!(
+            refused(Command::Symlink {
+                path: b"l",
+                ino: 257,
+                target: b""
+            }),
+            Some(("symlink target", PathError::Empty))
+        );
+        assert_eq!(
+            refused(Command::Clone {
+                offset: 0,
+                len: 1,
+                path: b"f",
+                clone_uuid: Uuid::nil(),
+                clone_ctransid: 0,
+                clone_path: b"a//b",
+                clone_offset: 0,
+            }),
+            Some(("clone source", PathError::EmptyComponent))
+        );
+        // The first bad path in stream order is the one reported.
+        assert_eq!(
+            refused(Command::Rename {
+                from: b"..",
+                to: b"/x"
+            }),
+            Some(("path", PathError::DotDot))
+        );
+        assert_eq!(refused(Command::End {}), None);
     }
 
     #[test]

@@ -24,10 +24,12 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, OFlag};
+use nix::fcntl::{renameat, OFlag};
 use nix::sys::stat::Mode;
 use nix::unistd::unlinkat;
 use uuid::Uuid;
+
+use crate::ioctl;
 
 /// Names starting with this are rreceive's own in DEST.
 pub const RESERVED_PREFIX: &[u8] = b".rreceive";
@@ -173,13 +175,13 @@ fn is_unsupported(e: &io::Error) -> bool {
 }
 
 fn open_dir(dest: BorrowedFd<'_>, name: &[u8]) -> nix::Result<File> {
-    let fd = openat(
+    let fd = ioctl::openat(
         Some(dest.as_raw_fd()),
         name,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::empty(),
     )?;
-    Ok(File::from(crate::ioctl::owned(fd)))
+    Ok(File::from(fd))
 }
 
 /// Records `state` for directory `name` in `dest`, in its xattr if the
@@ -211,7 +213,7 @@ pub fn record(
 }
 
 fn read_file(dest: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, SubvolState)>> {
-    let fd = match openat(
+    let fd = match ioctl::openat(
         Some(dest.as_raw_fd()),
         STATE_FILE,
         OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
@@ -222,9 +224,7 @@ fn read_file(dest: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, SubvolState)>> {
         Err(e) => return Err(e.into()),
     };
     let mut s = String::new();
-    File::from(crate::ioctl::owned(fd))
-        .take(64 << 20)
-        .read_to_string(&mut s)?;
+    File::from(fd).take(64 << 20).read_to_string(&mut s)?;
     Ok(s.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .filter_map(SubvolState::from_line)
@@ -256,13 +256,13 @@ fn update_file(dest: BorrowedFd<'_>, name: &[u8], state: Option<&SubvolState>) -
         Ok(()) | Err(Errno::ENOENT) => {}
         Err(e) => return Err(e.into()),
     }
-    let fd = openat(
+    let fd = ioctl::openat(
         Some(raw),
         STATE_TMP,
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::from_bits_truncate(0o600),
     )?;
-    let mut f = File::from(crate::ioctl::owned(fd));
+    let mut f = File::from(fd);
     f.write_all(text.as_bytes())?;
     f.sync_all()?;
     renameat(Some(raw), STATE_TMP, Some(raw), STATE_FILE)?;

@@ -1,8 +1,9 @@
 //! Commands: their numbers, protocol versions, and typed fields.
 //!
 //! One macro table lists every command with its fields in the order the
-//! kernel emits them; decoding and encoding are both derived from it, so the
-//! two can never disagree about which attribute carries which field.
+//! kernel emits them; decoding, encoding, [`Command::for_each_field`] and
+//! [`Command::paths`] are all derived from it, so they can never disagree
+//! about which attribute carries which field.
 
 use crate::attr::{Attr, ValueType};
 use crate::error::WriteError;
@@ -219,12 +220,118 @@ impl<'a> Field<'a> for Timespec {
     }
 }
 
+/// What a path-valued field of a command names.
+///
+/// The path attributes are PATH, PATH_TO, PATH_LINK and CLONE_PATH. PATH_LINK
+/// means two things: in LINK it is a file in the subvolume, in SYMLINK it is
+/// only the symlink's contents. The command table marks the latter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PathRole {
+    /// PATH: what the command creates, changes or removes, relative to the
+    /// subvolume being received; for SUBVOL and SNAPSHOT, that subvolume's
+    /// own name.
+    Path,
+    /// PATH_TO: RENAME's new name, in the subvolume being received.
+    PathTo,
+    /// PATH_LINK of LINK: the existing file the new name links to, in the
+    /// subvolume being received.
+    LinkTarget,
+    /// PATH_LINK of SYMLINK: the symlink's contents. Not a path in the
+    /// destination; stored as given, never resolved.
+    SymlinkTarget,
+    /// CLONE_PATH: the file data is cloned from, in the subvolume that
+    /// CLONE_UUID names (not necessarily the one being received).
+    CloneSource,
+}
+
+impl PathRole {
+    /// The attribute that carries a field of this role.
+    pub fn attr(self) -> Attr {
+        match self {
+            PathRole::Path => Attr::Path,
+            PathRole::PathTo => Attr::PathTo,
+            PathRole::LinkTarget | PathRole::SymlinkTarget => Attr::PathLink,
+            PathRole::CloneSource => Attr::ClonePath,
+        }
+    }
+
+    /// The role of a field carried by `a`, unless the table says otherwise;
+    /// `None` for attributes that are not paths.
+    const fn of_attr(a: Attr) -> Option<PathRole> {
+        match a {
+            Attr::Path => Some(PathRole::Path),
+            Attr::PathTo => Some(PathRole::PathTo),
+            Attr::PathLink => Some(PathRole::LinkTarget),
+            Attr::ClonePath => Some(PathRole::CloneSource),
+            _ => None,
+        }
+    }
+}
+
+/// Most path fields one command can carry: one per path attribute.
+const MAX_PATHS: usize = 4;
+
+/// The path-valued fields of one command, as [`Command::paths`] yields them.
+#[derive(Debug, Clone, Default)]
+pub struct Paths<'a> {
+    items: [Option<(PathRole, &'a [u8])>; MAX_PATHS],
+    len: usize,
+    next: usize,
+}
+
+impl<'a> Paths<'a> {
+    fn push(&mut self, role: Option<PathRole>, value: FieldValue<'a>) {
+        if let (Some(role), FieldValue::Bytes(path)) = (role, value) {
+            // In bounds: the table is checked at compile time to give no
+            // command more than MAX_PATHS path fields.
+            self.items[self.len] = Some((role, path));
+            self.len += 1;
+        }
+    }
+}
+
+impl<'a> Iterator for Paths<'a> {
+    type Item = (PathRole, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let item = (*self.items.get(self.next)?)?;
+        self.next += 1;
+        Some(item)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.len - self.next;
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Paths<'_> {}
+
+/// The path role of one table field: the one written after `as`, else the
+/// attribute's own.
+macro_rules! path_role {
+    ($attr:ident) => {
+        PathRole::of_attr(Attr::$attr)
+    };
+    ($attr:ident as $role:ident) => {
+        Some(PathRole::$role)
+    };
+}
+
 macro_rules! commands {
     ($(
         $(#[$doc:meta])*
         $name:ident = $num:literal, $wire:literal, $dump:literal, since $ver:literal
-            { $($field:ident : $fty:ty = $attr:ident),* $(,)? };
+            { $($field:ident : $fty:ty = $attr:ident $(as $role:ident)?),* $(,)? };
     )*) => {
+        $(
+            #[allow(unused_comparisons)] // `0 <= MAX_PATHS` for END
+            const _: () = assert!(
+                0 $(+ path_role!($attr $(as $role)?).is_some() as usize)* <= MAX_PATHS,
+                concat!("BTRFS_SEND_C_", $wire, " has more path fields than MAX_PATHS"),
+            );
+        )*
+
         /// A command number (`BTRFS_SEND_C_*`).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(u16)]
@@ -300,6 +407,20 @@ macro_rules! commands {
                 }
             }
 
+            /// The path-valued fields (PATH, PATH_TO, PATH_LINK, CLONE_PATH)
+            /// the command carries, in the order the kernel emits them, each
+            /// with what it names. Optional ones the command lacks are left
+            /// out.
+            pub fn paths(&self) -> Paths<'a> {
+                let mut paths = Paths::default();
+                match self {
+                    $(Command::$name { $($field),* } => {
+                        $( paths.push(path_role!($attr $(as $role)?), Field::value($field)); )*
+                    })*
+                }
+                paths
+            }
+
             pub(crate) fn encode_attrs(&self, enc: &mut Encoder<'_>) -> Result<(), WriteError> {
                 match self {
                     $(Command::$name { $($field),* } => {
@@ -334,7 +455,7 @@ commands! {
         path: &'a [u8] = Path, ino: u64 = Ino, rdev: Option<u64> = Rdev, mode: Option<u64> = Mode };
     /// Create a symlink at `path` pointing to `target`.
     Symlink = 8, "SYMLINK", "symlink", since 1 {
-        path: &'a [u8] = Path, ino: u64 = Ino, target: &'a [u8] = PathLink };
+        path: &'a [u8] = Path, ino: u64 = Ino, target: &'a [u8] = PathLink as SymlinkTarget };
     /// Rename `from` to `to`.
     Rename = 9, "RENAME", "rename", since 1 { from: &'a [u8] = Path, to: &'a [u8] = PathTo };
     /// Create hardlink `path` to the existing `target`.
@@ -408,4 +529,217 @@ pub mod compression {
     pub const LZO_4K: u32 = 3;
     /// btrfs LZO framing with 64 KiB sectors.
     pub const LZO_64K: u32 = 7;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Timespec = Timespec { sec: 1, nsec: 2 };
+    const ID: Uuid = Uuid::from_bytes([7; 16]);
+
+    /// One command of `kind` whose byte fields all differ.
+    fn sample(kind: CommandKind) -> Command<'static> {
+        use CommandKind as K;
+        match kind {
+            K::Subvol => Command::Subvol {
+                path: b"sv",
+                uuid: ID,
+                ctransid: 1,
+            },
+            K::Snapshot => Command::Snapshot {
+                path: b"snap",
+                uuid: ID,
+                ctransid: 1,
+                clone_uuid: ID,
+                clone_ctransid: 2,
+            },
+            K::Mkfile => Command::Mkfile {
+                path: b"f",
+                ino: 257,
+            },
+            K::Mkdir => Command::Mkdir {
+                path: b"d",
+                ino: 258,
+            },
+            K::Mknod => Command::Mknod {
+                path: b"n",
+                ino: 259,
+                rdev: 1,
+                mode: 0o20644,
+            },
+            K::Mkfifo => Command::Mkfifo {
+                path: b"p",
+                ino: 260,
+                rdev: None,
+                mode: None,
+            },
+            K::Mksock => Command::Mksock {
+                path: b"s",
+                ino: 261,
+                rdev: Some(0),
+                mode: Some(0),
+            },
+            K::Symlink => Command::Symlink {
+                path: b"l",
+                ino: 262,
+                target: b"../t",
+            },
+            K::Rename => Command::Rename {
+                from: b"o257-1-0",
+                to: b"d/f",
+            },
+            K::Link => Command::Link {
+                path: b"d/h",
+                target: b"d/f",
+            },
+            K::Unlink => Command::Unlink { path: b"d/h" },
+            K::Rmdir => Command::Rmdir { path: b"d" },
+            K::SetXattr => Command::SetXattr {
+                path: b"f",
+                name: b"user.a",
+                data: b"v",
+            },
+            K::RemoveXattr => Command::RemoveXattr {
+                path: b"f",
+                name: b"user.a",
+            },
+            K::Write => Command::Write {
+                path: b"f",
+                offset: 0,
+                data: b"data",
+            },
+            K::Clone => Command::Clone {
+                offset: 0,
+                len: 4096,
+                path: b"f",
+                clone_uuid: ID,
+                clone_ctransid: 3,
+                clone_path: b"src",
+                clone_offset: 0,
+            },
+            K::Truncate => Command::Truncate {
+                path: b"f",
+                size: 1,
+            },
+            K::Chmod => Command::Chmod {
+                path: b"",
+                mode: 0o755,
+            },
+            K::Chown => Command::Chown {
+                path: b"f",
+                uid: 0,
+                gid: 0,
+            },
+            K::Utimes => Command::Utimes {
+                path: b"f",
+                atime: T,
+                mtime: T,
+                ctime: T,
+                otime: None,
+            },
+            K::End => Command::End {},
+            K::UpdateExtent => Command::UpdateExtent {
+                path: b"f",
+                offset: 0,
+                len: 1,
+            },
+            K::Fallocate => Command::Fallocate {
+                path: b"f",
+                mode: 0,
+                offset: 0,
+                len: 1,
+            },
+            K::Fileattr => Command::Fileattr {
+                path: b"f",
+                attr: 0,
+            },
+            K::EncodedWrite => Command::EncodedWrite {
+                path: b"f",
+                offset: 0,
+                unencoded_file_len: 1,
+                unencoded_len: 1,
+                unencoded_offset: 0,
+                compression: None,
+                encryption: None,
+                data: b"z",
+            },
+            K::EnableVerity => Command::EnableVerity {
+                path: b"f",
+                algorithm: 1,
+                block_size: 4096,
+                salt: b"salt",
+                sig: b"sig",
+            },
+        }
+    }
+
+    /// The paths `sample(kind)` names, written out by hand.
+    fn expected(kind: CommandKind) -> Vec<(PathRole, &'static [u8])> {
+        use CommandKind as K;
+        use PathRole as P;
+        match kind {
+            K::Subvol => vec![(P::Path, b"sv")],
+            K::Snapshot => vec![(P::Path, b"snap")],
+            K::Mkfile | K::SetXattr | K::RemoveXattr | K::Write | K::Truncate | K::Chown => {
+                vec![(P::Path, b"f")]
+            }
+            K::Utimes | K::UpdateExtent | K::Fallocate | K::Fileattr | K::EncodedWrite => {
+                vec![(P::Path, b"f")]
+            }
+            K::EnableVerity => vec![(P::Path, b"f")],
+            K::Mkdir | K::Rmdir => vec![(P::Path, b"d")],
+            K::Mknod => vec![(P::Path, b"n")],
+            K::Mkfifo => vec![(P::Path, b"p")],
+            K::Mksock => vec![(P::Path, b"s")],
+            K::Symlink => vec![(P::Path, b"l"), (P::SymlinkTarget, b"../t")],
+            K::Rename => vec![(P::Path, b"o257-1-0"), (P::PathTo, b"d/f")],
+            K::Link => vec![(P::Path, b"d/h"), (P::LinkTarget, b"d/f")],
+            K::Unlink => vec![(P::Path, b"d/h")],
+            K::Clone => vec![(P::Path, b"f"), (P::CloneSource, b"src")],
+            K::Chmod => vec![(P::Path, b"")],
+            K::End => vec![],
+        }
+    }
+
+    #[test]
+    fn paths_of_every_command_kind() {
+        for &kind in CommandKind::ALL {
+            let cmd = sample(kind);
+            assert_eq!(cmd.kind(), kind);
+            let got: Vec<_> = cmd.paths().collect();
+            assert_eq!(got, expected(kind), "{kind}");
+            assert_eq!(cmd.paths().len(), got.len(), "{kind}");
+        }
+    }
+
+    #[test]
+    fn paths_are_exactly_the_path_attributes() {
+        let is_path = |a| {
+            matches!(
+                a,
+                Attr::Path | Attr::PathTo | Attr::PathLink | Attr::ClonePath
+            )
+        };
+        for &kind in CommandKind::ALL {
+            let cmd = sample(kind);
+            let mut fields = Vec::new();
+            cmd.for_each_field(|_, attr, v| {
+                if let (true, FieldValue::Bytes(b)) = (is_path(attr), v) {
+                    fields.push((attr, b));
+                }
+            });
+            let got: Vec<_> = cmd.paths().map(|(role, p)| (role.attr(), p)).collect();
+            assert_eq!(got, fields, "{kind}");
+        }
+    }
+
+    #[test]
+    fn symlink_contents_are_told_apart_from_a_link_target() {
+        let roles = |k| sample(k).paths().map(|(r, _)| r).collect::<Vec<_>>();
+        assert_eq!(roles(CommandKind::Symlink)[1], PathRole::SymlinkTarget);
+        assert_eq!(roles(CommandKind::Link)[1], PathRole::LinkTarget);
+        assert_eq!(PathRole::SymlinkTarget.attr(), Attr::PathLink);
+        assert_eq!(PathRole::LinkTarget.attr(), Attr::PathLink);
+    }
 }

@@ -16,7 +16,7 @@ pub mod source;
 pub mod writer;
 
 pub use attr::Attr;
-pub use command::{Command, CommandKind, FieldValue, Timespec, Uuid};
+pub use command::{Command, CommandKind, FieldValue, PathRole, Paths, Timespec, Uuid};
 pub use error::{Error, ErrorKind, WriteError};
 pub use header::{StreamHeader, MAGIC, MAX_VERSION, STREAM_HEADER_LEN};
 pub use reader::{decode_payload, Position, Reader, DEFAULT_MAX_COMMAND_LEN};

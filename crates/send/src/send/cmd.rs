@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use btrfs_stream::{Command, Timespec, Uuid};
+use btrfs_stream::{Command, PathRole, Timespec, Uuid};
 
 /// A path or name, shared between the commands that repeat it.
 pub(crate) type Bytes = Arc<[u8]>;
@@ -204,25 +204,10 @@ impl Cmd {
 
     /// The path the command acts on, for error messages.
     pub(crate) fn path(&self) -> &[u8] {
-        match self {
-            Cmd::Subvol { path, .. }
-            | Cmd::Mkfile { path, .. }
-            | Cmd::Mkdir { path, .. }
-            | Cmd::Mknod { path, .. }
-            | Cmd::Mkfifo { path, .. }
-            | Cmd::Mksock { path, .. }
-            | Cmd::Symlink { path, .. }
-            | Cmd::Link { path, .. }
-            | Cmd::SetXattr { path, .. }
-            | Cmd::Write { path, .. }
-            | Cmd::Clone { path, .. }
-            | Cmd::Truncate { path, .. }
-            | Cmd::Chmod { path, .. }
-            | Cmd::Chown { path, .. }
-            | Cmd::Utimes { path, .. } => path,
-            Cmd::Rename { from, .. } => from,
-            Cmd::End => b"",
-        }
+        self.as_command()
+            .paths()
+            .find(|(role, _)| *role == PathRole::Path)
+            .map_or(&[], |(_, p)| p)
     }
 }
 

@@ -1,0 +1,116 @@
+//! MKFILE, MKDIR, MKNOD, MKFIFO, MKSOCK, SYMLINK: making the inode, once
+//! its create is no longer held back.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+
+use btrfs_stream::CommandKind;
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::{mkdirat, mknodat, Mode, SFlag};
+use nix::unistd::{mkfifoat, symlinkat};
+
+use crate::error::CmdError;
+use crate::ioctl;
+
+use super::{OpenFile, Receiver, R, RESOLVE};
+
+/// The inode a held-back create makes.
+pub(super) enum Create {
+    File,
+    Dir,
+    Nod { mode: u64, rdev: u64 },
+    Fifo,
+    Sock,
+    Symlink(Vec<u8>),
+}
+
+impl Create {
+    pub(super) fn kind(&self) -> CommandKind {
+        match self {
+            Create::File => CommandKind::Mkfile,
+            Create::Dir => CommandKind::Mkdir,
+            Create::Nod { .. } => CommandKind::Mknod,
+            Create::Fifo => CommandKind::Mkfifo,
+            Create::Sock => CommandKind::Mksock,
+            Create::Symlink(_) => CommandKind::Symlink,
+        }
+    }
+}
+
+impl Receiver<'_> {
+    pub(super) fn create(&mut self, what: &Create, at: &[u8], file_mode: u32) -> R<()> {
+        let cur = self.cur()?;
+        let (dir, name) = cur.res.parent(at).map_err(CmdError::os(RESOLVE))?;
+        let raw = Some(dir.as_raw_fd());
+        match what {
+            Create::File => {
+                let open = || {
+                    ioctl::openat(
+                        raw,
+                        name,
+                        OFlag::O_RDWR
+                            | OFlag::O_CREAT
+                            | OFlag::O_EXCL
+                            | OFlag::O_NOFOLLOW
+                            | OFlag::O_CLOEXEC,
+                        Mode::from_bits_retain(file_mode),
+                    )
+                };
+                let fd = match open() {
+                    // Out of descriptors: let the other threads close theirs.
+                    Err(Errno::EMFILE | Errno::ENFILE) => {
+                        cur.closer.wait();
+                        open()
+                    }
+                    r => r,
+                }
+                .map_err(CmdError::os("create file"))?;
+                let file = File::from(fd);
+                cur.retire();
+                cur.file = Some(OpenFile {
+                    path: at.to_vec(),
+                    file,
+                    size: Some(0),
+                    // Set by `materialize`, which looks at the new file.
+                    owner: None,
+                });
+            }
+            Create::Dir => {
+                mkdirat(raw, name, Mode::from_bits_retain(0o700)).map_err(CmdError::os("mkdir"))?
+            }
+            Create::Nod { mode, rdev } => {
+                let kind = (*mode as u32) & libc::S_IFMT;
+                if *mode > u64::from(u32::MAX)
+                    || ![
+                        libc::S_IFCHR,
+                        libc::S_IFBLK,
+                        libc::S_IFIFO,
+                        libc::S_IFSOCK,
+                        libc::S_IFREG,
+                    ]
+                    .contains(&kind)
+                {
+                    return Err(CmdError::BadMode(*mode));
+                }
+                mknodat(
+                    raw,
+                    name,
+                    SFlag::from_bits_truncate(kind),
+                    Mode::empty(),
+                    *rdev,
+                )
+                .map_err(CmdError::os("mknod"))?
+            }
+            Create::Fifo => mkfifoat(raw, name, Mode::from_bits_retain(0o600))
+                .map_err(CmdError::os("mkfifo"))?,
+            Create::Sock => mknodat(raw, name, SFlag::S_IFSOCK, Mode::from_bits_retain(0o600), 0)
+                .map_err(CmdError::os("mksock"))?,
+            Create::Symlink(target) => {
+                symlinkat(target.as_slice(), raw, name).map_err(CmdError::os("symlink"))?
+            }
+        }
+        self.stats.created += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,300 @@
+//! CHOWN, CHMOD, UTIMES, SET_XATTR, REMOVE_XATTR and FILEATTR: an inode's
+//! own metadata.
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+
+use btrfs_stream::{Position, Timespec};
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::{fchmod, fstat, futimens, Mode};
+use nix::unistd::{fchown, Gid, Uid};
+
+use crate::copy;
+use crate::dest::Dest;
+use crate::error::{escape, CmdError};
+use crate::ioctl;
+use crate::meta::{self, At};
+use crate::subvol::XATTR_RESERVED_PREFIX;
+
+use super::{is_kind, target, Current, Flow, Receiver, Target, R, RESOLVE};
+
+/// Inode flags set only at the subvolume's END (they would block the
+/// stream's own later changes).
+pub(super) const LATE_FLAGS: u32 = FS_IMMUTABLE_FL | FS_APPEND_FL;
+const MAX_DEFERRED: usize = 4096;
+
+const FS_SYNC_FL: u32 = 0x8;
+const FS_IMMUTABLE_FL: u32 = 0x10;
+const FS_APPEND_FL: u32 = 0x20;
+const FS_NODUMP_FL: u32 = 0x40;
+const FS_NOATIME_FL: u32 = 0x80;
+const FS_COMPR_FL: u32 = 0x4;
+const FS_NOCOMP_FL: u32 = 0x400;
+const FS_DIRSYNC_FL: u32 = 0x10000;
+const FS_NOCOW_FL: u32 = 0x0080_0000;
+
+/// btrfs inode flags (FILEATTR) → FS_*_FL.
+const FLAG_MAP: &[(u64, u32)] = &[
+    (1 << 1, FS_NOCOW_FL),
+    (1 << 3, FS_NOCOMP_FL),
+    (1 << 5, FS_SYNC_FL),
+    (1 << 6, FS_IMMUTABLE_FL),
+    (1 << 7, FS_APPEND_FL),
+    (1 << 8, FS_NODUMP_FL),
+    (1 << 9, FS_NOATIME_FL),
+    (1 << 10, FS_DIRSYNC_FL),
+    (1 << 11, FS_COMPR_FL),
+];
+
+/// FS_*_FL bits for btrfs inode flags.
+pub fn map_inode_flags(btrfs: u64) -> u32 {
+    FLAG_MAP
+        .iter()
+        .filter(|(b, _)| btrfs & b != 0)
+        .fold(0, |acc, (_, f)| acc | f)
+}
+
+fn managed_flags() -> u32 {
+    FLAG_MAP.iter().fold(0, |acc, (_, f)| acc | f)
+}
+
+/// Sets the atime and mtime of `path`, through the open file when it is
+/// that one.
+pub(super) fn set_times(
+    cur: &mut Current,
+    dest: &Dest,
+    path: &[u8],
+    atime: Timespec,
+    mtime: Timespec,
+) -> R<()> {
+    match target(cur, dest, path)? {
+        Target::File(f) => {
+            let a = meta::timespec(atime).map_err(CmdError::os("utimes"))?;
+            let m = meta::timespec(mtime).map_err(CmdError::os("utimes"))?;
+            futimens(f.as_raw_fd(), &a, &m)
+        }
+        Target::At(at) => at.utimes(atime, mtime),
+    }
+    .map_err(CmdError::os("utimes"))
+}
+
+impl Receiver<'_> {
+    pub(super) fn chown(&mut self, path: &[u8], uid: u64, gid: u64) -> R<Flow> {
+        let uid = u32::try_from(uid).map_err(|_| CmdError::OutOfRange("uid"))?;
+        let gid = u32::try_from(gid).map_err(|_| CmdError::OutOfRange("gid"))?;
+        let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
+        let caps = match &cur.caps {
+            Some((p, v)) if p == path => Some(v.clone()),
+            _ => None,
+        };
+        let same = matches!(&cur.file, Some(f) if f.path == path && f.owner == Some((uid, gid)));
+        if same {
+            // A file this receive created, already owned so: chown would
+            // change nothing (no set-id bits or capabilities yet).
+            self.stats.chowns_skipped += 1;
+        } else {
+            match target(cur, &self.dest, path)? {
+                Target::File(f) => fchown(
+                    f.as_raw_fd(),
+                    Some(Uid::from_raw(uid)),
+                    Some(Gid::from_raw(gid)),
+                ),
+                Target::At(at) => at.chown(uid, gid),
+            }
+            .map_err(CmdError::os("chown"))?;
+            if let Some(f) = cur.file.as_mut().filter(|f| f.path == path) {
+                f.owner = Some((uid, gid));
+            }
+        }
+        if let Some(v) = caps {
+            // chown drops file capabilities; btrfs-progs sets them again.
+            self.cur()?.caps = None;
+            self.xattr_op(path, b"security.capability", Some(&v))?;
+        }
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn chmod(&mut self, path: &[u8], mode: u64) -> R<Flow> {
+        let mode = (mode & 0o7777) as u32;
+        let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
+        match target(cur, &self.dest, path)? {
+            Target::File(f) => {
+                fchmod(f.as_raw_fd(), Mode::from_bits_retain(mode)).map_err(CmdError::os("chmod"))
+            }
+            Target::At(at) => match at.chmod(mode) {
+                Err(Errno::EOPNOTSUPP) => match at.stat() {
+                    Ok(st) if is_kind(st.st_mode, libc::S_IFLNK) => Err(CmdError::Symlink),
+                    _ => Err(CmdError::Os {
+                        op: "chmod",
+                        errno: Errno::EOPNOTSUPP,
+                    }),
+                },
+                r => r.map_err(CmdError::os("chmod")),
+            },
+        }?;
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn utimes(
+        &mut self,
+        pos: Position,
+        path: &[u8],
+        atime: Timespec,
+        mtime: Timespec,
+    ) -> R<Flow> {
+        meta::timespec(atime).map_err(CmdError::os("utimes"))?;
+        meta::timespec(mtime).map_err(CmdError::os("utimes"))?;
+        if self.hold_dir_times(pos, path, atime, mtime)? {
+            return Ok(Flow::Continue);
+        }
+        let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
+        set_times(cur, &self.dest, path, atime, mtime)?;
+        Ok(Flow::Continue)
+    }
+
+    fn check_xattr(path: &[u8], name: &[u8]) -> R<()> {
+        if name.is_empty() || name.contains(&0) {
+            return Err(CmdError::BadXattrName);
+        }
+        if path.is_empty() && name.starts_with(XATTR_RESERVED_PREFIX) {
+            return Err(CmdError::ReservedXattr(escape(name)));
+        }
+        Ok(())
+    }
+
+    pub(super) fn set_xattr(&mut self, path: &[u8], name: &[u8], data: &[u8]) -> R<Flow> {
+        Self::check_xattr(path, name)?;
+        if name == b"security.capability" {
+            self.cur()?.caps = Some((path.to_vec(), data.to_vec()));
+        }
+        self.xattr_op(path, name, Some(data))?;
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn remove_xattr(&mut self, path: &[u8], name: &[u8]) -> R<Flow> {
+        Self::check_xattr(path, name)?;
+        self.xattr_op(path, name, None)?;
+        Ok(Flow::Continue)
+    }
+
+    fn xattr_op(&mut self, path: &[u8], name: &[u8], value: Option<&[u8]>) -> R<()> {
+        use std::os::unix::ffi::OsStrExt;
+        use xattr::FileExt;
+        let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
+        if name == b"system.posix_acl_default" {
+            cur.res.forget_acl(path);
+        }
+        let os = std::ffi::OsStr::from_bytes(name);
+        let res = match target(cur, &self.dest, path)? {
+            Target::File(f) => match value {
+                Some(v) => f.set_xattr(os, v),
+                None => f.remove_xattr(os),
+            },
+            Target::At(at) => {
+                let h = at.handle().map_err(CmdError::os("open"))?;
+                match value {
+                    Some(v) => h.set_xattr(name, v),
+                    None => h.remove_xattr(name),
+                }
+            }
+        };
+        let op = if value.is_some() {
+            "set xattr"
+        } else {
+            "remove xattr"
+        };
+        match res {
+            Ok(()) => Ok(()),
+            Err(e) if value.is_none() && meta::errno(&e) == Some(Errno::ENODATA) => {
+                self.log.note(format_args!(
+                    "xattr {} of '{}' was already gone",
+                    escape(name),
+                    escape(path)
+                ));
+                Ok(())
+            }
+            Err(e) if meta::errno(&e) == Some(Errno::EOPNOTSUPP) => {
+                self.stats.skipped += 1;
+                self.log.note(format_args!(
+                    "xattr {} of '{}' not supported by this filesystem; skipped",
+                    escape(name),
+                    escape(path)
+                ));
+                Ok(())
+            }
+            Err(e) => Err(CmdError::io(op)(e)),
+        }
+    }
+    /// A real descriptor on a regular file or directory (never a device).
+    fn open_for_ioctl(&mut self, path: &[u8]) -> R<File> {
+        let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
+        let (dir, name): (BorrowedFd<'_>, &[u8]) = if path.is_empty() {
+            (self.dest.fd(), &cur.name)
+        } else {
+            cur.res.parent(path).map_err(CmdError::os(RESOLVE))?
+        };
+        let at = At { dir, name };
+        let st = at.stat().map_err(CmdError::os("stat"))?;
+        let extra = if is_kind(st.st_mode, libc::S_IFDIR) {
+            OFlag::O_DIRECTORY
+        } else if is_kind(st.st_mode, libc::S_IFREG) {
+            OFlag::empty()
+        } else if is_kind(st.st_mode, libc::S_IFLNK) {
+            return Err(CmdError::Symlink);
+        } else {
+            return Err(CmdError::NotRegular);
+        };
+        let f = copy::open_noatime(dir, name, extra | OFlag::O_NONBLOCK)
+            .map_err(CmdError::os("open"))?;
+        let st2 = fstat(f.as_raw_fd()).map_err(CmdError::os("stat"))?;
+        if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino) {
+            return Err(CmdError::Os {
+                op: "open",
+                errno: Errno::ESTALE,
+            });
+        }
+        Ok(f)
+    }
+
+    pub(super) fn fileattr(&mut self, path: &[u8], attr: u64) -> R<Flow> {
+        self.cur()?;
+        let want = map_inode_flags(attr);
+        let f = self.open_for_ioctl(path)?;
+        let now = match ioctl::get_inode_flags(f.as_fd()) {
+            Ok(n) => n,
+            Err(e) => {
+                self.stats.skipped += 1;
+                self.log.note(format_args!(
+                    "fileattr {attr:#x} of '{}' not applied: {e}",
+                    escape(path)
+                ));
+                return Ok(Flow::Continue);
+            }
+        };
+        let early = (now & !managed_flags()) | (want & !LATE_FLAGS) | (now & LATE_FLAGS);
+        if early != now {
+            if let Err(e) = ioctl::set_inode_flags(f.as_fd(), early) {
+                self.stats.skipped += 1;
+                self.log.note(format_args!(
+                    "fileattr {attr:#x} of '{}' not applied: {e}",
+                    escape(path)
+                ));
+            }
+        }
+        let late = want & LATE_FLAGS;
+        let cur = self.cur()?;
+        if late != now & LATE_FLAGS || !cur.deferred.is_empty() {
+            if cur.deferred.len() < MAX_DEFERRED {
+                cur.deferred.push((f, late));
+            } else {
+                self.stats.skipped += 1;
+                self.log.note(format_args!(
+                    "too many immutable/append files; flags of '{}' not applied",
+                    escape(path)
+                ));
+            }
+        }
+        Ok(Flow::Continue)
+    }
+}

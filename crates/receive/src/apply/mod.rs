@@ -1,0 +1,527 @@
+//! Applying each command to the subvolume being received, with btrfs-progs
+//! receive semantics (send-stream.md §6.1), confined beneath that subvolume.
+//!
+//! Speed: the file last created or written stays open, and WRITE, CLONE,
+//! TRUNCATE, CHOWN, CHMOD, UTIMES and xattrs on it use that descriptor.
+//! Directory descriptors are cached by path ([`Resolver`]). A MKFILE, MKDIR
+//! or other create at an orphan name that the very next command renames is
+//! done at the final name directly: one directory operation instead of two.
+//! A TRUNCATE to the size the file already has is skipped.
+//!
+//! A new file whose commands all came (create, rename, data, owner, mode,
+//! times: a "recipe") waits in a batch with the following ones; the batch is
+//! created grouped by directory, in stream order within each directory, when
+//! it is full or before any other kind of command. After its create, such a
+//! file is finished (data, owner, mode, times) and closed on other threads
+//! ([`Closer`]), through its descriptor. A later command naming it waits
+//! for that first; a RENAME waits for the files beneath what it moves, END
+//! and failures for everything. All path resolution stays on this thread.
+//!
+//! What each command means is apart from how it is scheduled. This module
+//! takes each command through the steps below ([`Receiver::apply`]), checks
+//! its paths ([`path::confine`]) and dispatches it to `lifecycle` (SUBVOL,
+//! SNAPSHOT, END), `create`, `names` (RENAME, LINK, UNLINK, RMDIR), `inode`
+//! (owner, mode, times, xattrs, flags) or `data`. `batch` holds creates back
+//! and creates them together; `schedule` decides what waits for the closing
+//! thread and holds back directory times.
+
+mod batch;
+mod create;
+mod data;
+mod inode;
+mod lifecycle;
+mod names;
+mod schedule;
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+
+use btrfs_stream::{Command, CommandKind, Position, Timespec};
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::{fstat, Mode};
+use uuid::Uuid;
+
+use crate::closer::Closer;
+use crate::copy::{self, Methods};
+use crate::dest::Dest;
+use crate::error::{escape, CmdError, Error};
+use crate::ioctl;
+use crate::meta::At;
+use crate::path::{self, Resolver};
+use crate::subvol::SubvolState;
+use crate::{Log, Options, Stats};
+
+use batch::{Fold, Pending};
+use create::Create;
+
+pub use data::MAX_UNENCODED;
+pub use inode::map_inode_flags;
+
+/// The operation named when a path does not resolve beneath the subvolume.
+const RESOLVE: &str = "resolve beneath the subvolume (no symlink is followed)";
+
+/// What to do after a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Go on.
+    Continue,
+    /// An END was applied.
+    End,
+}
+
+/// The regular file kept open.
+struct OpenFile {
+    path: Vec<u8>,
+    file: File,
+    /// Its size, when known without asking.
+    size: Option<u64>,
+    /// Its owner, when this receive created it (a chown to the same owner
+    /// is then a no-op and skipped).
+    owner: Option<(u32, u32)>,
+}
+
+fn err_at(cmd: CommandKind, pos: Position, path: &[u8], kind: CmdError) -> Error {
+    Error::Command {
+        command: pos.index,
+        offset: pos.offset,
+        cmd,
+        path: format!("'{}'", escape(path)),
+        kind,
+    }
+}
+
+/// The subvolume being received.
+pub struct Current {
+    name: Vec<u8>,
+    state: SubvolState,
+    res: Resolver,
+    file: Option<OpenFile>,
+    pending: Option<Pending>,
+    /// The last security.capability set, to set again after a chown.
+    caps: Option<(Vec<u8>, Vec<u8>)>,
+    /// Descriptors whose immutable/append flags wait for END.
+    deferred: Vec<(File, u32)>,
+    /// Other subvolumes opened as clone sources.
+    sources: HashMap<Uuid, Resolver>,
+    /// UTIMES of directories, applied when the directory is renamed or
+    /// at END: only the last one of each directory counts.
+    dir_times: HashMap<Vec<u8>, (Timespec, Timespec, Position)>,
+    errors: u64,
+    copy: Methods,
+    scratch: Vec<u8>,
+    closer: Arc<Closer>,
+    /// New files handed to the closing thread and not known to be done:
+    /// (job, path), oldest first, and the newest job of each path.
+    inflight: VecDeque<(u64, Vec<u8>)>,
+    inflight_paths: HashMap<Vec<u8>, u64>,
+    /// New files whose commands all came, not created yet.
+    batch: Vec<Pending>,
+    batch_bytes: usize,
+}
+
+/// Applies commands to a destination.
+pub struct Receiver<'o> {
+    opts: &'o Options,
+    dest: Dest,
+    cur: Option<Current>,
+    /// Messages.
+    pub log: Log,
+    /// Counters.
+    pub stats: Stats,
+    /// Failed commands already reported while applying a later one.
+    pub extra_errors: u64,
+    closer: Arc<Closer>,
+    /// Effective uid and gid: the owner new files get.
+    me: (u32, u32),
+}
+
+type R<T> = Result<T, CmdError>;
+
+fn is_kind(mode: u32, kind: u32) -> bool {
+    mode & libc::S_IFMT == kind
+}
+
+fn to_i64(v: u64, what: &'static str) -> R<i64> {
+    i64::try_from(v).map_err(|_| CmdError::OutOfRange(what))
+}
+
+impl Current {
+    fn new(name: &[u8], state: SubvolState, root: OwnedFd, closer: Arc<Closer>) -> Current {
+        Current {
+            name: name.to_vec(),
+            state,
+            res: Resolver::new(root),
+            file: None,
+            pending: None,
+            caps: None,
+            deferred: Vec::new(),
+            sources: HashMap::new(),
+            dir_times: HashMap::new(),
+            errors: 0,
+            copy: Methods::default(),
+            scratch: Vec::new(),
+            closer,
+            inflight: VecDeque::new(),
+            inflight_paths: HashMap::new(),
+            batch: Vec::new(),
+            batch_bytes: 0,
+        }
+    }
+
+    /// Closes the open file (on the closing thread).
+    fn retire(&mut self) {
+        if let Some(f) = self.file.take() {
+            self.closer.close(f.file);
+        }
+    }
+
+    /// The open file for `path`, opening (and checking) it if needed.
+    fn file(&mut self, path: &[u8]) -> R<&mut OpenFile> {
+        let cached = matches!(&self.file, Some(f) if f.path == path);
+        if !cached {
+            self.retire();
+            let file = open_regular(&mut self.res, path, OFlag::O_RDWR)?;
+            let size = file.metadata().map_err(CmdError::io("stat"))?.len();
+            self.file = Some(OpenFile {
+                path: path.to_vec(),
+                file,
+                size: Some(size),
+                owner: None,
+            });
+        }
+        self.file.as_mut().ok_or(CmdError::NotRegular)
+    }
+
+    fn is_open(&self, path: &[u8]) -> bool {
+        matches!(&self.file, Some(f) if f.path == path)
+    }
+}
+
+/// Opens regular file `path` beneath `res`: checks the type before opening
+/// (a device must never be opened) and that the same inode was opened.
+fn open_regular(res: &mut Resolver, path: &[u8], flags: OFlag) -> R<File> {
+    let (dir, name) = res.parent(path).map_err(CmdError::os(RESOLVE))?;
+    let at = At { dir, name };
+    let st = at.stat().map_err(CmdError::os("stat"))?;
+    if is_kind(st.st_mode, libc::S_IFLNK) {
+        return Err(CmdError::Symlink);
+    }
+    if !is_kind(st.st_mode, libc::S_IFREG) {
+        return Err(CmdError::NotRegular);
+    }
+    let f = if flags == OFlag::O_RDONLY {
+        copy::open_noatime(dir, name, OFlag::O_NONBLOCK).map_err(CmdError::os("open"))?
+    } else {
+        let fd = ioctl::openat(
+            Some(dir.as_raw_fd()),
+            name,
+            flags | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(CmdError::os("open"))?;
+        File::from(fd)
+    };
+    let st2 = fstat(f.as_raw_fd()).map_err(CmdError::os("stat"))?;
+    if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino) || !is_kind(st2.st_mode, libc::S_IFREG) {
+        return Err(CmdError::Os {
+            op: "open",
+            errno: Errno::ESTALE,
+        });
+    }
+    Ok(f)
+}
+
+/// Where a metadata command lands: the open file, or a name in a directory.
+enum Target<'a> {
+    File(&'a File),
+    At(At<'a>),
+}
+
+fn target<'a>(cur: &'a mut Current, dest: &'a Dest, path: &'a [u8]) -> R<Target<'a>> {
+    if path.is_empty() {
+        return Ok(Target::At(At {
+            dir: dest.fd(),
+            name: &cur.name,
+        }));
+    }
+    if cur.is_open(path) {
+        if let Some(f) = &cur.file {
+            return Ok(Target::File(&f.file));
+        }
+    }
+    let (dir, name) = cur.res.parent(path).map_err(CmdError::os(RESOLVE))?;
+    Ok(Target::At(At { dir, name }))
+}
+
+impl<'o> Receiver<'o> {
+    /// A receiver writing into `dest`.
+    pub fn new(opts: &'o Options, dest: Dest, log: Log) -> Receiver<'o> {
+        Receiver {
+            opts,
+            dest,
+            cur: None,
+            log,
+            stats: Stats::default(),
+            extra_errors: 0,
+            closer: Arc::new(Closer::new()),
+            me: (
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+            ),
+        }
+    }
+
+    /// DEST/<name> of the subvolume being received, if any.
+    pub fn current_path(&self) -> Option<std::path::PathBuf> {
+        use std::os::unix::ffi::OsStrExt;
+        self.cur
+            .as_ref()
+            .map(|c| self.dest.path().join(std::ffi::OsStr::from_bytes(&c.name)))
+    }
+
+    /// Counts a failed command against the current subvolume.
+    pub fn note_error(&mut self) {
+        if let Some(c) = self.cur.as_mut() {
+            c.errors += 1;
+        }
+    }
+
+    /// Closes everything after a failure; the subvolume stays incomplete.
+    pub fn abort(&mut self) {
+        if let Some(c) = self.cur.as_mut() {
+            c.retire();
+            c.pending = None;
+            c.batch.clear();
+            c.dir_times.clear();
+            c.settle_all();
+        }
+        // Later failures of files handed over are not reported: applying
+        // the commands one by one would have stopped before them.
+        self.closer.wait();
+        let _ = self.closer.take_errors();
+        self.merge_counts();
+    }
+
+    /// Waits for the files handed to the closing thread and reports their
+    /// failures (call after the last command).
+    pub fn finish(&mut self) -> Result<(), Error> {
+        self.flush_batch()?;
+        if let Some(c) = self.cur.as_mut() {
+            c.settle_all();
+        }
+        self.closer.wait();
+        self.collect()
+    }
+
+    fn merge_counts(&mut self) {
+        let c = self.closer.take_counts();
+        self.stats.chowns_skipped += c.chowns_skipped;
+        self.stats.chmods_skipped += c.chmods_skipped;
+    }
+
+    /// Takes the failures of files the closing thread finished. Each counts
+    /// as a failed command; with `-E 1` the first one stops the receive.
+    fn collect(&mut self) -> Result<(), Error> {
+        self.merge_counts();
+        let mut errs = self.closer.take_errors().into_iter();
+        if self.opts.max_errors == 1 {
+            if let Some(e) = errs.next() {
+                return Err(e);
+            }
+        }
+        for e in errs {
+            self.log.error(&e);
+            self.note_error();
+            self.extra_errors += 1;
+        }
+        Ok(())
+    }
+
+    /// Applies one command.
+    pub fn apply(&mut self, cmd: &Command<'_>, pos: Position) -> Result<Flow, Error> {
+        // Failures of earlier commands, finished on the closing thread,
+        // come first.
+        if self.closer.has_errors() {
+            self.collect()?;
+        }
+        let res = self.apply_one(cmd, pos);
+        if res.is_err() {
+            self.closer.wait();
+            self.collect()?;
+        }
+        res
+    }
+
+    fn apply_one(&mut self, cmd: &Command<'_>, pos: Position) -> Result<Flow, Error> {
+        self.stats.commands += 1;
+        if self.log.level >= 3 {
+            self.log.trace(cmd, pos);
+        }
+        // A create held back from earlier commands comes first.
+        if let Some(mut p) = self.cur.as_mut().and_then(|c| c.pending.take()) {
+            match self.fold(&mut p, cmd, pos) {
+                Fold::Held => {
+                    if let Some(c) = self.cur.as_mut() {
+                        c.pending = Some(p);
+                    }
+                    return Ok(Flow::Continue);
+                }
+                Fold::Now if matches!(p.what, Create::File) => {
+                    self.enqueue(p)?;
+                    return Ok(Flow::Continue);
+                }
+                Fold::Now => {
+                    self.flush_batch()?;
+                    self.materialize(p, true)?;
+                    return Ok(Flow::Continue);
+                }
+                Fold::No => {
+                    self.flush_batch()?;
+                    if let Err(e) = self.materialize(p, false) {
+                        if self.opts.max_errors == 1 {
+                            return Err(e);
+                        }
+                        // Report the held-back command's error and still
+                        // apply this one, as if they had come one by one.
+                        self.log.error(&e);
+                        self.note_error();
+                        self.extra_errors += 1;
+                    }
+                }
+            }
+        }
+        if self.needs_flush(cmd) {
+            self.flush_batch()?;
+        }
+        self.settle_for(cmd);
+        match cmd {
+            Command::Rename { from, to } => {
+                self.flush_dir_times(|p| path::is_within(p, from) || path::is_within(p, to))?
+            }
+            Command::Rmdir { path } => {
+                if let Some(c) = self.cur.as_mut() {
+                    c.dir_times.retain(|p, _| !path::is_within(p, path));
+                }
+            }
+            Command::End {} => {
+                // Failed files keep the subvolume from being marked complete.
+                self.closer.wait();
+                self.collect()?;
+                self.flush_dir_times(|_| true)?
+            }
+            _ => {}
+        }
+        self.dispatch(cmd, pos).map_err(|e| e.at(cmd, pos))
+    }
+
+    fn cur(&mut self) -> R<&mut Current> {
+        self.cur.as_mut().ok_or(CmdError::NoSubvol)
+    }
+
+    /// Applies one command. Every path it carries is checked first
+    /// ([`path::confine`]); the functions below take checked paths.
+    fn dispatch(&mut self, cmd: &Command<'_>, pos: Position) -> R<Flow> {
+        use Command as C;
+        path::confine(cmd)?;
+        match *cmd {
+            C::Subvol {
+                path,
+                uuid,
+                ctransid,
+            } => self.subvol(path, uuid, ctransid),
+            C::Snapshot {
+                path,
+                uuid,
+                ctransid,
+                clone_uuid,
+                clone_ctransid,
+            } => self.snapshot(path, uuid, ctransid, clone_uuid, clone_ctransid),
+            C::End {} => self.end(),
+            C::Mkfile { path, .. } => self.defer(pos, path, Create::File),
+            C::Mkdir { path, .. } => self.defer(pos, path, Create::Dir),
+            C::Mknod {
+                path, rdev, mode, ..
+            } => self.defer(pos, path, Create::Nod { mode, rdev }),
+            C::Mkfifo { path, .. } => self.defer(pos, path, Create::Fifo),
+            C::Mksock { path, .. } => self.defer(pos, path, Create::Sock),
+            C::Symlink { path, target, .. } => {
+                self.defer(pos, path, Create::Symlink(target.to_vec()))
+            }
+            C::Rename { from, to } => self.rename(from, to),
+            C::Link { path, target } => self.link(path, target),
+            C::Unlink { path } => self.unlink(path, false),
+            C::Rmdir { path } => self.unlink(path, true),
+            C::SetXattr { path, name, data } => self.set_xattr(path, name, data),
+            C::RemoveXattr { path, name } => self.remove_xattr(path, name),
+            C::Write { path, offset, data } => self.write(path, offset, data),
+            C::Clone {
+                offset,
+                len,
+                path,
+                clone_uuid,
+                clone_path,
+                clone_offset,
+                ..
+            } => self.clone_range(path, offset, len, clone_uuid, clone_path, clone_offset),
+            C::Truncate { path, size } => self.truncate(path, size),
+            C::Chmod { path, mode } => self.chmod(path, mode),
+            C::Chown { path, uid, gid } => self.chown(path, uid, gid),
+            C::Utimes {
+                path, atime, mtime, ..
+            } => self.utimes(pos, path, atime, mtime),
+            C::UpdateExtent { .. } => self.update_extent(),
+            C::Fallocate {
+                path,
+                mode,
+                offset,
+                len,
+            } => self.fallocate(path, mode, offset, len),
+            C::Fileattr { path, attr } => self.fileattr(path, attr),
+            C::EncodedWrite {
+                path,
+                offset,
+                unencoded_file_len,
+                unencoded_len,
+                unencoded_offset,
+                compression,
+                encryption,
+                data,
+            } => self.encoded_write(
+                path,
+                offset,
+                ioctl::EncodedWrite {
+                    offset,
+                    len: unencoded_file_len,
+                    unencoded_len,
+                    unencoded_offset,
+                    compression: compression.unwrap_or(0),
+                    encryption: encryption.unwrap_or(0),
+                    data,
+                },
+            ),
+            C::EnableVerity {
+                path,
+                algorithm,
+                block_size,
+                salt,
+                sig,
+            } => self.enable_verity(path, algorithm, block_size, salt, sig),
+        }
+    }
+}
+
+impl Log {
+    fn trace(&mut self, cmd: &Command<'_>, pos: Position) {
+        use rdump::Sink;
+        let mut t = rdump::TextDump::new(Vec::new());
+        if t.command(cmd, pos).is_ok() {
+            let _ = t.finish();
+            let line = t.into_inner();
+            let _ = std::io::stderr().write_all(&line);
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! RENAME, LINK, UNLINK and RMDIR: directory entries.
+
+use std::os::fd::AsRawFd;
+
+use nix::fcntl::renameat;
+use nix::unistd::{linkat, unlinkat, UnlinkatFlags};
+
+use crate::error::CmdError;
+use crate::path;
+
+use super::{Flow, Receiver, R, RESOLVE};
+
+impl Receiver<'_> {
+    pub(super) fn rename(&mut self, from: &[u8], to: &[u8]) -> R<Flow> {
+        let cur = self.cur()?;
+        let (fp, fname) = path::split(from);
+        let (tp, tname) = path::split(to);
+        let (fdir, tdir) = cur.res.dirs2(fp, tp).map_err(CmdError::os(RESOLVE))?;
+        // The descriptors stay valid: nothing touches the cache in between.
+        renameat(Some(fdir), fname, Some(tdir), tname).map_err(CmdError::os("rename"))?;
+        cur.res.forget(from);
+        cur.res.forget(to);
+        if let Some(f) = cur.file.as_mut() {
+            if f.path == to {
+                cur.retire();
+            } else if path::is_within(&f.path, from) {
+                let mut p = to.to_vec();
+                p.extend_from_slice(&f.path[from.len()..]);
+                f.path = p;
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn link(&mut self, path: &[u8], target: &[u8]) -> R<Flow> {
+        let cur = self.cur()?;
+        let (np, nname) = path::split(path);
+        let (tp, tname) = path::split(target);
+        let (tdir, ndir) = cur.res.dirs2(tp, np).map_err(CmdError::os(RESOLVE))?;
+        // No AT_SYMLINK_FOLLOW: a symlink target is linked, not followed.
+        linkat(
+            Some(tdir),
+            tname,
+            Some(ndir),
+            nname,
+            nix::fcntl::AtFlags::empty(),
+        )
+        .map_err(CmdError::os("link"))?;
+        Ok(Flow::Continue)
+    }
+
+    pub(super) fn unlink(&mut self, path: &[u8], dir: bool) -> R<Flow> {
+        let cur = self.cur()?;
+        if cur.is_open(path) {
+            cur.retire();
+        }
+        let (d, name) = cur.res.parent(path).map_err(CmdError::os(RESOLVE))?;
+        let (flag, op) = if dir {
+            (UnlinkatFlags::RemoveDir, "rmdir")
+        } else {
+            (UnlinkatFlags::NoRemoveDir, "unlink")
+        };
+        unlinkat(Some(d.as_raw_fd()), name, flag).map_err(CmdError::os(op))?;
+        if dir {
+            cur.res.forget(path);
+        }
+        Ok(Flow::Continue)
+    }
+}
