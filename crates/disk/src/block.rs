@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use crate::bytes::{u32_at, u64_at, u8_at, uuid_at};
 use crate::csum::CsumType;
+pub use crate::error::BlockError;
 use crate::error::Result;
 use crate::key::Key;
 
@@ -195,33 +196,37 @@ pub(crate) fn validate(
     logical: u64,
     fsid: &Uuid,
     csum: CsumType,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), BlockError> {
     let nodesize = data.len();
+    let too_small = BlockError::TooSmall { len: nodesize };
     if nodesize < HEADER_SIZE + ITEM_SIZE {
-        return Err("block too small".into());
+        return Err(too_small);
     }
     let (Some(stored), Some(body)) = (data.get(..32), data.get(32..)) else {
-        return Err("block too small".into());
+        return Err(too_small);
     };
     if !csum.verify(body, stored) {
-        return Err(format!("{} checksum mismatch", csum.name()));
+        return Err(BlockError::CsumMismatch { csum: csum.name() });
     }
     let bytenr = u64_at(data, 0x30).unwrap_or(0);
     if bytenr != logical {
-        return Err(format!("header bytenr is {bytenr}"));
+        return Err(BlockError::WrongBytenr { found: bytenr });
     }
     let hfsid = uuid_at(data, 0x20).unwrap_or_default();
     if hfsid != *fsid {
-        return Err(format!("header fsid {hfsid} is not {fsid}"));
+        return Err(BlockError::WrongFsid {
+            found: hfsid,
+            expected: *fsid,
+        });
     }
     let level = u8_at(data, 0x64).unwrap_or(u8::MAX);
     if level >= MAX_LEVEL {
-        return Err(format!("level {level}"));
+        return Err(BlockError::BadLevel { level });
     }
     let n = u32_at(data, 0x60).unwrap_or(u32::MAX) as usize;
     if level == 0 {
         if n > (nodesize - HEADER_SIZE) / ITEM_SIZE {
-            return Err(format!("leaf has {n} items"));
+            return Err(BlockError::TooManyItems { nritems: n });
         }
         // Item data is packed from the end backwards, each item right before the previous.
         let mut end = nodesize - HEADER_SIZE;
@@ -229,33 +234,37 @@ pub(crate) fn validate(
         let items_end = HEADER_SIZE + ITEM_SIZE * n;
         for i in 0..n {
             let o = HEADER_SIZE + ITEM_SIZE * i;
-            let key = Key::parse(data, o).ok_or("truncated item")?;
+            let key = Key::parse(data, o).ok_or(BlockError::TruncatedItem { index: i })?;
             let off = u32_at(data, o + 17).unwrap_or(u32::MAX) as usize;
             let len = u32_at(data, o + 21).unwrap_or(u32::MAX) as usize;
             if off.checked_add(len) != Some(end) {
-                return Err(format!(
-                    "item {i} {key} data at {off}+{len} does not end at {end}"
-                ));
+                return Err(BlockError::MisplacedData {
+                    index: i,
+                    key,
+                    offset: off,
+                    len,
+                    end,
+                });
             }
             if HEADER_SIZE + off < items_end {
-                return Err(format!("item {i} {key} data overlaps the item array"));
+                return Err(BlockError::DataOverlapsItems { index: i, key });
             }
             if prev.is_some_and(|p| p >= key) {
-                return Err(format!("item {i} {key} is out of order"));
+                return Err(BlockError::ItemOutOfOrder { index: i, key });
             }
             prev = Some(key);
             end = off;
         }
     } else {
         if n == 0 || n > (nodesize - HEADER_SIZE) / KEY_PTR_SIZE {
-            return Err(format!("node has {n} pointers"));
+            return Err(BlockError::BadPointerCount { nritems: n });
         }
         let mut prev: Option<Key> = None;
         for i in 0..n {
-            let key =
-                Key::parse(data, HEADER_SIZE + KEY_PTR_SIZE * i).ok_or("truncated pointer")?;
+            let key = Key::parse(data, HEADER_SIZE + KEY_PTR_SIZE * i)
+                .ok_or(BlockError::TruncatedPointer { index: i })?;
             if prev.is_some_and(|p| p >= key) {
-                return Err(format!("pointer {i} {key} is out of order"));
+                return Err(BlockError::PointerOutOfOrder { index: i, key });
             }
             prev = Some(key);
         }
@@ -264,26 +273,24 @@ pub(crate) fn validate(
 }
 
 /// Checks what the parent says about a validated block.
-pub(crate) fn check_expect(b: &Block, e: &Expect) -> std::result::Result<(), String> {
+pub(crate) fn check_expect(b: &Block, e: &Expect) -> std::result::Result<(), BlockError> {
     if b.generation() != e.generation {
-        return Err(format!(
-            "generation {} where the parent says {}",
-            b.generation(),
-            e.generation
-        ));
+        return Err(BlockError::WrongGeneration {
+            found: b.generation(),
+            expected: e.generation,
+        });
     }
     if b.level() != e.level {
-        return Err(format!(
-            "level {} where {} was expected",
-            b.level(),
-            e.level
-        ));
+        return Err(BlockError::WrongLevel {
+            found: b.level(),
+            expected: e.level,
+        });
     }
-    if let Some(k) = e.first_key {
+    if let Some(expected) = e.first_key {
         match b.key(0) {
-            Some(first) if first == k => {}
-            Some(first) => return Err(format!("first key {first} where the parent says {k}")),
-            None => return Err(format!("empty block where the parent says first key {k}")),
+            Some(first) if first == expected => {}
+            Some(found) => return Err(BlockError::WrongFirstKey { found, expected }),
+            None => return Err(BlockError::Empty { expected }),
         }
     }
     Ok(())

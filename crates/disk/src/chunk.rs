@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 use crate::bytes::{u16_at, u32_at, u64_at, uuid_at};
+pub use crate::error::{ChunkError, RebuildError, SysChunkArrayError};
+use crate::key::Key;
 
 /// Chunk type bits.
 pub mod flags {
@@ -82,6 +84,21 @@ impl Profile {
         })
     }
 
+    /// The profile's name, as its `Debug` form spells it (`Raid10`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Single => "Single",
+            Profile::Dup => "Dup",
+            Profile::Raid0 => "Raid0",
+            Profile::Raid1 => "Raid1",
+            Profile::Raid1c3 => "Raid1c3",
+            Profile::Raid1c4 => "Raid1c4",
+            Profile::Raid10 => "Raid10",
+            Profile::Raid5 => "Raid5",
+            Profile::Raid6 => "Raid6",
+        }
+    }
+
     /// Number of parity strips per row (0 unless RAID5/6).
     pub fn nparity(self) -> usize {
         match self {
@@ -152,49 +169,51 @@ pub struct ParityMapping {
 
 impl Chunk {
     /// Parses a CHUNK_ITEM at `logical` from the front of `data`; returns it and its size.
-    pub fn parse(logical: u64, data: &[u8]) -> Result<(Chunk, usize), String> {
-        let g64 = |o| u64_at(data, o).ok_or("chunk item is truncated");
+    pub fn parse(logical: u64, data: &[u8]) -> Result<(Chunk, usize), ChunkError> {
+        let truncated = |offset| ChunkError::Truncated { offset };
+        let g64 = |o| u64_at(data, o).ok_or(truncated(o));
         let length = g64(0)?;
         let stripe_len = g64(0x10)?;
         let ty = g64(0x18)?;
-        let _sector_size = u32_at(data, 0x28).ok_or("chunk item is truncated")?;
-        let num = u16_at(data, 0x2c).ok_or("chunk item is truncated")? as usize;
-        let sub = u16_at(data, 0x2e).ok_or("chunk item is truncated")?;
+        let _sector_size = u32_at(data, 0x28).ok_or(truncated(0x28))?;
+        let num = u16_at(data, 0x2c).ok_or(truncated(0x2c))? as usize;
+        let sub = u16_at(data, 0x2e).ok_or(truncated(0x2e))?;
         if num == 0 {
-            return Err("chunk has no stripes".into());
+            return Err(ChunkError::NoStripes);
         }
         let size = CHUNK_ITEM_SIZE + STRIPE_SIZE * num;
         if data.len() < size {
-            return Err(format!(
-                "chunk item of {} bytes is too short for {num} stripes",
-                data.len()
-            ));
+            return Err(ChunkError::TooShortForStripes {
+                len: data.len(),
+                stripes: num,
+            });
         }
         if length == 0 || logical.checked_add(length).is_none() {
-            return Err(format!("bad chunk length {length}"));
+            return Err(ChunkError::BadLength { length });
         }
         if !stripe_len.is_power_of_two() || !(4096..=(1 << 30)).contains(&stripe_len) {
-            return Err(format!("bad stripe_len {stripe_len}"));
+            return Err(ChunkError::BadStripeLen { stripe_len });
         }
         if ty & flags::REMAPPED != 0 {
-            return Err("REMAPPED chunks (remap tree) are not supported".into());
+            return Err(ChunkError::Remapped);
         }
-        let profile = Profile::from_flags(ty)
-            .ok_or_else(|| format!("chunk type 0x{ty:x} has several profiles"))?;
+        let profile = Profile::from_flags(ty).ok_or(ChunkError::SeveralProfiles { flags: ty })?;
         let ok = match profile {
             Profile::Single => num == 1,
             Profile::Dup | Profile::Raid1 => num == 2,
             Profile::Raid1c3 => num == 3,
             Profile::Raid1c4 => num == 4,
             Profile::Raid0 => num >= 1,
-            Profile::Raid10 => num >= 2 && num.is_multiple_of(2) && sub == 2,
+            Profile::Raid10 => num >= 2 && num % 2 == 0 && sub == 2,
             Profile::Raid5 => num >= 2,
             Profile::Raid6 => num >= 3,
         };
         if !ok {
-            return Err(format!(
-                "{profile:?} chunk with {num} stripes and {sub} sub-stripes"
-            ));
+            return Err(ChunkError::BadStripeCount {
+                profile: profile.name(),
+                stripes: num,
+                sub_stripes: sub,
+            });
         }
         let mut stripes = Vec::with_capacity(num);
         for i in 0..num {
@@ -202,7 +221,7 @@ impl Chunk {
             stripes.push(Stripe {
                 devid: g64(o)?,
                 offset: g64(o + 8)?,
-                dev_uuid: uuid_at(data, o + 16).ok_or("chunk item is truncated")?,
+                dev_uuid: uuid_at(data, o + 16).ok_or(truncated(o + 16))?,
             });
         }
         Ok((
@@ -237,14 +256,17 @@ impl Chunk {
     /// Maps `logical` (in this chunk) for `mirror` (1-based) on a profile without parity.
     ///
     /// The returned length is at most `len` and stops at a stripe boundary.
-    pub fn map_mirror(&self, logical: u64, len: u64, mirror: u32) -> Result<Mapping, String> {
+    pub fn map_mirror(&self, logical: u64, len: u64, mirror: u32) -> Result<Mapping, ChunkError> {
         let off = self.offset_of(logical)?;
         let n = self.stripes.len() as u64;
         let l = self.stripe_len;
         let (nr, so) = (off / l, off % l);
         let m = u64::from(mirror.max(1) - 1);
         if m >= u64::from(self.num_copies()) {
-            return Err(format!("mirror {mirror} of a {:?} chunk", self.profile));
+            return Err(ChunkError::NoSuchMirror {
+                mirror,
+                profile: self.profile.name(),
+            });
         }
         let left_in_chunk = self.length - off;
         let (stripe, physical_off, cont) = match self.profile {
@@ -258,15 +280,15 @@ impl Chunk {
                 let groups = n / 2;
                 ((nr % groups) * 2 + m, (nr / groups) * l + so, l - so)
             }
-            Profile::Raid5 | Profile::Raid6 => {
-                return Err("parity profile mapped as a mirror".into())
-            }
+            Profile::Raid5 | Profile::Raid6 => return Err(ChunkError::ParityAsMirror),
         };
         let s = &self.stripes[stripe as usize];
         let physical = s
             .offset
             .checked_add(physical_off)
-            .ok_or("physical offset overflows")?;
+            .ok_or(ChunkError::PhysicalOverflow {
+                stripe: stripe as usize,
+            })?;
         Ok(Mapping {
             stripe: stripe as usize,
             physical,
@@ -275,12 +297,12 @@ impl Chunk {
     }
 
     /// Maps `logical` (in this chunk) on a RAID5/6 chunk.
-    pub fn map_parity(&self, logical: u64, len: u64) -> Result<ParityMapping, String> {
+    pub fn map_parity(&self, logical: u64, len: u64) -> Result<ParityMapping, ChunkError> {
         let off = self.offset_of(logical)?;
         let n = self.stripes.len();
         let np = self.profile.nparity();
         if np == 0 || n <= np {
-            return Err("not a parity chunk".into());
+            return Err(ChunkError::NotParity);
         }
         let nd = n - np;
         let l = self.stripe_len;
@@ -296,18 +318,18 @@ impl Chunk {
             data_stripes,
             p_stripe,
             q_stripe,
-            stripe_offset: full.checked_mul(l).ok_or("offset overflows")? + so,
+            stripe_offset: full.checked_mul(l).ok_or(ChunkError::OffsetOverflow)? + so,
             len: len.min(l - so).min(self.length - off),
         })
     }
 
-    fn offset_of(&self, logical: u64) -> Result<u64, String> {
+    fn offset_of(&self, logical: u64) -> Result<u64, ChunkError> {
         if logical < self.logical || logical >= self.end() {
-            return Err(format!(
-                "logical {logical} is outside chunk {}..{}",
-                self.logical,
-                self.end()
-            ));
+            return Err(ChunkError::Outside {
+                logical,
+                start: self.logical,
+                end: self.end(),
+            });
         }
         Ok(logical - self.logical)
     }
@@ -326,7 +348,7 @@ impl ChunkMap {
     }
 
     /// Adds a chunk; an identical one already present is fine, an overlapping one is not.
-    pub fn insert(&mut self, chunk: Chunk) -> Result<(), String> {
+    pub fn insert(&mut self, chunk: Chunk) -> Result<(), ChunkError> {
         if let Some(old) = self.chunks.get(&chunk.logical) {
             if *old == chunk {
                 return Ok(());
@@ -339,12 +361,16 @@ impl ChunkMap {
         }
         if let Some((_, prev)) = self.chunks.range(..chunk.logical).next_back() {
             if prev.end() > chunk.logical {
-                return Err(format!("overlaps chunk at logical {}", prev.logical));
+                return Err(ChunkError::Overlaps {
+                    other: prev.logical,
+                });
             }
         }
         if let Some((_, next)) = self.chunks.range(chunk.logical + 1..).next() {
             if chunk.end() > next.logical {
-                return Err(format!("overlaps chunk at logical {}", next.logical));
+                return Err(ChunkError::Overlaps {
+                    other: next.logical,
+                });
             }
         }
         self.chunks.insert(chunk.logical, chunk);
@@ -374,25 +400,28 @@ impl ChunkMap {
 }
 
 /// Parses the superblock's sys_chunk_array into chunks.
-pub fn parse_sys_chunk_array(mut a: &[u8]) -> Result<Vec<Chunk>, String> {
+pub fn parse_sys_chunk_array(array: &[u8]) -> Result<Vec<Chunk>, SysChunkArrayError> {
     let mut out = Vec::new();
+    let mut offset = 0usize;
+    let mut a = array;
     while !a.is_empty() {
-        let key_obj = u64_at(a, 0).ok_or("sys_chunk_array: truncated key")?;
-        let key_type = *a.get(8).ok_or("sys_chunk_array: truncated key")?;
-        let logical = u64_at(a, 9).ok_or("sys_chunk_array: truncated key")?;
-        if key_obj != 256 || key_type != crate::key::key_type::CHUNK_ITEM {
-            return Err(format!(
-                "sys_chunk_array: unexpected key ({key_obj}, {key_type}, {logical})"
-            ));
+        let key = Key::parse(a, 0).ok_or(SysChunkArrayError::TruncatedKey { offset })?;
+        if key.objectid != 256 || key.item_type != crate::key::key_type::CHUNK_ITEM {
+            return Err(SysChunkArrayError::UnexpectedKey { offset, key });
         }
-        let rest = a.get(17..).ok_or("sys_chunk_array: truncated")?;
+        let logical = key.offset;
+        let truncated = SysChunkArrayError::Truncated {
+            offset: offset + 17,
+        };
+        let rest = a.get(17..).ok_or(truncated)?;
         let (chunk, size) = Chunk::parse(logical, rest)
-            .map_err(|e| format!("sys_chunk_array chunk at logical {logical}: {e}"))?;
+            .map_err(|reason| SysChunkArrayError::BadChunk { logical, reason })?;
         out.push(chunk);
-        a = rest.get(size..).ok_or("sys_chunk_array: truncated")?;
+        a = rest.get(size..).ok_or(truncated)?;
+        offset += 17 + size;
     }
     if out.is_empty() {
-        return Err("sys_chunk_array is empty".into());
+        return Err(SysChunkArrayError::Empty);
     }
     Ok(out)
 }
@@ -467,7 +496,7 @@ pub mod raid56 {
         q: Option<&[u8]>,
         prefer_q: bool,
         len: usize,
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, super::RebuildError> {
         let missing: Vec<usize> = (0..data.len())
             .filter(|&i| i == target || data[i].is_none())
             .collect();
@@ -519,12 +548,11 @@ pub mod raid56 {
                     Ok(pxy.iter().zip(&dx).map(|(a, b)| a ^ b).collect())
                 }
             }
-            _ => Err(format!(
-                "cannot rebuild: {} data strips missing, P {}, Q {}",
-                missing.len(),
-                if p.is_some() { "present" } else { "missing" },
-                if q.is_some() { "present" } else { "missing" }
-            )),
+            _ => Err(super::RebuildError {
+                missing: missing.len(),
+                p_present: p.is_some(),
+                q_present: q.is_some(),
+            }),
         }
     }
 
@@ -623,7 +651,14 @@ mod tests {
             }
         }
         let none = [None, None, Some(&d2[..])];
-        assert!(raid56::rebuild(0, &none, Some(&p), None, false, 64).is_err());
+        assert_eq!(
+            raid56::rebuild(0, &none, Some(&p), None, false, 64),
+            Err(RebuildError {
+                missing: 2,
+                p_present: true,
+                q_present: false
+            })
+        );
     }
 
     #[test]
@@ -633,7 +668,7 @@ mod tests {
         let mut b = a.clone();
         b.logical += 4096;
         m.insert(a.clone()).unwrap();
-        assert!(m.insert(b).is_err());
+        assert_eq!(m.insert(b), Err(ChunkError::Overlaps { other: a.logical }));
         assert_eq!(m.lookup(a.logical + 5).map(|c| c.logical), Some(a.logical));
         assert!(m.lookup(a.logical - 1).is_none());
     }
@@ -641,11 +676,31 @@ mod tests {
     #[test]
     fn malformed_chunk_items_are_errors() {
         let c = [0u8; 10];
-        assert!(Chunk::parse(0, &c).is_err());
+        assert_eq!(
+            Chunk::parse(0, &c),
+            Err(ChunkError::Truncated { offset: 0x10 })
+        );
         let mut b = vec![0u8; CHUNK_ITEM_SIZE + STRIPE_SIZE];
         b[0..8].copy_from_slice(&4096u64.to_le_bytes());
         b[0x10..0x18].copy_from_slice(&65536u64.to_le_bytes());
         b[0x2c..0x2e].copy_from_slice(&5u16.to_le_bytes());
-        assert!(Chunk::parse(0, &b).is_err());
+        let e = Chunk::parse(0, &b).unwrap_err();
+        assert_eq!(
+            e,
+            ChunkError::TooShortForStripes {
+                len: CHUNK_ITEM_SIZE + STRIPE_SIZE,
+                stripes: 5
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "chunk item of 80 bytes is too short for 5 stripes"
+        );
+        b[0x2c..0x2e].copy_from_slice(&1u16.to_le_bytes());
+        b[0x18..0x20].copy_from_slice(&(flags::DATA | flags::RAID1).to_le_bytes());
+        assert_eq!(
+            Chunk::parse(0, &b).unwrap_err().to_string(),
+            "Raid1 chunk with 1 stripes and 0 sub-stripes"
+        );
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::csum::CsumType;
-use crate::error::{Error, Result};
+use crate::error::{Error, ItemError, Result};
 use crate::fs::{CsumRun, Filesystem, NoticeKind};
 use crate::items::{
     dir_entries, inode_extrefs, inode_flags, inode_refs, key_type, objectid, Compression,
@@ -506,7 +506,7 @@ impl Filesystem {
         let ss = self.sectorsize() as u64;
         let (es, el) = extent;
         let covers = logical >= es
-            && es.is_multiple_of(ss)
+            && es % ss == 0
             && el <= MAX_EXTENT
             && es
                 .checked_add(el)
@@ -824,11 +824,10 @@ impl Filesystem {
                 return Err(Error::BadItem {
                     tree: tree.id,
                     key: item.key,
-                    reason: format!(
-                        "descriptor piece at {} after {} bytes",
-                        item.key.offset - 1,
-                        out.len()
-                    ),
+                    reason: ItemError::VerityGap {
+                        at: item.key.offset - 1,
+                        have: out.len(),
+                    },
                 });
             }
             out.extend_from_slice(item.data());
@@ -840,7 +839,10 @@ impl Filesystem {
             return Err(Error::BadItem {
                 tree: tree.id,
                 key,
-                reason: format!("verity descriptor of {size} bytes has only {}", out.len()),
+                reason: ItemError::VerityShort {
+                    size,
+                    have: out.len(),
+                },
             });
         }
         out.truncate(size);

@@ -5,7 +5,7 @@ use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::{CopyFault, CopyRefusal, Error, NoSuperblockReason, Result};
 use crate::superblock::{copy_offsets, Superblock, SUPER_INFO_SIZE};
 
 /// Reads of at least this many bytes from a mapped file use `pread`: bulk
@@ -160,6 +160,7 @@ impl Device {
 impl DeviceIo {
     /// Picks the primary copy when valid, else the valid mirror with the highest generation.
     fn choose_superblock(&self, notes: &mut Vec<String>) -> Result<Superblock> {
+        let refuse = |copy, reason| CopyRefusal { copy, reason };
         let mut why = Vec::new();
         let mut best: Option<Superblock> = None;
         for (i, off) in copy_offsets().into_iter().enumerate() {
@@ -168,7 +169,7 @@ impl DeviceIo {
             }
             let mut buf = vec![0u8; SUPER_INFO_SIZE];
             if let Err(e) = self.read_at(off, &mut buf) {
-                why.push(format!("copy {i}: {e}"));
+                why.push(refuse(i, CopyFault::Read(Box::new(e))));
                 continue;
             }
             match Superblock::parse(&buf, off) {
@@ -182,7 +183,7 @@ impl DeviceIo {
                         best = Some(sb);
                     }
                 }
-                Err(e) => why.push(format!("copy {i}: {e}")),
+                Err(e) => why.push(refuse(i, CopyFault::Invalid(e))),
             }
         }
         match best {
@@ -190,7 +191,8 @@ impl DeviceIo {
                 notes.push(format!(
                     "{}: primary superblock is bad ({}); using the copy at physical {}",
                     self.path.display(),
-                    why.first().map(String::as_str).unwrap_or("unreadable"),
+                    why.first()
+                        .map_or_else(|| "unreadable".to_owned(), ToString::to_string),
                     sb.bytenr()
                 ));
                 Ok(sb)
@@ -198,9 +200,9 @@ impl DeviceIo {
             None => Err(Error::NoSuperblock {
                 path: self.path.clone(),
                 reason: if why.is_empty() {
-                    format!("device is only {} bytes", self.size)
+                    NoSuperblockReason::DeviceTooSmall { size: self.size }
                 } else {
-                    why.join("; ")
+                    NoSuperblockReason::Copies(why)
                 },
             }),
         }

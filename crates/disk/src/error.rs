@@ -1,4 +1,11 @@
 //! Errors of the on-disk reader. Each names what is wrong and where.
+//!
+//! [`Error`] is what the filesystem-level API returns. The decoders of
+//! on-disk structures return the typed errors below ([`ItemError`],
+//! [`ChunkError`], [`SuperblockError`], [`BlockError`], ...), which the
+//! variants of [`Error`] carry in their `reason` (or `what`) field. Those
+//! fields are part of the variant's message, so they are not reported again
+//! as its `source()`.
 
 use std::path::PathBuf;
 
@@ -23,8 +30,8 @@ pub enum Error {
     NoSuperblock {
         /// The device or image.
         path: PathBuf,
-        /// Why each copy was refused.
-        reason: String,
+        /// Why each copy was refused, or why the chosen one is unusable.
+        reason: NoSuperblockReason,
     },
     /// The filesystem uses a feature this reader does not support.
     #[error("{path}: unsupported filesystem feature: {what}", path = path.display())]
@@ -32,7 +39,7 @@ pub enum Error {
         /// The device or image.
         path: PathBuf,
         /// The feature, by its btrfs name.
-        what: String,
+        what: FeatureError,
     },
     /// No device was given.
     #[error("no device given")]
@@ -87,7 +94,7 @@ pub enum Error {
         /// The chunk's logical start.
         logical: u64,
         /// What is wrong.
-        reason: String,
+        reason: ChunkError,
     },
     /// No copy of a tree block passed validation.
     #[error("tree block at logical {logical} (tree {tree}): {reason}")]
@@ -97,7 +104,7 @@ pub enum Error {
         /// The tree it was read for.
         tree: u64,
         /// Why each copy was refused.
-        reason: String,
+        reason: TreeBlockError,
     },
     /// An item is malformed.
     #[error("tree {tree}, item {key}: {reason}")]
@@ -107,7 +114,7 @@ pub enum Error {
         /// Its key.
         key: Key,
         /// What is wrong.
-        reason: String,
+        reason: ItemError,
     },
     /// A tree that must exist does not.
     #[error("tree {tree}: {reason}")]
@@ -162,5 +169,798 @@ pub enum Error {
     },
 }
 
+fn join<T: std::fmt::Display>(v: &[T]) -> String {
+    v.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The on-disk structure, or part of one, that an [`ItemError`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// An INODE_ITEM.
+    InodeItem,
+    /// A ROOT_ITEM.
+    RootItem,
+    /// A ROOT_REF or ROOT_BACKREF.
+    RootRef,
+    /// A ROOT_REF or ROOT_BACKREF with its name.
+    RootRefWithName,
+    /// An INODE_REF record.
+    InodeRef,
+    /// The name of an INODE_REF record.
+    InodeRefName,
+    /// An INODE_EXTREF record.
+    InodeExtref,
+    /// The name of an INODE_EXTREF record.
+    InodeExtrefName,
+    /// A DIR_ITEM, DIR_INDEX or XATTR_ITEM record.
+    DirItem,
+    /// The name of a dir item record.
+    DirItemName,
+    /// The data (xattr value) of a dir item record.
+    DirItemData,
+    /// An EXTENT_DATA item.
+    FileExtentItem,
+    /// A regular or prealloc EXTENT_DATA item.
+    RegularFileExtentItem,
+    /// An EXTENT_ITEM or METADATA_ITEM.
+    ExtentItem,
+    /// An EXTENT_DATA_REF, keyed or inline.
+    ExtentDataRef,
+    /// A SHARED_DATA_REF, keyed or inline.
+    SharedDataRef,
+    /// A VERITY_DESC_ITEM.
+    VerityDescriptorItem,
+    /// A DEV_ITEM.
+    DevItem,
+    /// An INODE_REF or INODE_EXTREF item.
+    ReferenceItem,
+}
+
+impl Part {
+    /// Its name in messages (`inode ref name`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::InodeItem => "inode item",
+            Part::RootItem => "root item",
+            Part::RootRef => "root ref",
+            Part::RootRefWithName => "root ref with its name",
+            Part::InodeRef => "inode ref",
+            Part::InodeRefName => "inode ref name",
+            Part::InodeExtref => "inode extref",
+            Part::InodeExtrefName => "inode extref name",
+            Part::DirItem => "dir item",
+            Part::DirItemName => "dir item name",
+            Part::DirItemData => "dir item data",
+            Part::FileExtentItem => "file extent item",
+            Part::RegularFileExtentItem => "regular file extent item",
+            Part::ExtentItem => "extent item",
+            Part::ExtentDataRef => "extent data ref",
+            Part::SharedDataRef => "shared data ref",
+            Part::VerityDescriptorItem => "verity descriptor item",
+            Part::DevItem => "dev item",
+            Part::ReferenceItem => "reference item",
+        }
+    }
+}
+
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A malformed tree item (see [`crate::items`]); the caller adds the tree and key.
+///
+/// Offsets are byte offsets into the item's data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ItemError {
+    /// The item is shorter than its fixed part.
+    #[error("{what} of {len} bytes, at least {need} needed")]
+    TooShort {
+        /// The structure.
+        what: Part,
+        /// The item's size.
+        len: usize,
+        /// The size needed.
+        need: usize,
+    },
+    /// A packed record's fixed fields run past the end of the item.
+    #[error("truncated {what}")]
+    Truncated {
+        /// The record.
+        what: Part,
+        /// Where the record starts.
+        offset: usize,
+    },
+    /// A packed record's variable part (name or data) runs past the end of the item.
+    #[error("{what} overruns the item")]
+    Overrun {
+        /// The field.
+        what: Part,
+        /// Where the field starts.
+        offset: usize,
+        /// Its length.
+        len: usize,
+    },
+    /// An item with no record where at least one is needed.
+    #[error("empty {what}")]
+    Empty {
+        /// The item.
+        what: Part,
+    },
+    /// A file extent of unknown type.
+    #[error("unknown file extent type {value}")]
+    UnknownExtentType {
+        /// The type byte.
+        value: u8,
+    },
+    /// A file extent of unknown compression.
+    #[error("unknown compression {value}")]
+    UnknownCompression {
+        /// The compression byte.
+        value: u8,
+    },
+    /// A file extent with encryption or another encoding.
+    #[error("encrypted or otherwise encoded extent")]
+    Encoded {
+        /// The encryption byte.
+        encryption: u8,
+        /// The other_encoding field.
+        other_encoding: u16,
+    },
+    /// An inline backref of unknown type.
+    #[error("unknown inline ref type {ref_type} at {offset}")]
+    UnknownInlineRef {
+        /// The ref type.
+        ref_type: u8,
+        /// Where it is.
+        offset: usize,
+    },
+    /// An inline backref running past the end of its extent item.
+    #[error("truncated inline ref type {ref_type}")]
+    TruncatedInlineRef {
+        /// The ref type.
+        ref_type: u8,
+        /// Where it starts.
+        offset: usize,
+    },
+    /// A UUID tree item whose size is not a multiple of 8.
+    #[error("uuid item of {len} bytes")]
+    UuidItemSize {
+        /// Its size.
+        len: usize,
+    },
+    /// A piece of a fs-verity descriptor out of sequence.
+    #[error("descriptor piece at {at} after {have} bytes")]
+    VerityGap {
+        /// Its offset in the descriptor.
+        at: u64,
+        /// Descriptor bytes read before it.
+        have: usize,
+    },
+    /// A fs-verity descriptor with pieces missing at the end.
+    #[error("verity descriptor of {size} bytes has only {have}")]
+    VerityShort {
+        /// Its recorded size.
+        size: usize,
+        /// Bytes found.
+        have: usize,
+    },
+}
+
+/// Why the RAID5/6 rebuild of a data strip is impossible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cannot rebuild: {missing} data strips missing, P {}, Q {}",
+    presence(*p_present),
+    presence(*q_present)
+)]
+pub struct RebuildError {
+    /// Data strips unavailable, the target included.
+    pub missing: usize,
+    /// Whether P was readable.
+    pub p_present: bool,
+    /// Whether Q was readable.
+    pub q_present: bool,
+}
+
+fn presence(present: bool) -> &'static str {
+    if present {
+        "present"
+    } else {
+        "missing"
+    }
+}
+
+/// A malformed chunk item, or a read it cannot map (see [`crate::chunk`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ChunkError {
+    /// A field lies past the end of the item.
+    #[error("chunk item is truncated")]
+    Truncated {
+        /// The field's offset in the item.
+        offset: usize,
+    },
+    /// num_stripes is 0.
+    #[error("chunk has no stripes")]
+    NoStripes,
+    /// The item is too short for its stripes.
+    #[error("chunk item of {len} bytes is too short for {stripes} stripes")]
+    TooShortForStripes {
+        /// The item's size.
+        len: usize,
+        /// num_stripes.
+        stripes: usize,
+    },
+    /// Length 0, or the chunk runs past the end of the address space.
+    #[error("bad chunk length {length}")]
+    BadLength {
+        /// The length.
+        length: u64,
+    },
+    /// stripe_len is not a power of two in 4 KiB..=1 GiB.
+    #[error("bad stripe_len {stripe_len}")]
+    BadStripeLen {
+        /// The stripe_len.
+        stripe_len: u64,
+    },
+    /// The chunk is REMAPPED.
+    #[error("REMAPPED chunks (remap tree) are not supported")]
+    Remapped,
+    /// More than one profile bit is set.
+    #[error("chunk type 0x{flags:x} has several profiles")]
+    SeveralProfiles {
+        /// The type bits.
+        flags: u64,
+    },
+    /// The stripe count does not fit the profile.
+    #[error("{profile} chunk with {stripes} stripes and {sub_stripes} sub-stripes")]
+    BadStripeCount {
+        /// The profile, by its [`crate::chunk::Profile`] name.
+        profile: &'static str,
+        /// num_stripes.
+        stripes: usize,
+        /// sub_stripes.
+        sub_stripes: u16,
+    },
+    /// A copy the profile does not have.
+    #[error("mirror {mirror} of a {profile} chunk")]
+    NoSuchMirror {
+        /// The copy asked for (1-based).
+        mirror: u32,
+        /// The profile, by its [`crate::chunk::Profile`] name.
+        profile: &'static str,
+    },
+    /// A RAID5/6 chunk mapped as a mirror.
+    #[error("parity profile mapped as a mirror")]
+    ParityAsMirror,
+    /// The physical offset overflows.
+    #[error("physical offset overflows")]
+    PhysicalOverflow {
+        /// The stripe.
+        stripe: usize,
+    },
+    /// Not a RAID5/6 chunk.
+    #[error("not a parity chunk")]
+    NotParity,
+    /// The offset into the stripes overflows.
+    #[error("offset overflows")]
+    OffsetOverflow,
+    /// A logical address outside the chunk.
+    #[error("logical {logical} is outside chunk {start}..{end}")]
+    Outside {
+        /// The address.
+        logical: u64,
+        /// The chunk's start.
+        start: u64,
+        /// Its end.
+        end: u64,
+    },
+    /// The chunk overlaps another one.
+    #[error("overlaps chunk at logical {other}")]
+    Overlaps {
+        /// The other chunk's logical start.
+        other: u64,
+    },
+    /// A stripe index the chunk does not have.
+    #[error("no stripe {stripe}")]
+    NoStripe {
+        /// The index.
+        stripe: usize,
+    },
+    /// The Q strip of a RAID6 row cannot be read.
+    #[error("logical {logical}: Q strip unreadable")]
+    QUnreadable {
+        /// The address being read.
+        logical: u64,
+    },
+    /// A data strip cannot be rebuilt from parity.
+    #[error("logical {logical}: {reason}")]
+    Rebuild {
+        /// The address being read.
+        logical: u64,
+        /// Why.
+        reason: RebuildError,
+    },
+}
+
+/// A malformed sys_chunk_array in the superblock.
+///
+/// Offsets are byte offsets into the array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SysChunkArrayError {
+    /// A key runs past the end.
+    #[error("sys_chunk_array: truncated key")]
+    TruncatedKey {
+        /// Where it starts.
+        offset: usize,
+    },
+    /// A key that is not `(256, CHUNK_ITEM, logical)`.
+    #[error("sys_chunk_array: unexpected key ({}, {}, {})", key.objectid, key.item_type, key.offset)]
+    UnexpectedKey {
+        /// Where it starts.
+        offset: usize,
+        /// The key.
+        key: Key,
+    },
+    /// A chunk item runs past the end.
+    #[error("sys_chunk_array: truncated")]
+    Truncated {
+        /// Where it starts.
+        offset: usize,
+    },
+    /// A chunk item is malformed.
+    #[error("sys_chunk_array chunk at logical {logical}: {reason}")]
+    BadChunk {
+        /// The chunk's logical start.
+        logical: u64,
+        /// What is wrong.
+        reason: ChunkError,
+    },
+    /// No chunk at all.
+    #[error("sys_chunk_array is empty")]
+    Empty,
+}
+
+/// Why a superblock copy is refused (see [`crate::superblock::Superblock::parse`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SuperblockError {
+    /// Fewer than 4096 bytes.
+    #[error("short superblock ({len} bytes)")]
+    Short {
+        /// Bytes given.
+        len: usize,
+    },
+    /// No `_BHRfS_M`.
+    #[error("bad magic at physical {bytenr}")]
+    BadMagic {
+        /// Where the copy was read.
+        bytenr: u64,
+    },
+    /// A checksum type this reader does not know.
+    #[error("unknown checksum type {value}")]
+    UnknownCsumType {
+        /// csum_type.
+        value: u16,
+    },
+    /// The checksum does not match.
+    #[error("{csum} checksum mismatch at physical {bytenr}")]
+    CsumMismatch {
+        /// The checksum algorithm.
+        csum: &'static str,
+        /// Where the copy was read.
+        bytenr: u64,
+    },
+    /// The copy records another offset than where it was read.
+    #[error("copy at physical {bytenr} says it is at {recorded}")]
+    Misplaced {
+        /// Where the copy was read.
+        bytenr: u64,
+        /// Its bytenr field.
+        recorded: u64,
+    },
+    /// sectorsize is not a power of two in 4 KiB..=64 KiB.
+    #[error("bad sectorsize {value}")]
+    BadSectorsize {
+        /// sectorsize.
+        value: u32,
+    },
+    /// nodesize is not a power of two in sectorsize..=64 KiB.
+    #[error("bad nodesize {value}")]
+    BadNodesize {
+        /// nodesize.
+        value: u32,
+    },
+    /// A root level of 8 or more.
+    #[error("bad {field} level {level}")]
+    BadLevel {
+        /// `root`, `chunk_root` or `log_root`.
+        field: &'static str,
+        /// The level.
+        level: u8,
+    },
+    /// A root address that is not sector-aligned.
+    #[error("{field} {value} is not sector-aligned")]
+    Unaligned {
+        /// `root`, `chunk_root` or `log_root`.
+        field: &'static str,
+        /// The address.
+        value: u64,
+    },
+    /// sys_chunk_array_size over 2048.
+    #[error("sys_chunk_array_size {size} is too large")]
+    SysChunkArrayTooLarge {
+        /// sys_chunk_array_size.
+        size: usize,
+    },
+    /// num_devices is 0.
+    #[error("num_devices is 0")]
+    NoDevices,
+    /// The dev_item belongs to another filesystem.
+    #[error("dev_item fsid {dev_item} differs from fsid {fsid}")]
+    FsidMismatch {
+        /// The dev_item's fsid.
+        dev_item: Uuid,
+        /// The (metadata) fsid.
+        fsid: Uuid,
+    },
+}
+
+/// A feature or state of the filesystem this reader does not handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FeatureError {
+    /// A known incompat flag that is not supported.
+    #[error("incompat flag {name} (bit {bit})")]
+    Incompat {
+        /// Its btrfs name.
+        name: &'static str,
+        /// Its bit.
+        bit: u32,
+    },
+    /// An incompat flag without a name.
+    #[error("unknown incompat flag bit {bit} (0x{mask:x})", mask = 1u64 << *bit)]
+    UnknownIncompat {
+        /// Its bit.
+        bit: u32,
+    },
+    /// The superblock flags say an offline conversion is in progress.
+    #[error("an offline conversion is in progress (superblock flags 0x{flags:x})")]
+    Converting {
+        /// The superblock flags.
+        flags: u64,
+    },
+}
+
+/// Why a tree block copy is refused (see [`crate::block`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BlockError {
+    /// Smaller than a header and one item.
+    #[error("block too small")]
+    TooSmall {
+        /// Its size.
+        len: usize,
+    },
+    /// The checksum does not match.
+    #[error("{csum} checksum mismatch")]
+    CsumMismatch {
+        /// The checksum algorithm.
+        csum: &'static str,
+    },
+    /// The header records another address.
+    #[error("header bytenr is {found}")]
+    WrongBytenr {
+        /// The header's bytenr.
+        found: u64,
+    },
+    /// The header belongs to another filesystem.
+    #[error("header fsid {found} is not {expected}")]
+    WrongFsid {
+        /// The header's fsid.
+        found: Uuid,
+        /// The filesystem's metadata fsid.
+        expected: Uuid,
+    },
+    /// A level of 8 or more.
+    #[error("level {level}")]
+    BadLevel {
+        /// The level.
+        level: u8,
+    },
+    /// A leaf with more items than fit.
+    #[error("leaf has {nritems} items")]
+    TooManyItems {
+        /// nritems.
+        nritems: usize,
+    },
+    /// An item header past the end.
+    #[error("truncated item")]
+    TruncatedItem {
+        /// The item's index.
+        index: usize,
+    },
+    /// Item data not packed right before the previous item's.
+    #[error("item {index} {key} data at {offset}+{len} does not end at {end}")]
+    MisplacedData {
+        /// The item's index.
+        index: usize,
+        /// Its key.
+        key: Key,
+        /// Its data offset.
+        offset: usize,
+        /// Its data size.
+        len: usize,
+        /// Where its data should end.
+        end: usize,
+    },
+    /// Item data overlapping the item headers.
+    #[error("item {index} {key} data overlaps the item array")]
+    DataOverlapsItems {
+        /// The item's index.
+        index: usize,
+        /// Its key.
+        key: Key,
+    },
+    /// An item key not above the previous one.
+    #[error("item {index} {key} is out of order")]
+    ItemOutOfOrder {
+        /// The item's index.
+        index: usize,
+        /// Its key.
+        key: Key,
+    },
+    /// A node with no pointers or more than fit.
+    #[error("node has {nritems} pointers")]
+    BadPointerCount {
+        /// nritems.
+        nritems: usize,
+    },
+    /// A key pointer past the end.
+    #[error("truncated pointer")]
+    TruncatedPointer {
+        /// The pointer's index.
+        index: usize,
+    },
+    /// A pointer key not above the previous one.
+    #[error("pointer {index} {key} is out of order")]
+    PointerOutOfOrder {
+        /// The pointer's index.
+        index: usize,
+        /// Its key.
+        key: Key,
+    },
+    /// Another generation than the parent records.
+    #[error("generation {found} where the parent says {expected}")]
+    WrongGeneration {
+        /// The block's generation.
+        found: u64,
+        /// The parent's.
+        expected: u64,
+    },
+    /// Another level than the parent implies.
+    #[error("level {found} where {expected} was expected")]
+    WrongLevel {
+        /// The block's level.
+        found: u8,
+        /// The expected one.
+        expected: u8,
+    },
+    /// Another first key than the parent's.
+    #[error("first key {found} where the parent says {expected}")]
+    WrongFirstKey {
+        /// The block's first key.
+        found: Key,
+        /// The parent's key.
+        expected: Key,
+    },
+    /// No key where the parent has one.
+    #[error("empty block where the parent says first key {expected}")]
+    Empty {
+        /// The parent's key.
+        expected: Key,
+    },
+}
+
+/// Why one copy of a tree block was not used.
+#[derive(Debug, thiserror::Error)]
+pub enum MirrorFault {
+    /// It could not be read.
+    #[error(transparent)]
+    Read(Box<Error>),
+    /// It was read but is invalid.
+    #[error(transparent)]
+    Invalid(BlockError),
+}
+
+/// One copy of a tree block and why it was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("mirror {mirror}: {reason}")]
+pub struct MirrorRefusal {
+    /// The copy (1-based).
+    pub mirror: u32,
+    /// Why.
+    pub reason: MirrorFault,
+}
+
+/// Why a tree block cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TreeBlockError {
+    /// Its address is 0 or not sector-aligned.
+    #[error("address is not sector-aligned")]
+    Unaligned,
+    /// A node has no pointer at the slot asked for.
+    #[error("no pointer {slot}")]
+    NoPointer {
+        /// The slot.
+        slot: usize,
+    },
+    /// Every copy was refused; why, copy by copy.
+    #[error("{}", join(.0))]
+    Mirrors(Vec<MirrorRefusal>),
+}
+
+/// Why one superblock copy was not used.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyFault {
+    /// It could not be read.
+    #[error(transparent)]
+    Read(Box<Error>),
+    /// It was read but is invalid.
+    #[error(transparent)]
+    Invalid(SuperblockError),
+}
+
+/// One superblock copy and why it was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("copy {copy}: {reason}")]
+pub struct CopyRefusal {
+    /// The copy (0 = primary).
+    pub copy: usize,
+    /// Why.
+    pub reason: CopyFault,
+}
+
+/// Why a device has no usable superblock.
+#[derive(Debug, thiserror::Error)]
+pub enum NoSuperblockReason {
+    /// The device is too small for even the primary copy.
+    #[error("device is only {size} bytes")]
+    DeviceTooSmall {
+        /// Its size.
+        size: u64,
+    },
+    /// Every copy was refused; why, copy by copy.
+    #[error("{}", join(.0))]
+    Copies(Vec<CopyRefusal>),
+    /// The chosen copy's sys_chunk_array is malformed.
+    #[error(transparent)]
+    SysChunkArray(SysChunkArrayError),
+}
+
 /// Result with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn sizes() {
+        use super::*;
+        eprintln!(
+            "Error {} Item {} Chunk {} Sys {} Sb {} Feat {} Block {} TB {} NSR {}",
+            size_of::<Error>(),
+            size_of::<ItemError>(),
+            size_of::<ChunkError>(),
+            size_of::<SysChunkArrayError>(),
+            size_of::<SuperblockError>(),
+            size_of::<FeatureError>(),
+            size_of::<BlockError>(),
+            size_of::<TreeBlockError>(),
+            size_of::<NoSuperblockReason>()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_stays_small() {
+        // Callers (rsend's SendError) embed it; keep it at most its size before typed reasons.
+        assert!(size_of::<Error>() <= 64, "{}", size_of::<Error>());
+    }
+
+    #[test]
+    fn joined_reasons_read_as_before() {
+        let e = Error::BadTreeBlock {
+            logical: 30408704,
+            tree: 5,
+            reason: TreeBlockError::Mirrors(vec![
+                MirrorRefusal {
+                    mirror: 1,
+                    reason: MirrorFault::Invalid(BlockError::CsumMismatch { csum: "crc32c" }),
+                },
+                MirrorRefusal {
+                    mirror: 2,
+                    reason: MirrorFault::Invalid(BlockError::WrongGeneration {
+                        found: 7,
+                        expected: 8,
+                    }),
+                },
+            ]),
+        };
+        assert_eq!(
+            e.to_string(),
+            "tree block at logical 30408704 (tree 5): mirror 1: crc32c checksum mismatch; \
+             mirror 2: generation 7 where the parent says 8"
+        );
+        assert!(
+            std::error::Error::source(&e).is_none(),
+            "the reason is in the message"
+        );
+        let e = Error::NoSuperblock {
+            path: "img".into(),
+            reason: NoSuperblockReason::Copies(vec![
+                CopyRefusal {
+                    copy: 0,
+                    reason: CopyFault::Invalid(SuperblockError::BadMagic { bytenr: 65536 }),
+                },
+                CopyRefusal {
+                    copy: 1,
+                    reason: CopyFault::Invalid(SuperblockError::Misplaced {
+                        bytenr: 67108864,
+                        recorded: 65536,
+                    }),
+                },
+            ]),
+        };
+        assert_eq!(
+            e.to_string(),
+            "img: no valid btrfs superblock (copy 0: bad magic at physical 65536; \
+             copy 1: copy at physical 67108864 says it is at 65536)"
+        );
+    }
+
+    #[test]
+    fn nested_reasons_read_as_before() {
+        let e = Error::BadChunk {
+            logical: 1 << 30,
+            reason: ChunkError::Rebuild {
+                logical: (1 << 30) + 4096,
+                reason: RebuildError {
+                    missing: 2,
+                    p_present: true,
+                    q_present: false,
+                },
+            },
+        };
+        assert_eq!(
+            e.to_string(),
+            "chunk at logical 1073741824: logical 1073745920: cannot rebuild: \
+             2 data strips missing, P present, Q missing"
+        );
+        let e = SysChunkArrayError::UnexpectedKey {
+            offset: 0,
+            key: Key::new(256, 216, 1),
+        };
+        assert_eq!(
+            e.to_string(),
+            "sys_chunk_array: unexpected key (256, 216, 1)"
+        );
+        let e = Error::BadItem {
+            tree: 5,
+            key: Key::new(257, 12, 256),
+            reason: ItemError::Overrun {
+                what: Part::InodeRefName,
+                offset: 10,
+                len: 300,
+            },
+        };
+        assert!(
+            e.to_string()
+                .ends_with(": inode ref name overruns the item"),
+            "{e}"
+        );
+    }
+}

@@ -10,7 +10,9 @@ use crate::block::{check_expect, validate, Block, BlockCache, BlockSource, Expec
 use crate::chunk::{parse_sys_chunk_array, raid56, Chunk, ChunkMap, Profile};
 use crate::csum::CsumType;
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{
+    ChunkError, Error, MirrorFault, MirrorRefusal, NoSuperblockReason, Result, TreeBlockError,
+};
 use crate::items::{DevItem, RootItem};
 use crate::key::Key;
 use crate::key::{key_type, objectid};
@@ -215,7 +217,7 @@ impl Filesystem {
         let mut chunks = ChunkMap::new();
         for c in parse_sys_chunk_array(sb.sys_chunk_array()).map_err(|e| Error::NoSuperblock {
             path: main_path.clone(),
-            reason: e,
+            reason: NoSuperblockReason::SysChunkArray(e),
         })? {
             let logical = c.logical;
             chunks
@@ -281,7 +283,7 @@ impl Filesystem {
             .filter(|(devid, uuid)| {
                 self.devices
                     .get(devid)
-                    .is_none_or(|d| d.superblock().dev_uuid() != *uuid)
+                    .map_or(true, |d| d.superblock().dev_uuid() != *uuid)
             })
             .collect();
         Ok(())
@@ -423,7 +425,7 @@ impl Filesystem {
     fn stripe_device(&self, chunk: &Chunk, stripe: usize) -> Result<&Device> {
         let s = chunk.stripes.get(stripe).ok_or(Error::BadChunk {
             logical: chunk.logical,
-            reason: format!("no stripe {stripe}"),
+            reason: ChunkError::NoStripe { stripe },
         })?;
         match self.devices.get(&s.devid) {
             Some(d) if d.superblock().dev_uuid() == s.dev_uuid => Ok(d),
@@ -527,7 +529,7 @@ impl Filesystem {
         if mirror == 3 && chunk.profile == Profile::Raid6 && q.is_none() {
             return Err(Error::BadChunk {
                 logical: chunk.logical,
-                reason: format!("logical {l}: Q strip unreadable"),
+                reason: ChunkError::QUnreadable { logical: l },
             });
         }
         let views: Vec<Option<&[u8]>> = data.iter().map(|d| d.as_deref()).collect();
@@ -541,7 +543,7 @@ impl Filesystem {
         )
         .map_err(|reason| Error::BadChunk {
             logical: chunk.logical,
-            reason: format!("logical {l}: {reason}"),
+            reason: ChunkError::Rebuild { logical: l, reason },
         })?;
         out[..len].copy_from_slice(&rebuilt);
         Ok(len)
@@ -560,22 +562,26 @@ impl Filesystem {
         let fsid = self.sb.metadata_fsid();
         let copies = self.num_copies(e.logical);
         let mut why = Vec::new();
-        if !e.logical.is_multiple_of(self.sectorsize() as u64) || e.logical == 0 {
+        if e.logical % self.sectorsize() as u64 != 0 || e.logical == 0 {
             return Err(Error::BadTreeBlock {
                 logical: e.logical,
                 tree: e.tree,
-                reason: "address is not sector-aligned".into(),
+                reason: TreeBlockError::Unaligned,
             });
         }
         for mirror in 1..=copies {
             let mut buf = vec![0u8; nodesize];
             let r = self
                 .read_logical(e.logical, &mut buf, mirror)
-                .map_err(|err| err.to_string())
-                .and_then(|()| validate(&buf, e.logical, &fsid, self.csum_type()))
+                .map_err(|err| MirrorFault::Read(Box::new(err)))
+                .and_then(|()| {
+                    validate(&buf, e.logical, &fsid, self.csum_type()).map_err(MirrorFault::Invalid)
+                })
                 .and_then(|()| {
                     let b = Block::from_validated(Arc::from(buf));
-                    check_expect(&b, e).map(|()| b)
+                    check_expect(&b, e)
+                        .map(|()| b)
+                        .map_err(MirrorFault::Invalid)
                 });
             match r {
                 Ok(b) => {
@@ -586,20 +592,20 @@ impl Filesystem {
                                 "tree block at logical {} (tree {}): {}; used mirror {mirror}",
                                 e.logical,
                                 e.tree,
-                                why.join("; ")
+                                TreeBlockError::Mirrors(why)
                             ),
                         );
                     }
                     self.cache_insert(e.logical, b.bytes_arc());
                     return Ok(b);
                 }
-                Err(reason) => why.push(format!("mirror {mirror}: {reason}")),
+                Err(reason) => why.push(MirrorRefusal { mirror, reason }),
             }
         }
         Err(Error::BadTreeBlock {
             logical: e.logical,
             tree: e.tree,
-            reason: why.join("; "),
+            reason: TreeBlockError::Mirrors(why),
         })
     }
 

@@ -1,21 +1,23 @@
 //! Typed views of tree items, decoded from little-endian fields on access.
 //!
 //! Each view's `parse` checks the item size; accessors then cannot fail.
-//! Errors are plain descriptions: the caller adds the tree and key.
+//! Errors are [`ItemError`]s: the caller adds the tree and key.
 
 use uuid::Uuid;
 
 use crate::bytes::{slice_at, u16_at, u32_at, u64_at, u8_at, uuid_at};
+pub use crate::error::{ItemError, Part};
 use crate::key::Key;
 
 pub use crate::key::{key_type, key_type_name, objectid};
 
-fn need(data: &[u8], n: usize, what: &str) -> Result<(), String> {
+fn need(data: &[u8], n: usize, what: Part) -> Result<(), ItemError> {
     if data.len() < n {
-        Err(format!(
-            "{what} of {} bytes, at least {n} needed",
-            data.len()
-        ))
+        Err(ItemError::TooShort {
+            what,
+            len: data.len(),
+            need: n,
+        })
     } else {
         Ok(())
     }
@@ -75,8 +77,8 @@ impl<'a> InodeItem<'a> {
     /// Size of an inode item.
     pub const SIZE: usize = 160;
     /// Checks the size.
-    pub fn parse(data: &'a [u8]) -> Result<Self, String> {
-        need(data, Self::SIZE, "inode item")?;
+    pub fn parse(data: &'a [u8]) -> Result<Self, ItemError> {
+        need(data, Self::SIZE, Part::InodeItem)?;
         Ok(InodeItem(data))
     }
     field!(/// Generation that created it.
@@ -139,8 +141,8 @@ impl<'a> RootItem<'a> {
     /// Size of a current root item.
     pub const SIZE: usize = 439;
     /// Checks the size.
-    pub fn parse(data: &'a [u8]) -> Result<Self, String> {
-        need(data, Self::LEGACY_SIZE, "root item")?;
+    pub fn parse(data: &'a [u8]) -> Result<Self, ItemError> {
+        need(data, Self::LEGACY_SIZE, Part::RootItem)?;
         Ok(RootItem(data))
     }
     /// The embedded (dummy) inode.
@@ -241,10 +243,10 @@ pub struct RootRef<'a>(&'a [u8]);
 
 impl<'a> RootRef<'a> {
     /// Checks the size and name length.
-    pub fn parse(data: &'a [u8]) -> Result<Self, String> {
-        need(data, 18, "root ref")?;
+    pub fn parse(data: &'a [u8]) -> Result<Self, ItemError> {
+        need(data, 18, Part::RootRef)?;
         let n = u16_at(data, 16).unwrap_or(0) as usize;
-        need(data, 18 + n, "root ref with its name")?;
+        need(data, 18 + n, Part::RootRefWithName)?;
         Ok(RootRef(data))
     }
     field!(/// Directory in the parent holding the entry.
@@ -270,13 +272,21 @@ pub struct InodeRef<'a> {
 }
 
 /// Parses INODE_REF `(ino, 12, parent)` data: packed {index u64, name_len u16, name}.
-pub fn inode_refs(parent: u64, data: &[u8]) -> Result<Vec<InodeRef<'_>>, String> {
+pub fn inode_refs(parent: u64, data: &[u8]) -> Result<Vec<InodeRef<'_>>, ItemError> {
     let mut out = Vec::new();
     let mut o = 0usize;
     while o < data.len() {
-        let index = u64_at(data, o).ok_or("truncated inode ref")?;
-        let n = u16_at(data, o + 8).ok_or("truncated inode ref")? as usize;
-        let name = slice_at(data, o + 10, n).ok_or("inode ref name overruns the item")?;
+        let truncated = ItemError::Truncated {
+            what: Part::InodeRef,
+            offset: o,
+        };
+        let index = u64_at(data, o).ok_or(truncated)?;
+        let n = u16_at(data, o + 8).ok_or(truncated)? as usize;
+        let name = slice_at(data, o + 10, n).ok_or(ItemError::Overrun {
+            what: Part::InodeRefName,
+            offset: o + 10,
+            len: n,
+        })?;
         out.push(InodeRef {
             parent,
             index,
@@ -288,14 +298,22 @@ pub fn inode_refs(parent: u64, data: &[u8]) -> Result<Vec<InodeRef<'_>>, String>
 }
 
 /// Parses INODE_EXTREF `(ino, 13, hash)` data: packed {parent u64, index u64, name_len u16, name}.
-pub fn inode_extrefs(data: &[u8]) -> Result<Vec<InodeRef<'_>>, String> {
+pub fn inode_extrefs(data: &[u8]) -> Result<Vec<InodeRef<'_>>, ItemError> {
     let mut out = Vec::new();
     let mut o = 0usize;
     while o < data.len() {
-        let parent = u64_at(data, o).ok_or("truncated inode extref")?;
-        let index = u64_at(data, o + 8).ok_or("truncated inode extref")?;
-        let n = u16_at(data, o + 16).ok_or("truncated inode extref")? as usize;
-        let name = slice_at(data, o + 18, n).ok_or("inode extref name overruns the item")?;
+        let truncated = ItemError::Truncated {
+            what: Part::InodeExtref,
+            offset: o,
+        };
+        let parent = u64_at(data, o).ok_or(truncated)?;
+        let index = u64_at(data, o + 8).ok_or(truncated)?;
+        let n = u16_at(data, o + 16).ok_or(truncated)? as usize;
+        let name = slice_at(data, o + 18, n).ok_or(ItemError::Overrun {
+            what: Part::InodeExtrefName,
+            offset: o + 18,
+            len: n,
+        })?;
         out.push(InodeRef {
             parent,
             index,
@@ -342,18 +360,29 @@ pub struct DirEntry<'a> {
 }
 
 /// Parses the records of a DIR_ITEM, DIR_INDEX or XATTR_ITEM (several on hash collisions).
-pub fn dir_entries(data: &[u8]) -> Result<Vec<DirEntry<'_>>, String> {
+pub fn dir_entries(data: &[u8]) -> Result<Vec<DirEntry<'_>>, ItemError> {
     let mut out = Vec::new();
     let mut o = 0usize;
     while o < data.len() {
-        let location = Key::parse(data, o).ok_or("truncated dir item")?;
-        let transid = u64_at(data, o + 17).ok_or("truncated dir item")?;
-        let data_len = u16_at(data, o + 25).ok_or("truncated dir item")? as usize;
-        let name_len = u16_at(data, o + 27).ok_or("truncated dir item")? as usize;
-        let file_type = u8_at(data, o + 29).ok_or("truncated dir item")?;
-        let name = slice_at(data, o + 30, name_len).ok_or("dir item name overruns the item")?;
-        let value =
-            slice_at(data, o + 30 + name_len, data_len).ok_or("dir item data overruns the item")?;
+        let truncated = ItemError::Truncated {
+            what: Part::DirItem,
+            offset: o,
+        };
+        let location = Key::parse(data, o).ok_or(truncated)?;
+        let transid = u64_at(data, o + 17).ok_or(truncated)?;
+        let data_len = u16_at(data, o + 25).ok_or(truncated)? as usize;
+        let name_len = u16_at(data, o + 27).ok_or(truncated)? as usize;
+        let file_type = u8_at(data, o + 29).ok_or(truncated)?;
+        let name = slice_at(data, o + 30, name_len).ok_or(ItemError::Overrun {
+            what: Part::DirItemName,
+            offset: o + 30,
+            len: name_len,
+        })?;
+        let value = slice_at(data, o + 30 + name_len, data_len).ok_or(ItemError::Overrun {
+            what: Part::DirItemData,
+            offset: o + 30 + name_len,
+            len: data_len,
+        })?;
         out.push(DirEntry {
             location,
             transid,
@@ -400,19 +429,25 @@ impl<'a> FileExtentItem<'a> {
     /// Size of a regular/prealloc item.
     pub const SIZE: usize = 53;
     /// Checks size, type, compression and encryption fields.
-    pub fn parse(data: &'a [u8]) -> Result<Self, String> {
-        need(data, Self::INLINE_OFFSET, "file extent item")?;
+    pub fn parse(data: &'a [u8]) -> Result<Self, ItemError> {
+        need(data, Self::INLINE_OFFSET, Part::FileExtentItem)?;
         let fe = FileExtentItem(data);
-        match u8_at(data, 20) {
-            Some(0) => {}
-            Some(1 | 2) => need(data, Self::SIZE, "regular file extent item")?,
-            other => return Err(format!("unknown file extent type {other:?}")),
+        match u8_at(data, 20).unwrap_or(u8::MAX) {
+            0 => {}
+            1 | 2 => need(data, Self::SIZE, Part::RegularFileExtentItem)?,
+            value => return Err(ItemError::UnknownExtentType { value }),
         }
         if fe.compression_raw() > 3 {
-            return Err(format!("unknown compression {}", fe.compression_raw()));
+            return Err(ItemError::UnknownCompression {
+                value: fe.compression_raw(),
+            });
         }
-        if fe.encryption() != 0 || u16_at(data, 18) != Some(0) {
-            return Err("encrypted or otherwise encoded extent".into());
+        let other_encoding = u16_at(data, 18).unwrap_or(u16::MAX);
+        if fe.encryption() != 0 || other_encoding != 0 {
+            return Err(ItemError::Encoded {
+                encryption: fe.encryption(),
+                other_encoding,
+            });
         }
         Ok(fe)
     }
@@ -515,8 +550,8 @@ pub struct ExtentItem<'a> {
 
 impl<'a> ExtentItem<'a> {
     /// Checks the size; `item_type` says EXTENT_ITEM or METADATA_ITEM.
-    pub fn parse(item_type: u8, data: &'a [u8]) -> Result<Self, String> {
-        need(data, 24, "extent item")?;
+    pub fn parse(item_type: u8, data: &'a [u8]) -> Result<Self, ItemError> {
+        need(data, 24, Part::ExtentItem)?;
         Ok(ExtentItem {
             data,
             skinny: item_type == key_type::METADATA_ITEM,
@@ -535,7 +570,7 @@ impl<'a> ExtentItem<'a> {
         u64_at(self.data, 16).unwrap_or(0)
     }
     /// The inline backrefs.
-    pub fn inline_refs(&self) -> Result<Vec<BackRef>, String> {
+    pub fn inline_refs(&self) -> Result<Vec<BackRef>, ItemError> {
         let mut o = 24;
         if self.flags() & extent_flags::TREE_BLOCK != 0 && !self.skinny {
             o += 18; // tree_block_info: key + level
@@ -544,8 +579,11 @@ impl<'a> ExtentItem<'a> {
         let mut out = Vec::new();
         while o < d.len() {
             let t = d[o];
-            let r64 =
-                |off: usize| u64_at(d, o + off).ok_or(format!("truncated inline ref type {t}"));
+            let truncated = ItemError::TruncatedInlineRef {
+                ref_type: t,
+                offset: o,
+            };
+            let r64 = |off: usize| u64_at(d, o + off).ok_or(truncated);
             let (r, size) = match t {
                 key_type::TREE_BLOCK_REF => (BackRef::TreeBlock { root: r64(1)? }, 9),
                 key_type::SHARED_BLOCK_REF => (BackRef::SharedBlock { parent: r64(1)? }, 9),
@@ -555,18 +593,29 @@ impl<'a> ExtentItem<'a> {
                         root: r64(1)?,
                         objectid: r64(9)?,
                         offset: r64(17)?,
-                        count: u32_at(d, o + 25).ok_or("truncated extent data ref")?,
+                        count: u32_at(d, o + 25).ok_or(ItemError::Truncated {
+                            what: Part::ExtentDataRef,
+                            offset: o,
+                        })?,
                     },
                     29,
                 ),
                 key_type::SHARED_DATA_REF => (
                     BackRef::SharedData {
                         parent: r64(1)?,
-                        count: u32_at(d, o + 9).ok_or("truncated shared data ref")?,
+                        count: u32_at(d, o + 9).ok_or(ItemError::Truncated {
+                            what: Part::SharedDataRef,
+                            offset: o,
+                        })?,
                     },
                     13,
                 ),
-                _ => return Err(format!("unknown inline ref type {t} at {o}")),
+                _ => {
+                    return Err(ItemError::UnknownInlineRef {
+                        ref_type: t,
+                        offset: o,
+                    })
+                }
             };
             out.push(r);
             o += size;
@@ -576,12 +625,12 @@ impl<'a> ExtentItem<'a> {
 }
 
 /// Decodes a keyed backref item of the extent tree, if `key` is one.
-pub fn keyed_backref(key: &Key, data: &[u8]) -> Result<Option<BackRef>, String> {
+pub fn keyed_backref(key: &Key, data: &[u8]) -> Result<Option<BackRef>, ItemError> {
     Ok(Some(match key.item_type {
         key_type::TREE_BLOCK_REF => BackRef::TreeBlock { root: key.offset },
         key_type::SHARED_BLOCK_REF => BackRef::SharedBlock { parent: key.offset },
         key_type::EXTENT_DATA_REF => {
-            need(data, 28, "extent data ref")?;
+            need(data, 28, Part::ExtentDataRef)?;
             BackRef::ExtentData {
                 root: u64_at(data, 0).unwrap_or(0),
                 objectid: u64_at(data, 8).unwrap_or(0),
@@ -590,7 +639,7 @@ pub fn keyed_backref(key: &Key, data: &[u8]) -> Result<Option<BackRef>, String> 
             }
         }
         key_type::SHARED_DATA_REF => {
-            need(data, 4, "shared data ref")?;
+            need(data, 4, Part::SharedDataRef)?;
             BackRef::SharedData {
                 parent: key.offset,
                 count: u32_at(data, 0).unwrap_or(0),
@@ -614,8 +663,8 @@ pub struct VerityDescriptorItem<'a>(&'a [u8]);
 
 impl<'a> VerityDescriptorItem<'a> {
     /// Checks the size.
-    pub fn parse(data: &'a [u8]) -> Result<Self, String> {
-        need(data, 25, "verity descriptor item")?;
+    pub fn parse(data: &'a [u8]) -> Result<Self, ItemError> {
+        need(data, 25, Part::VerityDescriptorItem)?;
         Ok(VerityDescriptorItem(data))
     }
     field!(/// Size of the fs-verity descriptor.
@@ -625,9 +674,9 @@ impl<'a> VerityDescriptorItem<'a> {
 }
 
 /// The subvolume ids of a UUID tree item.
-pub fn uuid_subvols(data: &[u8]) -> Result<Vec<u64>, String> {
-    if !data.len().is_multiple_of(8) {
-        return Err(format!("uuid item of {} bytes", data.len()));
+pub fn uuid_subvols(data: &[u8]) -> Result<Vec<u64>, ItemError> {
+    if data.len() % 8 != 0 {
+        return Err(ItemError::UuidItemSize { len: data.len() });
     }
     Ok(data.chunks_exact(8).filter_map(|c| u64_at(c, 0)).collect())
 }
@@ -648,8 +697,8 @@ pub struct DevItem<'a>(&'a [u8]);
 
 impl<'a> DevItem<'a> {
     /// Checks the size.
-    pub fn parse(data: &'a [u8]) -> Result<Self, String> {
-        need(data, 98, "dev item")?;
+    pub fn parse(data: &'a [u8]) -> Result<Self, ItemError> {
+        need(data, 98, Part::DevItem)?;
         Ok(DevItem(data))
     }
     field!(/// devid.
@@ -695,7 +744,21 @@ mod tests {
         for n in 0..d.len() {
             let _ = dir_entries(&d[..n]);
         }
-        assert!(dir_entries(&d[..d.len() - 1]).is_err());
+        assert_eq!(
+            dir_entries(&d[..d.len() - 1]),
+            Err(ItemError::Overrun {
+                what: Part::DirItemName,
+                offset: 31 + 30,
+                len: 2
+            })
+        );
+        assert_eq!(
+            dir_entries(&d[..40]),
+            Err(ItemError::Truncated {
+                what: Part::DirItem,
+                offset: 31
+            })
+        );
     }
 
     #[test]
@@ -705,7 +768,16 @@ mod tests {
         let r = RootItem::parse(&d).unwrap();
         assert_eq!(r.generation(), 5);
         assert!(r.uuid().is_nil());
-        assert!(RootItem::parse(&d[..100]).is_err());
+        let e = RootItem::parse(&d[..100]).unwrap_err();
+        assert_eq!(
+            e,
+            ItemError::TooShort {
+                what: Part::RootItem,
+                len: 100,
+                need: 239
+            }
+        );
+        assert_eq!(e.to_string(), "root item of 100 bytes, at least 239 needed");
     }
 
     #[test]
@@ -729,9 +801,14 @@ mod tests {
             }]
         );
         d.push(99);
-        assert!(ExtentItem::parse(key_type::EXTENT_ITEM, &d)
-            .unwrap()
-            .inline_refs()
-            .is_err());
+        assert_eq!(
+            ExtentItem::parse(key_type::EXTENT_ITEM, &d)
+                .unwrap()
+                .inline_refs(),
+            Err(ItemError::UnknownInlineRef {
+                ref_type: 99,
+                offset: 53
+            })
+        );
     }
 }

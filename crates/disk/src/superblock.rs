@@ -4,6 +4,7 @@ use uuid::Uuid;
 
 use crate::bytes::{u16_at, u32_at, u64_at, u8_at, uuid_at};
 use crate::csum::CsumType;
+pub use crate::error::{FeatureError, SuperblockError};
 
 /// Size of one superblock copy.
 pub const SUPER_INFO_SIZE: usize = 4096;
@@ -114,66 +115,68 @@ impl Superblock {
     ///
     /// Checks magic, checksum type, checksum, bytenr, sizes, levels and the
     /// sys_chunk_array bounds; it does not look at feature flags.
-    pub fn parse(raw: &[u8], bytenr: u64) -> Result<Superblock, String> {
+    pub fn parse(raw: &[u8], bytenr: u64) -> Result<Superblock, SuperblockError> {
         let raw: &[u8; SUPER_INFO_SIZE] = raw
             .first_chunk()
-            .ok_or_else(|| format!("short superblock ({} bytes)", raw.len()))?;
+            .ok_or(SuperblockError::Short { len: raw.len() })?;
         let g64 = |o| u64_at(raw, o).unwrap_or(0);
         let g32 = |o| u32_at(raw, o).unwrap_or(0);
         if g64(0x40) != MAGIC {
-            return Err(format!("bad magic at physical {bytenr}"));
+            return Err(SuperblockError::BadMagic { bytenr });
         }
         let ct = u16_at(raw, 0xc4).unwrap_or(u16::MAX);
         let csum_type =
-            CsumType::from_raw(ct).ok_or_else(|| format!("unknown checksum type {ct}"))?;
+            CsumType::from_raw(ct).ok_or(SuperblockError::UnknownCsumType { value: ct })?;
         if !csum_type.verify(&raw[0x20..], &raw[..0x20]) {
-            return Err(format!(
-                "{} checksum mismatch at physical {bytenr}",
-                csum_type.name()
-            ));
+            return Err(SuperblockError::CsumMismatch {
+                csum: csum_type.name(),
+                bytenr,
+            });
         }
         if g64(0x30) != bytenr {
-            return Err(format!(
-                "copy at physical {bytenr} says it is at {}",
-                g64(0x30)
-            ));
+            return Err(SuperblockError::Misplaced {
+                bytenr,
+                recorded: g64(0x30),
+            });
         }
         let sectorsize = g32(0x90);
         let nodesize = g32(0x94);
         if !sectorsize.is_power_of_two() || !(4096..=65536).contains(&sectorsize) {
-            return Err(format!("bad sectorsize {sectorsize}"));
+            return Err(SuperblockError::BadSectorsize { value: sectorsize });
         }
         if !nodesize.is_power_of_two() || nodesize < sectorsize || nodesize > 65536 {
-            return Err(format!("bad nodesize {nodesize}"));
+            return Err(SuperblockError::BadNodesize { value: nodesize });
         }
-        for (name, off) in [("root", 0xc6), ("chunk_root", 0xc7), ("log_root", 0xc8)] {
+        for (field, off) in [("root", 0xc6), ("chunk_root", 0xc7), ("log_root", 0xc8)] {
             let level = u8_at(raw, off).unwrap_or(u8::MAX);
             if level >= 8 {
-                return Err(format!("bad {name} level {level}"));
+                return Err(SuperblockError::BadLevel { field, level });
             }
         }
-        for (name, off) in [("root", 0x50), ("chunk_root", 0x58), ("log_root", 0x60)] {
+        for (field, off) in [("root", 0x50), ("chunk_root", 0x58), ("log_root", 0x60)] {
             if g64(off) % u64::from(sectorsize) != 0 {
-                return Err(format!("{name} {} is not sector-aligned", g64(off)));
+                return Err(SuperblockError::Unaligned {
+                    field,
+                    value: g64(off),
+                });
             }
         }
         let sys = g32(0xa0) as usize;
         if sys > SYS_CHUNK_ARRAY_MAX {
-            return Err(format!("sys_chunk_array_size {sys} is too large"));
+            return Err(SuperblockError::SysChunkArrayTooLarge { size: sys });
         }
         if g64(0x88) == 0 {
-            return Err("num_devices is 0".into());
+            return Err(SuperblockError::NoDevices);
         }
         let sb = Superblock {
             raw: Box::new(*raw),
             csum_type,
         };
         if sb.dev_item_fsid() != sb.metadata_fsid() {
-            return Err(format!(
-                "dev_item fsid {} differs from fsid {}",
-                sb.dev_item_fsid(),
-                sb.metadata_fsid()
-            ));
+            return Err(SuperblockError::FsidMismatch {
+                dev_item: sb.dev_item_fsid(),
+                fsid: sb.metadata_fsid(),
+            });
         }
         Ok(sb)
     }
@@ -301,20 +304,19 @@ impl Superblock {
     }
 
     /// Refuses feature flags and states this reader cannot handle, naming them.
-    pub fn check_features(&self) -> Result<(), String> {
+    pub fn check_features(&self) -> Result<(), FeatureError> {
         let unknown = self.incompat_flags() & !incompat::SUPPORTED;
         if unknown != 0 {
             let bit = unknown.trailing_zeros();
             return Err(match incompat_name(bit) {
-                Some(name) => format!("incompat flag {name} (bit {bit})"),
-                None => format!("unknown incompat flag bit {bit} (0x{:x})", 1u64 << bit),
+                Some(name) => FeatureError::Incompat { name, bit },
+                None => FeatureError::UnknownIncompat { bit },
             });
         }
         if self.flags() & CHANGING_FLAGS != 0 {
-            return Err(format!(
-                "an offline conversion is in progress (superblock flags 0x{:x})",
-                self.flags()
-            ));
+            return Err(FeatureError::Converting {
+                flags: self.flags(),
+            });
         }
         Ok(())
     }
@@ -352,7 +354,14 @@ pub(crate) mod tests {
     fn copy_read_from_the_wrong_place_is_refused() {
         let b = fake(PRIMARY_OFFSET);
         let e = Superblock::parse(&b, 0x400_0000).unwrap_err();
-        assert!(e.contains("says it is at"), "{e}");
+        assert_eq!(
+            e,
+            SuperblockError::Misplaced {
+                bytenr: 0x400_0000,
+                recorded: PRIMARY_OFFSET
+            }
+        );
+        assert!(e.to_string().contains("says it is at"), "{e}");
     }
 
     #[test]
@@ -360,7 +369,10 @@ pub(crate) mod tests {
         let mut b = fake(PRIMARY_OFFSET);
         b[0x200] ^= 1;
         let e = Superblock::parse(&b, PRIMARY_OFFSET).unwrap_err();
-        assert!(e.contains("checksum mismatch"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!("crc32c checksum mismatch at physical {PRIMARY_OFFSET}")
+        );
     }
 
     #[test]
@@ -369,14 +381,24 @@ pub(crate) mod tests {
         b[0xbc..0xc4].copy_from_slice(&(1u64 << 13).to_le_bytes());
         reseal(&mut b);
         let sb = Superblock::parse(&b, PRIMARY_OFFSET).unwrap();
+        let e = sb.check_features().unwrap_err();
         assert_eq!(
-            sb.check_features().unwrap_err(),
-            "incompat flag extent_tree_v2 (bit 13)"
+            e,
+            FeatureError::Incompat {
+                name: "extent_tree_v2",
+                bit: 13
+            }
         );
+        assert_eq!(e.to_string(), "incompat flag extent_tree_v2 (bit 13)");
         b[0xbc..0xc4].copy_from_slice(&(1u64 << 40).to_le_bytes());
         reseal(&mut b);
         let sb = Superblock::parse(&b, PRIMARY_OFFSET).unwrap();
-        assert!(sb.check_features().unwrap_err().contains("bit 40"));
+        let e = sb.check_features().unwrap_err();
+        assert_eq!(e, FeatureError::UnknownIncompat { bit: 40 });
+        assert_eq!(
+            e.to_string(),
+            "unknown incompat flag bit 40 (0x10000000000)"
+        );
     }
 
     #[test]

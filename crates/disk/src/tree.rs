@@ -2,7 +2,7 @@
 //! blocks read through a [`BlockSource`].
 
 use crate::block::{Block, BlockSource, Expect};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TreeBlockError};
 use crate::key::Key;
 
 /// One item found in a leaf: its key and a view of its data.
@@ -90,7 +90,7 @@ impl<'fs> Tree<'fs> {
         let ptr = node.key_ptr(slot).ok_or_else(|| Error::BadTreeBlock {
             logical: node.bytenr(),
             tree: self.id,
-            reason: format!("no pointer {slot}"),
+            reason: TreeBlockError::NoPointer { slot },
         })?;
         self.src.tree_block(&Expect {
             logical: ptr.blockptr,

@@ -203,9 +203,11 @@ impl<'fs> Paths<'fs> {
         } else {
             inode_extrefs(item.data()).map_err(bad)?
         };
-        let r = refs
-            .first()
-            .ok_or_else(|| bad("empty reference item".into()))?;
+        let r = refs.first().ok_or_else(|| {
+            bad(btrfs_disk::items::ItemError::Empty {
+                what: btrfs_disk::items::Part::ReferenceItem,
+            })
+        })?;
         Ok((r.parent, Bytes::from(r.name)))
     }
 
