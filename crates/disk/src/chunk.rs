@@ -204,7 +204,7 @@ impl Chunk {
             Profile::Raid1c3 => num == 3,
             Profile::Raid1c4 => num == 4,
             Profile::Raid0 => num >= 1,
-            Profile::Raid10 => num >= 2 && num % 2 == 0 && sub == 2,
+            Profile::Raid10 => num >= 2 && num.is_multiple_of(2) && sub == 2,
             Profile::Raid5 => num >= 2,
             Profile::Raid6 => num >= 3,
         };

@@ -799,6 +799,12 @@ pub enum TreeBlockError {
     /// Every copy was refused; why, copy by copy.
     #[error("{}", join(.0))]
     Mirrors(Vec<MirrorRefusal>),
+    /// No block is stored at the address (a tree held in memory).
+    #[error("no such block")]
+    Missing,
+    /// The only copy was refused.
+    #[error(transparent)]
+    Invalid(Box<BlockError>),
 }
 
 /// Why one superblock copy was not used.

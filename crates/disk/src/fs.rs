@@ -283,7 +283,7 @@ impl Filesystem {
             .filter(|(devid, uuid)| {
                 self.devices
                     .get(devid)
-                    .map_or(true, |d| d.superblock().dev_uuid() != *uuid)
+                    .is_none_or(|d| d.superblock().dev_uuid() != *uuid)
             })
             .collect();
         Ok(())
@@ -562,7 +562,7 @@ impl Filesystem {
         let fsid = self.sb.metadata_fsid();
         let copies = self.num_copies(e.logical);
         let mut why = Vec::new();
-        if e.logical % self.sectorsize() as u64 != 0 || e.logical == 0 {
+        if !e.logical.is_multiple_of(self.sectorsize() as u64) || e.logical == 0 {
             return Err(Error::BadTreeBlock {
                 logical: e.logical,
                 tree: e.tree,

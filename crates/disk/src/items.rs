@@ -675,7 +675,7 @@ impl<'a> VerityDescriptorItem<'a> {
 
 /// The subvolume ids of a UUID tree item.
 pub fn uuid_subvols(data: &[u8]) -> Result<Vec<u64>, ItemError> {
-    if data.len() % 8 != 0 {
+    if !data.len().is_multiple_of(8) {
         return Err(ItemError::UuidItemSize { len: data.len() });
     }
     Ok(data.chunks_exact(8).filter_map(|c| u64_at(c, 0)).collect())

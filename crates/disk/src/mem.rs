@@ -12,7 +12,7 @@ use crate::block::{
     KEY_PTR_SIZE,
 };
 use crate::csum::CsumType;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TreeBlockError};
 use crate::key::Key;
 
 /// Tree blocks in memory, by logical address, validated when read as a
@@ -141,7 +141,7 @@ fn put_key(b: &mut [u8], o: usize, key: &Key) {
 
 impl BlockSource for MemBlocks {
     fn tree_block(&self, e: &Expect) -> Result<Block> {
-        let bad = |reason: String| Error::BadTreeBlock {
+        let bad = |reason: TreeBlockError| Error::BadTreeBlock {
             logical: e.logical,
             tree: e.tree,
             reason,
@@ -149,10 +149,11 @@ impl BlockSource for MemBlocks {
         let data = self
             .blocks
             .get(&e.logical)
-            .ok_or_else(|| bad("no such block".into()))?;
-        validate(data, e.logical, &self.fsid, self.csum).map_err(|r| bad(r.to_string()))?;
+            .ok_or_else(|| bad(TreeBlockError::Missing))?;
+        validate(data, e.logical, &self.fsid, self.csum)
+            .map_err(|r| bad(TreeBlockError::Invalid(Box::new(r))))?;
         let b = Block::from_validated(data.clone());
-        check_expect(&b, e).map_err(|r| bad(r.to_string()))?;
+        check_expect(&b, e).map_err(|r| bad(TreeBlockError::Invalid(Box::new(r))))?;
         Ok(b)
     }
 }

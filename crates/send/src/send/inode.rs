@@ -273,7 +273,7 @@ impl<'a, 'fs> FullSend<'a, 'fs> {
                 self.send_progress = ino + 1;
             }
         }
-        if key.map_or(true, |k| k.objectid != ino) {
+        if key.is_none_or(|k| k.objectid != ino) {
             self.finish_inode()?;
         }
         // Like the kernel, after every call that got this far (so right
