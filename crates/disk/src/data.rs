@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::csum::CsumType;
-use crate::error::{Error, ItemError, Result};
+use crate::error::{DataError, Error, ItemError, Result};
 use crate::fs::{CsumRun, Filesystem, NoticeKind};
 use crate::items::{
     dir_entries, inode_extrefs, inode_flags, inode_refs, key_type, objectid, Compression,
@@ -165,12 +165,12 @@ struct FileCtx<'a, 'fs> {
 }
 
 impl FileCtx<'_, '_> {
-    fn bad(&self, offset: u64, reason: impl Into<String>) -> Error {
+    fn bad(&self, offset: u64, reason: DataError) -> Error {
         Error::BadData {
             subvol: self.tree.id,
             ino: self.ino,
             offset,
-            reason: reason.into(),
+            reason,
         }
     }
 }
@@ -566,10 +566,10 @@ impl Filesystem {
         if used == 0 {
             return Err(ctx.bad(
                 file_offset,
-                format!(
-                    "cannot read logical {logical}: {}",
-                    last_err.map(|e| e.to_string()).unwrap_or_default()
-                ),
+                DataError::Unreadable {
+                    logical,
+                    source: last_err.map(Box::new),
+                },
             ));
         }
         if ctx.nodatasum {
@@ -580,7 +580,7 @@ impl Filesystem {
         let ct = self.csum_type();
         let (run, first) = self.extent_csums(extent, logical, buf.len() as u64)?;
         let (Some(sums), Some(have)) = (run.sums.get(first * cs..), run.have.get(first..)) else {
-            return Err(ctx.bad(file_offset, "checksum run does not cover the read"));
+            return Err(ctx.bad(file_offset, DataError::CsumRunShort));
         };
         for i in bad_sectors(ct, buf, sums, have, ss) {
             let want = &sums[i * cs..(i + 1) * cs];
@@ -645,7 +645,7 @@ impl FileCtx<'_, '_> {
                 } else {
                     let mut v = vec![0u8; ram];
                     let n = decompress(fe, raw, &mut v, fs.sectorsize())
-                        .map_err(|e| self.bad(start, format!("inline extent: {e}")))?;
+                        .map_err(|e| self.bad(start, DataError::Inline(Box::new(e))))?;
                     v[n..].fill(0);
                     decoded = v;
                     &decoded
@@ -663,13 +663,13 @@ impl FileCtx<'_, '_> {
                     .disk_bytenr()
                     .checked_add(fe.offset())
                     .and_then(|l| l.checked_add(skip))
-                    .ok_or_else(|| self.bad(start, "extent address overflows"))?;
+                    .ok_or_else(|| self.bad(start, DataError::AddressOverflow))?;
                 let extent = (fe.disk_bytenr(), fe.disk_num_bytes());
                 let a0 = logical - logical % ss;
                 let end = logical.checked_add(out.len() as u64);
                 let a1 = end
                     .and_then(|e| e.checked_next_multiple_of(ss))
-                    .ok_or_else(|| self.bad(start, "extent address overflows"))?;
+                    .ok_or_else(|| self.bad(start, DataError::AddressOverflow))?;
                 if a0 == logical && Some(a1) == end {
                     fs.read_verified(self, extent, logical, file_pos, out)
                 } else {
@@ -701,15 +701,14 @@ impl FileCtx<'_, '_> {
                 }
             }
         }
-        const MAX: u64 = 128 * 1024;
+        const MAX: u64 = btrfs_compress::MAX_COMPRESSED as u64;
         if fe.disk_num_bytes() == 0 || fe.disk_num_bytes() > MAX || fe.ram_bytes() > MAX {
             return Err(self.bad(
                 start,
-                format!(
-                    "compressed extent of {} bytes on disk and {} decoded (at most {MAX})",
-                    fe.disk_num_bytes(),
-                    fe.ram_bytes()
-                ),
+                DataError::CompressedSize {
+                    disk_bytes: fe.disk_num_bytes(),
+                    ram_bytes: fe.ram_bytes(),
+                },
             ));
         }
         let mut raw = vec![0u8; fe.disk_num_bytes() as usize];
@@ -723,8 +722,15 @@ impl FileCtx<'_, '_> {
             &mut raw,
         )?;
         let mut out = vec![0u8; fe.ram_bytes() as usize];
-        let n = decompress(fe, &raw, &mut out, fs.sectorsize())
-            .map_err(|e| self.bad(start, format!("extent at logical {bytenr}: {e}")))?;
+        let n = decompress(fe, &raw, &mut out, fs.sectorsize()).map_err(|e| {
+            self.bad(
+                start,
+                DataError::Decode {
+                    logical: bytenr,
+                    source: Box::new(e),
+                },
+            )
+        })?;
         out[n..].fill(0);
         let out = Arc::new(out);
         if let Ok(mut c) = fs.decoded.lock() {
@@ -877,7 +883,9 @@ impl Filesystem {
             .ok_or_else(|| {
                 ctx.bad(
                     ext.file_offset,
-                    format!("disk extent of {} bytes", ext.disk_num_bytes),
+                    DataError::ExtentSize {
+                        bytes: ext.disk_num_bytes,
+                    },
                 )
             })?;
         let mut raw = vec![0u8; len];

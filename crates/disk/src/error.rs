@@ -116,13 +116,11 @@ pub enum Error {
         /// What is wrong.
         reason: ItemError,
     },
-    /// A tree that must exist does not.
-    #[error("tree {tree}: {reason}")]
+    /// A tree that must exist has no ROOT_ITEM in the root tree.
+    #[error("tree {tree}: no ROOT_ITEM in the root tree")]
     MissingTree {
         /// The tree id.
         tree: u64,
-        /// What is missing.
-        reason: String,
     },
     /// No copy of a data sector matches its checksum.
     #[error("subvolume {subvol} inode {ino}: data checksum mismatch at file offset {offset} (logical {logical}) on every copy")]
@@ -146,7 +144,7 @@ pub enum Error {
         /// The file offset of the extent.
         offset: u64,
         /// What is wrong.
-        reason: String,
+        reason: DataError,
     },
     /// An inode does not exist.
     #[error("subvolume {subvol}: no inode {ino}")]
@@ -158,7 +156,7 @@ pub enum Error {
     },
     /// No subvolume matches.
     #[error("no subvolume {0}")]
-    NoSubvolume(String),
+    NoSubvolume(SubvolWanted),
     /// A path does not resolve inside a subvolume.
     #[error("subvolume {subvol}: no such file {path}")]
     NoPath {
@@ -843,6 +841,71 @@ pub enum NoSuperblockReason {
     /// The chosen copy's sys_chunk_array is malformed.
     #[error(transparent)]
     SysChunkArray(SysChunkArrayError),
+}
+
+/// Why file data could not be read or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// No copy of the extent's bytes could be read.
+    #[error("cannot read logical {logical}: {}", source.as_deref().map(|e| e.to_string()).unwrap_or_default())]
+    Unreadable {
+        /// Where the read started.
+        logical: u64,
+        /// Why the last copy failed.
+        source: Option<Box<Error>>,
+    },
+    /// The checksum tree has fewer sums than the read covers.
+    #[error("checksum run does not cover the read")]
+    CsumRunShort,
+    /// An extent's address plus its offset overflows.
+    #[error("extent address overflows")]
+    AddressOverflow,
+    /// A compressed extent larger than btrfs allows.
+    #[error("compressed extent of {disk_bytes} bytes on disk and {ram_bytes} decoded (at most {max})", max = btrfs_compress::MAX_COMPRESSED)]
+    CompressedSize {
+        /// Its size on disk.
+        disk_bytes: u64,
+        /// Its decoded size.
+        ram_bytes: u64,
+    },
+    /// An extent too large to read whole.
+    #[error("disk extent of {bytes} bytes")]
+    ExtentSize {
+        /// Its size on disk.
+        bytes: u64,
+    },
+    /// Inline data that does not decode.
+    #[error("inline extent: {0}")]
+    Inline(Box<btrfs_compress::Error>),
+    /// A compressed extent that does not decode.
+    #[error("extent at logical {logical}: {source}")]
+    Decode {
+        /// The extent's logical address.
+        logical: u64,
+        /// What the decoder said.
+        source: Box<btrfs_compress::Error>,
+    },
+}
+
+/// The subvolume a lookup asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubvolWanted {
+    /// By id.
+    Id(u64),
+    /// By path from the top level.
+    Path(String),
+    /// By uuid or received uuid.
+    Uuid(Uuid),
+}
+
+impl std::fmt::Display for SubvolWanted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SubvolWanted::Id(id) => write!(f, "id {id}"),
+            SubvolWanted::Path(p) => write!(f, "at path {p}"),
+            SubvolWanted::Uuid(u) => write!(f, "with uuid {u}"),
+        }
+    }
 }
 
 /// Result with this crate's [`Error`].

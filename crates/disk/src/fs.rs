@@ -388,10 +388,7 @@ impl Filesystem {
             _ => self
                 .find_root(id)?
                 .map(|r| self.tree_at(id, r))
-                .ok_or_else(|| Error::MissingTree {
-                    tree: id,
-                    reason: "no ROOT_ITEM in the root tree".into(),
-                }),
+                .ok_or(Error::MissingTree { tree: id }),
         }
     }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SubvolWanted};
 use crate::fs::{Filesystem, RootLocation};
 use crate::items::{
     inode_refs, key_type, objectid, uuid_key, uuid_subvols, RootItem, RootRef, Timespec,
@@ -109,11 +109,11 @@ impl Filesystem {
     /// Subvolume `id` (5 is the top level), with its link and path.
     pub fn subvolume(&self, id: u64) -> Result<Subvolume> {
         if !is_subvol_id(id) {
-            return Err(Error::NoSubvolume(format!("id {id}")));
+            return Err(Error::NoSubvolume(SubvolWanted::Id(id)));
         }
         let mut sv = self
             .subvolume_bare(id)?
-            .ok_or_else(|| Error::NoSubvolume(format!("id {id}")))?;
+            .ok_or(Error::NoSubvolume(SubvolWanted::Id(id)))?;
         sv.link = self.backref(id)?;
         sv.path = self.subvol_path(id, &mut BTreeMap::new(), 0)?;
         Ok(sv)
@@ -248,7 +248,7 @@ impl Filesystem {
                 self.subvolumes()?
                     .into_iter()
                     .find(|s| s.path.as_deref() == Some(want.as_bytes()))
-                    .ok_or_else(|| Error::NoSubvolume(format!("at path {p}")))
+                    .ok_or_else(|| Error::NoSubvolume(SubvolWanted::Path(p.clone())))
             }
             SubvolSelector::Uuid(u) => {
                 for t in [
@@ -274,7 +274,7 @@ impl Filesystem {
                     .find(|s| s.uuid == *u)
                     .or_else(|| all.iter().find(|s| s.received_uuid == *u))
                     .cloned()
-                    .ok_or_else(|| Error::NoSubvolume(format!("with uuid {u}")))
+                    .ok_or(Error::NoSubvolume(SubvolWanted::Uuid(*u)))
             }
         }
     }

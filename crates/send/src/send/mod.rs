@@ -56,7 +56,7 @@ pub enum SendError {
     )]
     NoSubvolume {
         /// What was asked for (`at path X`, `id N`).
-        asked: String,
+        asked: btrfs_disk::error::SubvolWanted,
         /// The subvolumes there are, as `path (id N[, read-only])`.
         available: Vec<String>,
     },
