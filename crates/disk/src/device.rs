@@ -28,6 +28,17 @@ enum Source {
     Memory(Arc<[u8]>),
 }
 
+impl Source {
+    /// The whole device as bytes in memory, unless it is read with O_DIRECT.
+    fn mapped(&self) -> Option<&[u8]> {
+        match self {
+            Source::Mmap(m, _) => Some(m),
+            Source::Memory(m) => Some(m),
+            Source::Direct(_) => None,
+        }
+    }
+}
+
 /// The bytes of one device or image file.
 struct DeviceIo {
     path: PathBuf,
@@ -230,41 +241,23 @@ impl DeviceIo {
                     },
                 })
             }
-            Source::Mmap(m, _) => {
-                let src = usize::try_from(physical)
-                    .ok()
-                    .zip(usize::try_from(end).ok())
-                    .and_then(|(s, e)| m.get(s..e))
-                    .ok_or_else(short)?;
-                buf.copy_from_slice(src);
-                Ok(())
-            }
-            Source::Memory(m) => {
-                let src = usize::try_from(physical)
-                    .ok()
-                    .zip(usize::try_from(end).ok())
-                    .and_then(|(s, e)| m.get(s..e))
-                    .ok_or_else(short)?;
-                buf.copy_from_slice(src);
-                Ok(())
-            }
             Source::Direct(f) => self.read_direct(f, physical, buf),
+            Source::Mmap(..) | Source::Memory(_) => {
+                let src = usize::try_from(physical)
+                    .ok()
+                    .zip(usize::try_from(end).ok())
+                    .and_then(|(s, e)| self.source.mapped()?.get(s..e))
+                    .ok_or_else(short)?;
+                buf.copy_from_slice(src);
+                Ok(())
+            }
         }
     }
 
     /// Borrows `len` bytes at `physical` without copying, when memory-mapped.
     pub fn slice(&self, physical: u64, len: usize) -> Option<&[u8]> {
-        match &self.source {
-            Source::Mmap(m, _) => {
-                let s = usize::try_from(physical).ok()?;
-                m.get(s..s.checked_add(len)?)
-            }
-            Source::Memory(m) => {
-                let s = usize::try_from(physical).ok()?;
-                m.get(s..s.checked_add(len)?)
-            }
-            Source::Direct(_) => None,
-        }
+        let s = usize::try_from(physical).ok()?;
+        self.source.mapped()?.get(s..s.checked_add(len)?)
     }
 
     fn read_direct(&self, f: &File, physical: u64, buf: &mut [u8]) -> Result<()> {
