@@ -23,9 +23,15 @@ fn layer_of(m: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&m))
 }
 
-/// The `crate::x` modules a source file names (comments and docs included:
-/// a doc link upward is a dependency in the reader's mind too).
+/// The `crate::x` modules a source file's code names (comments and doc
+/// links, which may point anywhere, left out).
 fn imports(src: &str) -> Vec<String> {
+    let code: String = src
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let src = code.as_str();
     let mut out = Vec::new();
     for (i, _) in src.match_indices("crate::") {
         let rest = &src[i + 7..];
