@@ -266,7 +266,7 @@ pub enum ItemError {
         need: usize,
     },
     /// A packed record's fixed fields run past the end of the item.
-    #[error("truncated {what}")]
+    #[error("truncated {what} at byte {offset}")]
     Truncated {
         /// The record.
         what: Part,
@@ -274,7 +274,7 @@ pub enum ItemError {
         offset: usize,
     },
     /// A packed record's variable part (name or data) runs past the end of the item.
-    #[error("{what} overruns the item")]
+    #[error("{what} of {len} bytes at byte {offset} overruns the item")]
     Overrun {
         /// The field.
         what: Part,
@@ -318,7 +318,7 @@ pub enum ItemError {
         offset: usize,
     },
     /// An inline backref running past the end of its extent item.
-    #[error("truncated inline ref type {ref_type}")]
+    #[error("truncated inline ref type {ref_type} at {offset}")]
     TruncatedInlineRef {
         /// The ref type.
         ref_type: u8,
@@ -377,7 +377,7 @@ fn presence(present: bool) -> &'static str {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ChunkError {
     /// A field lies past the end of the item.
-    #[error("chunk item is truncated")]
+    #[error("chunk item is truncated at byte {offset}")]
     Truncated {
         /// The field's offset in the item.
         offset: usize,
@@ -491,7 +491,7 @@ pub enum ChunkError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SysChunkArrayError {
     /// A key runs past the end.
-    #[error("sys_chunk_array: truncated key")]
+    #[error("sys_chunk_array: truncated key at byte {offset}")]
     TruncatedKey {
         /// Where it starts.
         offset: usize,
@@ -505,7 +505,7 @@ pub enum SysChunkArrayError {
         key: Key,
     },
     /// A chunk item runs past the end.
-    #[error("sys_chunk_array: truncated")]
+    #[error("sys_chunk_array: truncated at byte {offset}")]
     Truncated {
         /// Where it starts.
         offset: usize,
@@ -674,7 +674,7 @@ pub enum BlockError {
         nritems: usize,
     },
     /// An item header past the end.
-    #[error("truncated item")]
+    #[error("item {index} is truncated")]
     TruncatedItem {
         /// The item's index.
         index: usize,
@@ -716,7 +716,7 @@ pub enum BlockError {
         nritems: usize,
     },
     /// A key pointer past the end.
-    #[error("truncated pointer")]
+    #[error("pointer {index} is truncated")]
     TruncatedPointer {
         /// The pointer's index.
         index: usize,
