@@ -339,3 +339,103 @@ fn command_line_options() {
     assert!(d.join("x/after").is_dir());
     assert!(plain_state(&d.join("x")).unwrap().contains("complete=0"));
 }
+
+/// ENCODED_WRITE onto a plain directory is decoded by btrfs_compress with
+/// the kernel's checks: good zlib and LZO data lands in the file, a wrong
+/// adler32 or bytes after an LZO block's end are errors naming the command.
+#[test]
+fn encoded_writes_decode_and_corrupt_ones_name_the_command() {
+    use std::io::Write as _;
+    let plain: Vec<u8> = (0..10_000u32)
+        .map(|i| b"encoded "[i as usize % 8])
+        .collect();
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(&plain).unwrap();
+    let zlib = z.finish().unwrap();
+    // btrfs LZO framing, 4 KiB sectors: total length, then per sector a
+    // segment length and an LZO1X block (no header crosses a sector).
+    let mut lzo = vec![0u8; 4];
+    for chunk in plain.chunks(4096) {
+        let left = 4096 - lzo.len() % 4096;
+        if left < 4 {
+            lzo.resize(lzo.len() + left, 0);
+        }
+        let seg = lzokay_native::compress(chunk).unwrap();
+        lzo.extend_from_slice(&(seg.len() as u32).to_le_bytes());
+        lzo.extend_from_slice(&seg);
+    }
+    let total = lzo.len() as u32;
+    lzo[..4].copy_from_slice(&total.to_le_bytes());
+    let write = |data: &'static [u8], compression: u32| Command::EncodedWrite {
+        path: b"f",
+        offset: 0,
+        unencoded_file_len: plain.len() as u64,
+        unencoded_len: plain.len() as u64,
+        unencoded_offset: 0,
+        compression: Some(compression),
+        encryption: Some(0),
+        data,
+    };
+    let zlib: &'static [u8] = Box::leak(zlib.into_boxed_slice());
+    let lzo: &'static [u8] = Box::leak(lzo.into_boxed_slice());
+    let receive = |data: &'static [u8], compression: u32| {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("s");
+        write_stream(
+            &file,
+            2,
+            &[
+                Command::Subvol {
+                    path: b"vol",
+                    uuid: U,
+                    ctransid: 1,
+                },
+                Command::Mkfile {
+                    path: b"f",
+                    ino: 257,
+                },
+                write(data, compression),
+                Command::End {},
+            ],
+        );
+        let dest = tmp.path().join("dest");
+        fs::create_dir(&dest).unwrap();
+        let out = rreceive(&[dest.as_os_str()], &file);
+        assert_no_panic(&out);
+        let got = fs::read(dest.join("vol/f")).ok();
+        (out, got, tmp)
+    };
+    let zlib_n = btrfs_stream::command::compression::ZLIB;
+    let lzo_n = btrfs_stream::command::compression::LZO_4K;
+    for (data, c) in [(zlib, zlib_n), (lzo, lzo_n)] {
+        let (out, got, _tmp) = receive(data, c);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(got.as_deref(), Some(&plain[..]));
+    }
+    let mut bad_zlib = zlib.to_vec();
+    *bad_zlib.last_mut().unwrap() ^= 1;
+    let mut bad_lzo = lzo.to_vec();
+    let seg0 = u32::from_le_bytes(bad_lzo[4..8].try_into().unwrap()) as usize;
+    // One more byte inside the first segment, after its end marker.
+    bad_lzo.insert(8 + seg0, 0);
+    bad_lzo[4..8].copy_from_slice(&((seg0 + 1) as u32).to_le_bytes());
+    let t = bad_lzo.len() as u32;
+    bad_lzo[..4].copy_from_slice(&t.to_le_bytes());
+    for (data, c, why) in [
+        (bad_zlib, zlib_n, "corrupt zlib data"),
+        (bad_lzo, lzo_n, "bytes after the end marker"),
+    ] {
+        let (out, _, _tmp) = receive(Box::leak(data.into_boxed_slice()), c);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(why) && err.contains("command #3"), "{err}");
+        println!(
+            "{}",
+            err.lines().find(|l| l.contains(why)).unwrap_or_default()
+        );
+    }
+}
