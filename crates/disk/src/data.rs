@@ -204,11 +204,7 @@ impl Filesystem {
         let to = Key::new(dir, key_type::DIR_INDEX, u64::MAX);
         for item in tree.range(from, to) {
             let item = item?;
-            let entries = dir_entries(item.data()).map_err(|reason| Error::BadItem {
-                tree: tree.id,
-                key: item.key,
-                reason,
-            })?;
+            let entries = dir_entries(item.data()).map_err(Error::bad_item(tree.id, item.key))?;
             for e in entries {
                 out.push(DirEntryInfo {
                     index: item.key.offset,
@@ -299,11 +295,7 @@ impl Filesystem {
         let to = Key::new(ino, key_type::XATTR_ITEM, u64::MAX);
         for item in tree.range(from, to) {
             let item = item?;
-            let entries = dir_entries(item.data()).map_err(|reason| Error::BadItem {
-                tree: tree.id,
-                key: item.key,
-                reason,
-            })?;
+            let entries = dir_entries(item.data()).map_err(Error::bad_item(tree.id, item.key))?;
             out.extend(
                 entries
                     .into_iter()
@@ -331,11 +323,8 @@ impl Filesystem {
         let to = Key::new(ino, key_type::EXTENT_DATA, u64::MAX);
         for item in tree.range(from, to) {
             let item = item?;
-            let fe = FileExtentItem::parse(item.data()).map_err(|reason| Error::BadItem {
-                tree: tree.id,
-                key: item.key,
-                reason,
-            })?;
+            let fe =
+                FileExtentItem::parse(item.data()).map_err(Error::bad_item(tree.id, item.key))?;
             out.push(FileExtent::from_item(item.key.offset, &fe));
         }
         Ok(out)
@@ -384,11 +373,8 @@ impl Filesystem {
             if item.key.objectid != inode.ino || item.key.item_type != key_type::EXTENT_DATA {
                 continue;
             }
-            let fe = FileExtentItem::parse(item.data()).map_err(|reason| Error::BadItem {
-                tree: tree.id,
-                key: item.key,
-                reason,
-            })?;
+            let fe =
+                FileExtentItem::parse(item.data()).map_err(Error::bad_item(tree.id, item.key))?;
             let start = item.key.offset;
             let ext_len = if fe.kind() == ExtentKind::Inline {
                 fe.ram_bytes()

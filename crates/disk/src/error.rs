@@ -843,6 +843,14 @@ pub enum NoSuperblockReason {
     SysChunkArray(SysChunkArrayError),
 }
 
+impl Error {
+    /// What turns an item's decoding error into [`Error::BadItem`] for the
+    /// item at `key` of tree `tree` (for `map_err`).
+    pub fn bad_item(tree: u64, key: Key) -> impl FnOnce(ItemError) -> Error {
+        move |reason| Error::BadItem { tree, key, reason }
+    }
+}
+
 /// Why file data could not be read or decoded.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {

@@ -262,11 +262,8 @@ impl Filesystem {
                     found.push(c);
                 }
                 key_type::DEV_ITEM => {
-                    let d = DevItem::parse(item.data()).map_err(|reason| Error::BadItem {
-                        tree: objectid::CHUNK_TREE,
-                        key: item.key,
-                        reason,
-                    })?;
+                    let d = DevItem::parse(item.data())
+                        .map_err(Error::bad_item(objectid::CHUNK_TREE, item.key))?;
                     dev_items.push((d.devid(), d.uuid()));
                 }
                 _ => {}
@@ -401,11 +398,8 @@ impl Filesystem {
         if item.key.objectid != id || item.key.item_type != key_type::ROOT_ITEM {
             return Ok(None);
         }
-        let ri = RootItem::parse(item.data()).map_err(|reason| Error::BadItem {
-            tree: objectid::ROOT_TREE,
-            key: item.key,
-            reason,
-        })?;
+        let ri =
+            RootItem::parse(item.data()).map_err(Error::bad_item(objectid::ROOT_TREE, item.key))?;
         let loc = RootLocation {
             bytenr: ri.bytenr(),
             generation: ri.generation(),

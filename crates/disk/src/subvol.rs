@@ -200,11 +200,8 @@ impl Filesystem {
             let k = item.key;
             match k.item_type {
                 key_type::ROOT_ITEM => {
-                    let ri = RootItem::parse(item.data()).map_err(|reason| Error::BadItem {
-                        tree: objectid::ROOT_TREE,
-                        key: k,
-                        reason,
-                    })?;
+                    let ri = RootItem::parse(item.data())
+                        .map_err(Error::bad_item(objectid::ROOT_TREE, k))?;
                     let loc = RootLocation {
                         bytenr: ri.bytenr(),
                         generation: ri.generation(),
@@ -382,11 +379,8 @@ pub(crate) fn dir_path(tree: &Tree<'_>, dir: u64) -> Result<Option<Vec<u8>>> {
             return Ok(None);
         };
         let item = item?;
-        let refs = inode_refs(item.key.offset, item.data()).map_err(|reason| Error::BadItem {
-            tree: tree.id,
-            key: item.key,
-            reason,
-        })?;
+        let refs =
+            inode_refs(item.key.offset, item.data()).map_err(Error::bad_item(tree.id, item.key))?;
         let Some(r) = refs.first() else {
             return Ok(None);
         };

@@ -98,11 +98,7 @@ pub fn totals(fs: &Filesystem, sv: &Subvolume) -> Result<(u64, u64)> {
         let k = item.key;
         match k.item_type {
             key_type::INODE_ITEM => {
-                let ii = InodeItem::parse(item.data()).map_err(|reason| Error::BadItem {
-                    tree: tree.id,
-                    key: k,
-                    reason,
-                })?;
+                let ii = InodeItem::parse(item.data()).map_err(Error::bad_item(tree.id, k))?;
                 cur = None;
                 if ii.nlink() > 0 {
                     files += 1;

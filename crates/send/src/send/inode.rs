@@ -479,11 +479,7 @@ impl<'a, 'fs> FullSend<'a, 'fs> {
     }
 
     fn xattrs(&mut self, item: &Item) -> Result<()> {
-        let entries = dir_entries(item.data()).map_err(|reason| Error::BadItem {
-            tree: self.tree.id,
-            key: item.key,
-            reason,
-        })?;
+        let entries = dir_entries(item.data()).map_err(Error::bad_item(self.tree.id, item.key))?;
         let path = self.cur()?.path.clone();
         for e in entries {
             if e.name == XATTR_CAPS {
