@@ -22,6 +22,16 @@ impl std::fmt::Debug for Item {
 }
 
 impl Item {
+    /// Item `slot` of the leaf `block`.
+    pub fn at(block: &Block, slot: usize) -> Option<Item> {
+        let (key, start, len) = block.item_span(slot)?;
+        Some(Item {
+            key,
+            block: block.clone(),
+            start: start as u32,
+            len: len as u32,
+        })
+    }
     /// The item's data.
     #[inline]
     pub fn data(&self) -> &[u8] {

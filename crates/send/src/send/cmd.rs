@@ -19,6 +19,13 @@ pub(crate) enum Cmd {
         uuid: Uuid,
         ctransid: u64,
     },
+    Snapshot {
+        path: Bytes,
+        uuid: Uuid,
+        ctransid: u64,
+        clone_uuid: Uuid,
+        clone_ctransid: u64,
+    },
     Mkfile {
         path: Bytes,
         ino: u64,
@@ -58,10 +65,20 @@ pub(crate) enum Cmd {
         path: Bytes,
         target: Bytes,
     },
+    Unlink {
+        path: Bytes,
+    },
+    Rmdir {
+        path: Bytes,
+    },
     SetXattr {
         path: Bytes,
         name: Vec<u8>,
         data: Vec<u8>,
+    },
+    RemoveXattr {
+        path: Bytes,
+        name: Vec<u8>,
     },
     /// File data from `offset`; the writer cuts it into WRITE commands of
     /// the protocol's chunk size, counted from `offset`.
@@ -114,6 +131,19 @@ impl Cmd {
                 uuid: *uuid,
                 ctransid: *ctransid,
             },
+            Cmd::Snapshot {
+                path,
+                uuid,
+                ctransid,
+                clone_uuid,
+                clone_ctransid,
+            } => Command::Snapshot {
+                path,
+                uuid: *uuid,
+                ctransid: *ctransid,
+                clone_uuid: *clone_uuid,
+                clone_ctransid: *clone_ctransid,
+            },
             Cmd::Mkfile { path, ino } => Command::Mkfile { path, ino: *ino },
             Cmd::Mkdir { path, ino } => Command::Mkdir { path, ino: *ino },
             Cmd::Mknod {
@@ -156,7 +186,10 @@ impl Cmd {
             },
             Cmd::Rename { from, to } => Command::Rename { from, to },
             Cmd::Link { path, target } => Command::Link { path, target },
+            Cmd::Unlink { path } => Command::Unlink { path },
+            Cmd::Rmdir { path } => Command::Rmdir { path },
             Cmd::SetXattr { path, name, data } => Command::SetXattr { path, name, data },
+            Cmd::RemoveXattr { path, name } => Command::RemoveXattr { path, name },
             Cmd::Write { path, offset, data } => Command::Write {
                 path,
                 offset: *offset,

@@ -1,41 +1,46 @@
-//! The full-send walk: every item of the subvolume's fs tree in key order,
-//! turned into commands in the order the kernel's send.c emits them.
+//! The send walk: changes between the parent and the send snapshot, turned
+//! into commands in the order the kernel's send.c emits them.
 //!
-//! Per inode (ascending inode number), following `changed_cb` /
-//! `finish_inode_if_needed` of a full send:
+//! A full send is the case without a parent, where every item of the send
+//! snapshot is new. An incremental send consumes the output of
+//! [`compare_trees`]: per item new, deleted, changed (or same, which
+//! matters for references into re-created directories and for holes). In
+//! both, items arrive in key order, so inodes are processed in ascending
+//! number:
 //!
-//! 1. INODE_ITEM: nlink 0 → ignore the inode. Otherwise create it at its
-//!    orphan name (MKFILE, MKDIR, MKNOD, MKFIFO, MKSOCK, SYMLINK), unless it
-//!    is the root or a directory created earlier for a child.
-//! 2. INODE_REF / INODE_EXTREF: record the names with their full paths.
-//!    They are processed at the first later key: parents with higher
-//!    numbers are created, the first name is a RENAME from the orphan name,
-//!    the others LINKs to it, and every parent already sent gets its
-//!    UTIMES queued (see [`super::utimes`]).
-//! 3. XATTR_ITEM: SET_XATTR, except `security.capability` (sent after
-//!    CHOWN, which clears it on the receiver); an empty POSIX ACL is sent as
-//!    the 4-byte header, as the kernel does.
-//! 4. EXTENT_DATA: holes and prealloc are skipped, anything else is cloned
-//!    or written (up to i_size; in chunks of the protocol's size from the
-//!    extent start), and the end of it remembered for truncate elision.
-//! 5. When a key of another inode arrives (or the tree ends): TRUNCATE
-//!    unless the last write or clone ended at i_size (regular files), CHOWN,
-//!    CHMOD (not symlinks), `security.capability`, then UTIMES, deferred for
-//!    non-empty directories.
+//! 1. INODE_ITEM ([`Walk::changed_inode`]): new → created at its orphan
+//!    name; deleted → its names are removed; changed with another
+//!    generation (the number was reused) → the old one is deleted and the
+//!    new one created with everything it holds.
+//! 2. INODE_REF / INODE_EXTREF: names gained and lost are recorded and
+//!    processed at the first later key ([`super::refs`]): renames, links,
+//!    unlinks, orphanizing, delayed directory moves, rmdir.
+//! 3. XATTR_ITEM: set, changed and removed xattrs.
+//! 4. EXTENT_DATA: data of new and changed extents, holes ([`super::extent`]).
+//! 5. When a key of another inode arrives: TRUNCATE if needed, CHOWN and
+//!    CHMOD when they differ, `security.capability`, pending moves of
+//!    directories that waited for this one, then UTIMES (deferred for
+//!    non-empty directories, see [`super::utimes`]).
+
+use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 
 use btrfs_stream::Uuid;
+use lru::LruCache;
 
-use super::clone::{CloneSearch, ExtentRef};
+use super::clone::CloneSearch;
 use super::cmd::{ts, Bytes, Cmd};
-use super::path::{join, Paths};
+use super::compare::{compare_trees, Change, Side};
+use super::refs::{NameEntry, OrphanDir, PendingMove, Ref, WaitingMove};
+use super::roots::Lookup;
 use super::sink::{Emitter, Hangup};
 use super::utimes::DirUtimes;
+use btrfs_disk::csum::name_hash;
 use btrfs_disk::data::Inode;
 use btrfs_disk::error::Error;
 use btrfs_disk::fs::Filesystem;
 use btrfs_disk::items::{
-    dir_entries, inode_extrefs, inode_refs, key_type, objectid, Compression, ExtentKind,
-    FileExtentItem, InodeItem,
+    dir_entries, key_type, objectid, Compression, ExtentKind, FileExtentItem, InodeItem,
 };
 use btrfs_disk::tree::Item;
 use btrfs_disk::{Key, Tree};
@@ -44,20 +49,25 @@ use btrfs_disk::{Key, Tree};
 const FREE_INO: u64 = -12i64 as u64;
 const FREE_SPACE: u64 = -11i64 as u64;
 
-const XATTR_CAPS: &[u8] = b"security.capability";
+pub(crate) const XATTR_CAPS: &[u8] = b"security.capability";
 const ACL_ACCESS: &[u8] = b"system.posix_acl_access";
 const ACL_DEFAULT: &[u8] = b"system.posix_acl_default";
 /// posix_acl_xattr_header with POSIX_ACL_XATTR_VERSION (2) and no entries.
 const EMPTY_ACL: [u8; 4] = [2, 0, 0, 0];
 
-const S_IFMT: u32 = 0o170000;
-const S_IFREG: u32 = 0o100000;
-const S_IFDIR: u32 = 0o040000;
-const S_IFLNK: u32 = 0o120000;
+pub(crate) const S_IFMT: u32 = 0o170000;
+pub(crate) const S_IFREG: u32 = 0o100000;
+pub(crate) const S_IFDIR: u32 = 0o040000;
+pub(crate) const S_IFLNK: u32 = 0o120000;
 const S_IFCHR: u32 = 0o020000;
 const S_IFBLK: u32 = 0o060000;
 const S_IFIFO: u32 = 0o010000;
 const S_IFSOCK: u32 = 0o140000;
+
+/// Names kept in the name cache (the kernel keeps 256; more only saves lookups).
+const NAME_CACHE: usize = 16384;
+/// Directories remembered as created ahead of their turn.
+const CREATED_CACHE: usize = 4096;
 
 /// Why the walk stopped.
 pub(crate) enum Stop {
@@ -65,7 +75,7 @@ pub(crate) enum Stop {
     Hangup,
     /// Reading failed.
     Read(Error),
-    /// The tree is not what a snapshot can look like.
+    /// The trees are not what snapshots can look like.
     Bad(String),
 }
 
@@ -81,7 +91,7 @@ impl From<Error> for Stop {
     }
 }
 
-type Result<T> = std::result::Result<T, Stop>;
+pub(crate) type Result<T> = std::result::Result<T, Stop>;
 
 /// The kernel's new_encode_dev of a dev_t stored as major << 20 | minor.
 pub(crate) fn new_encode_dev(rdev: u64) -> u64 {
@@ -90,155 +100,248 @@ pub(crate) fn new_encode_dev(rdev: u64) -> u64 {
     (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
 }
 
-/// A name of the current inode, recorded until the refs are processed.
-struct NewRef {
-    dir: u64,
-    dir_gen: u64,
-    name: Bytes,
-    full_path: Bytes,
-}
-
-/// The inode being sent.
-struct Cur {
-    inode: Inode,
-    ignore: bool,
-    new_refs: Vec<NewRef>,
-    refs_done: bool,
-    /// Where it is on the receiver: its orphan name until its names are in place.
-    path: Bytes,
-    /// End of the last extent written or cloned (cur_inode_next_write_offset).
-    next_write_offset: u64,
-    caps: Option<Vec<u8>>,
+/// The inode being processed (for a deleted inode, the parent's facts).
+#[derive(Default)]
+pub(crate) struct Cur {
+    pub(crate) ino: u64,
+    pub(crate) gen: u64,
+    pub(crate) new: bool,
+    pub(crate) new_gen: bool,
+    pub(crate) deleted: bool,
+    pub(crate) size: u64,
+    pub(crate) mode: u32,
+    pub(crate) rdev: u64,
+    /// End of the last extent seen (u64::MAX: not known yet).
+    pub(crate) last_extent: u64,
+    /// End of the last extent written or cloned.
+    pub(crate) next_write_offset: u64,
+    pub(crate) ignore: bool,
+    /// The send snapshot's inode item (not for a deleted inode).
+    pub(crate) inode: Option<Inode>,
+    /// Its `security.capability`, when every xattr of the inode is walked.
+    pub(crate) caps: Option<Vec<u8>>,
+    /// Whether its names were processed (a new inode must get one).
+    pub(crate) placed: bool,
+    /// Its last path, for error messages.
+    pub(crate) path: Option<Bytes>,
 }
 
 impl Cur {
-    fn kind(&self) -> u32 {
-        self.inode.mode & S_IFMT
+    pub(crate) fn kind(&self) -> u32 {
+        self.mode & S_IFMT
+    }
+    pub(crate) fn is_dir(&self) -> bool {
+        self.kind() == S_IFDIR
     }
 }
 
-/// What a full send needs to know about the subvolume.
+/// The subvolume as the receiver will know it: for CLONE commands.
+#[derive(Clone, Copy)]
 pub(crate) struct Root {
     pub(crate) uuid: Uuid,
     pub(crate) ctransid: u64,
 }
 
-/// One full send of one subvolume.
-pub(crate) struct FullSend<'a, 'fs> {
-    fs: &'fs Filesystem,
-    tree: Tree<'fs>,
-    out: &'a mut Emitter,
-    clones: &'a mut dyn CloneSearch,
-    root: Root,
-    paths: Paths<'fs>,
-    utimes: DirUtimes,
-    /// Inodes below this have been processed (their names are in place).
-    send_progress: u64,
-    cur: Option<Cur>,
+/// One send of one subvolume, full or incremental.
+pub(crate) struct Walk<'a, 'fs> {
+    pub(crate) fs: &'fs Filesystem,
+    pub(crate) send: Lookup<'fs>,
+    pub(crate) parent: Option<Lookup<'fs>>,
+    pub(crate) out: &'a mut Emitter,
+    pub(crate) clones: &'a mut dyn CloneSearch,
+    pub(crate) root: Root,
+    pub(crate) utimes: DirUtimes,
+    /// Inodes below this have their names in place.
+    pub(crate) send_progress: u64,
+    pub(crate) cur: Cur,
+    pub(crate) new_refs: Vec<Ref>,
+    pub(crate) deleted_refs: Vec<Ref>,
+    pub(crate) names: LruCache<(u64, u64), NameEntry>,
+    pub(crate) unique: LruCache<(u64, u64), Bytes>,
+    pub(crate) waiting: BTreeMap<u64, WaitingMove>,
+    pub(crate) pending: BTreeMap<u64, Vec<PendingMove>>,
+    pub(crate) orphan_dirs: BTreeMap<(u64, u64), OrphanDir>,
+    pub(crate) created_dirs: LruCache<u64, ()>,
     /// Bytes read per WRITE batch: a multiple of the protocol's WRITE size,
     /// so the writer's cuts fall where the kernel's do.
-    read_chunk: u64,
-    sectorsize: u64,
+    pub(crate) read_chunk: u64,
+    pub(crate) write_size: u64,
+    pub(crate) sectorsize: u64,
+    /// Whether the root directory changed after its last UTIMES.
+    pub(crate) root_dirty: bool,
 }
 
-impl<'a, 'fs> FullSend<'a, 'fs> {
+fn cap(n: usize) -> NonZeroUsize {
+    NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN)
+}
+
+impl<'a, 'fs> Walk<'a, 'fs> {
     pub(crate) fn new(
         fs: &'fs Filesystem,
-        tree: Tree<'fs>,
+        send: Tree<'fs>,
+        parent: Option<Tree<'fs>>,
         root: Root,
         out: &'a mut Emitter,
         clones: &'a mut dyn CloneSearch,
         write_chunk: usize,
-    ) -> FullSend<'a, 'fs> {
+    ) -> Walk<'a, 'fs> {
         let write_chunk = write_chunk.max(1) as u64;
-        FullSend {
+        Walk {
             fs,
-            tree,
+            send: Lookup::new(send),
+            parent: parent.map(Lookup::new),
             out,
             clones,
             root,
-            paths: Paths::new(tree),
             utimes: DirUtimes::default(),
             send_progress: objectid::FIRST_FREE,
-            cur: None,
+            cur: Cur::default(),
+            new_refs: Vec::new(),
+            deleted_refs: Vec::new(),
+            names: LruCache::new(cap(NAME_CACHE)),
+            unique: LruCache::new(cap(NAME_CACHE)),
+            waiting: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            orphan_dirs: BTreeMap::new(),
+            created_dirs: LruCache::new(cap(CREATED_CACHE)),
             read_chunk: write_chunk * (1u64 << 20).div_ceil(write_chunk),
+            write_size: write_chunk,
             sectorsize: fs.sectorsize() as u64,
+            root_dirty: false,
         }
     }
 
-    /// The inode being processed and its current path, for error messages.
+    /// The inode being processed and its last known path, for error messages.
     pub(crate) fn position(&self) -> Option<(u64, Bytes)> {
-        self.cur.as_ref().map(|c| (c.inode.ino, c.path.clone()))
+        (self.cur.ino != 0).then(|| {
+            (
+                self.cur.ino,
+                self.cur.path.clone().unwrap_or_else(|| Bytes::from(&b"?"[..])),
+            )
+        })
     }
 
-    /// Sends everything after the SUBVOL command: the inodes, the pending
-    /// directory utimes, END.
+    /// Sends everything after the SUBVOL or SNAPSHOT command: the changed
+    /// inodes, the pending directory times, END.
     pub(crate) fn run(&mut self) -> Result<()> {
-        let mut cursor = self.tree.cursor();
-        let mut next = cursor.seek_ge(&Key::new(objectid::FIRST_FREE, key_type::INODE_ITEM, 0))?;
-        match &next {
-            Some(i) if i.key == Key::new(objectid::FIRST_FREE, key_type::INODE_ITEM, 0) => {}
-            _ => {
-                return Err(Stop::Bad(
-                    "the subvolume has no root directory (no INODE_ITEM for inode 256)".into(),
-                ))
+        let first = Key::new(objectid::FIRST_FREE, key_type::INODE_ITEM, 0);
+        if self.send.tree.search(&first)?.is_none() {
+            return Err(Stop::Bad(
+                "the subvolume has no root directory (no INODE_ITEM for inode 256)".into(),
+            ));
+        }
+        match self.parent.as_ref().map(|p| p.tree) {
+            None => {
+                let mut cursor = self.send.tree.cursor();
+                let mut next = cursor.seek_ge(&first)?;
+                while let Some(item) = next {
+                    let side = Side {
+                        item: &item,
+                        slot: 1,
+                    };
+                    self.changed(item.key, Change::New, Some(side), None)?;
+                    next = cursor.next_item()?;
+                }
+            }
+            Some(parent) => {
+                let send = self.send.tree;
+                compare_trees(send, parent, |key, change, l, r| {
+                    self.changed(key, change, l, r)
+                })?;
             }
         }
-        while let Some(item) = next {
-            self.item(&item)?;
-            next = cursor.next_item()?;
-        }
         self.finish_if_needed(None)?;
+        if let Some((dir, _)) = self.waiting.iter().next() {
+            return Err(Stop::Bad(format!(
+                "directory inode {dir} still waits for its move at the end of the send"
+            )));
+        }
         for (dir, gen) in self.utimes.drain_newest_first() {
             self.send_utimes(dir, gen)?;
         }
+        self.root_times_if_needed()?;
         self.out.push(Cmd::End)?;
         self.out.flush()?;
         Ok(())
     }
 
-    fn push(&mut self, c: Cmd) -> Result<()> {
+    pub(crate) fn push(&mut self, c: Cmd) -> Result<()> {
+        if !self.root_dirty && changes_root_entries(&c) {
+            self.root_dirty = true;
+        }
         Ok(self.out.push(c)?)
     }
 
-    fn cur(&mut self) -> Result<&mut Cur> {
-        self.cur
-            .as_mut()
-            .ok_or_else(|| Stop::Bad("an item comes before any inode item".into()))
-    }
-
-    fn item(&mut self, item: &Item) -> Result<()> {
-        let key = item.key;
+    /// The kernel's changed_cb.
+    fn changed(
+        &mut self,
+        key: Key,
+        mut change: Change,
+        left: Option<Side<'_>>,
+        right: Option<Side<'_>>,
+    ) -> Result<()> {
+        if change == Change::Same {
+            match key.item_type {
+                key_type::INODE_REF | key_type::INODE_EXTREF => {
+                    let Some(l) = &left else { return Ok(()) };
+                    if !self.refs_dir_changed(l.item)? {
+                        return Ok(());
+                    }
+                    change = Change::Changed;
+                }
+                key_type::EXTENT_DATA => {
+                    let Some(l) = &left else { return Ok(()) };
+                    return self.maybe_send_hole(l.item, l.slot);
+                }
+                _ => return Ok(()),
+            }
+        }
         self.finish_if_needed(Some(key))?;
         if key.objectid == FREE_INO || key.objectid == FREE_SPACE {
             return Ok(());
         }
         if key.item_type == key_type::INODE_ITEM {
-            return self.changed_inode(key, item.data());
+            return self.changed_inode(key, change, left, right);
         }
-        let cur = self.cur()?;
-        if cur.ignore {
+        if self.cur.ignore {
             return Ok(());
         }
-        let cur_ino = cur.inode.ino;
-        let same = key.objectid == cur_ino;
+        let l = left.as_ref().map(|s| s.item);
+        let r = right.as_ref().map(|s| s.item);
         match key.item_type {
-            key_type::INODE_REF | key_type::INODE_EXTREF | key_type::XATTR_ITEM if !same => {
-                Err(Stop::Bad(format!(
-                    "item {key} has no inode item (inconsistent snapshot)"
-                )))
+            key_type::INODE_REF | key_type::INODE_EXTREF => {
+                self.need_cur(key, "reference")?;
+                if !self.cur.new_gen && self.cur.ino != objectid::FIRST_FREE {
+                    match change {
+                        Change::New => self.record_new(l)?,
+                        Change::Deleted => self.record_deleted(r)?,
+                        _ => {
+                            self.record_new(l)?;
+                            self.record_deleted(r)?;
+                        }
+                    }
+                }
+                Ok(())
             }
-            key_type::INODE_REF | key_type::INODE_EXTREF => self.record_refs(item),
-            key_type::XATTR_ITEM => self.xattrs(item),
-            key_type::EXTENT_DATA if same => self.extent(item),
-            key_type::DIR_ITEM if same && cur_ino == objectid::FIRST_FREE => {
-                let entries = dir_entries(item.data()).map_err(|reason| Error::BadItem {
-                    tree: self.tree.id,
-                    key,
-                    reason,
-                })?;
-                for e in entries {
-                    self.paths.note_root_entry(e.name);
+            key_type::XATTR_ITEM => {
+                self.need_cur(key, "xattr")?;
+                if !self.cur.new_gen && !self.cur.deleted {
+                    match change {
+                        Change::New => self.new_xattrs(l)?,
+                        Change::Deleted => self.deleted_xattrs(r)?,
+                        _ => self.changed_xattrs(l, r)?,
+                    }
+                }
+                Ok(())
+            }
+            key_type::EXTENT_DATA => {
+                if key.objectid != self.cur.ino {
+                    return Ok(());
+                }
+                if !self.cur.new_gen && !self.cur.deleted && change != Change::Deleted {
+                    if let Some(s) = left {
+                        self.process_extent(s.item, s.slot)?;
+                    }
                 }
                 Ok(())
             }
@@ -246,81 +349,302 @@ impl<'a, 'fs> FullSend<'a, 'fs> {
         }
     }
 
+    fn need_cur(&self, key: Key, what: &str) -> Result<()> {
+        if self.cur.ino != key.objectid {
+            return Err(Stop::Bad(format!(
+                "inconsistent snapshot: {what} item {key} has no inode item before it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// compare_refs: a reference that is the same in both trees still
+    /// changed when its directory was deleted and re-created.
+    fn refs_dir_changed(&mut self, item: &Item) -> Result<bool> {
+        let refs = super::roots::item_refs(self.send.id(), item)?;
+        let mut last = 0;
+        for (dir, _) in refs {
+            if dir == last {
+                continue;
+            }
+            let new_gen = self.send.gen(dir)?;
+            let old_gen = self.parent_mut()?.gen(dir)?;
+            if new_gen != old_gen {
+                return Ok(true);
+            }
+            last = dir;
+        }
+        Ok(false)
+    }
+
+    pub(crate) fn parent_mut(&mut self) -> Result<&mut Lookup<'fs>> {
+        self.parent
+            .as_mut()
+            .ok_or_else(|| Stop::Bad("no parent snapshot".into()))
+    }
+
     /// The kernel's finish_inode_if_needed, called before every item
     /// (`key`) and at the end (`None`).
     fn finish_if_needed(&mut self, key: Option<Key>) -> Result<()> {
-        let Some(cur) = &self.cur else {
-            return Ok(());
-        };
-        if cur.ignore {
+        if self.cur.ignore {
             return Ok(());
         }
-        let ino = cur.inode.ino;
+        let mut pending_move = false;
+        let mut refs_processed = false;
+        let ino = self.cur.ino;
         let refs_now = match key {
             None => true,
             Some(k) => !(k.objectid == ino && k.item_type <= key_type::INODE_EXTREF),
         };
-        if refs_now && !cur.refs_done {
-            if cur.new_refs.is_empty() {
-                if ino != objectid::FIRST_FREE {
-                    return Err(Stop::Bad(format!(
-                        "inode {ino} has {} links but no INODE_REF or INODE_EXTREF",
-                        cur.inode.nlink
-                    )));
-                }
-            } else {
-                self.process_recorded_refs()?;
-                self.send_progress = ino + 1;
-            }
+        if ino != 0
+            && refs_now
+            && (!self.new_refs.is_empty() || !self.deleted_refs.is_empty())
+        {
+            pending_move = self.process_recorded_refs()?;
+            refs_processed = true;
         }
-        if key.is_none_or(|k| k.objectid != ino) {
+        if refs_processed && !pending_move {
+            self.send_progress = ino + 1;
+        }
+        let finishing = ino != 0 && !self.cur.deleted && key.is_none_or(|k| k.objectid != ino);
+        if finishing {
             self.finish_inode()?;
         }
-        // Like the kernel, after every call that got this far (so right
-        // after the refs too, before the inode's data).
         while let Some((dir, gen)) = self.utimes.pop_over_limit() {
             self.send_utimes(dir, gen)?;
         }
         Ok(())
     }
 
-    fn changed_inode(&mut self, key: Key, data: &[u8]) -> Result<()> {
-        let ii = InodeItem::parse(data).map_err(|reason| Error::BadItem {
-            tree: self.tree.id,
-            key,
-            reason,
-        })?;
-        let ino = key.objectid;
-        let inode = Inode::from_item(ino, &ii);
-        self.send_progress = ino;
-        let ignore = inode.nlink == 0;
-        let path = if ino == objectid::FIRST_FREE {
-            self.paths.root_generation(inode.generation);
-            Bytes::from(&b""[..])
-        } else {
-            self.paths.orphan_name(ino, inode.generation)
-        };
-        self.cur = Some(Cur {
-            inode,
-            ignore,
-            new_refs: Vec::new(),
-            refs_done: ino == objectid::FIRST_FREE,
-            path: path.clone(),
-            next_write_offset: 0,
-            caps: None,
-        });
-        if ignore || ino == objectid::FIRST_FREE {
-            return Ok(());
+    /// The end of finish_inode_if_needed: holes to i_size, truncate, owner,
+    /// mode, capabilities, delayed moves, times.
+    fn finish_inode(&mut self) -> Result<()> {
+        let ino = self.cur.ino;
+        let gen = self.cur.gen;
+        if self.cur.new && !self.cur.placed && ino != objectid::FIRST_FREE {
+            let nlink = self.cur.inode.map_or(0, |i| i.nlink);
+            return Err(Stop::Bad(format!(
+                "inode {ino} has {nlink} links but no INODE_REF or INODE_EXTREF"
+            )));
         }
-        if inode.mode & S_IFMT == S_IFDIR && self.paths.was_created_early(ino) {
-            return Ok(());
+        let left = self.send.need_inode(ino)?;
+        let kind = self.cur.kind();
+        let (need_chown, need_chmod, need_truncate) =
+            match self.parent.as_mut().filter(|_| !self.cur.new) {
+                None => (
+                    true,
+                    kind != S_IFLNK,
+                    self.cur.next_write_offset != self.cur.size,
+                ),
+                Some(p) => {
+                    let right = p.need_inode(ino)?;
+                    let same_size = right.size == self.cur.size
+                        || (self.cur.size > right.size
+                            && self.cur.next_write_offset == self.cur.size);
+                    (
+                        left.uid != right.uid || left.gid != right.gid,
+                        kind != S_IFLNK && left.mode != right.mode,
+                        !same_size,
+                    )
+                }
+            };
+        if kind == S_IFREG {
+            if self.need_send_hole() {
+                if self.cur.last_extent == u64::MAX || self.cur.last_extent < self.cur.size {
+                    self.get_last_extent(u64::MAX)?;
+                }
+                if self.cur.last_extent < self.cur.size {
+                    self.send_hole(self.cur.size)?;
+                }
+            }
+            if need_truncate {
+                let path = self.cur_path(ino, gen)?;
+                self.push(Cmd::Truncate {
+                    path,
+                    size: self.cur.size,
+                })?;
+            }
         }
-        self.create_inode(&inode, path)
+        if need_chown {
+            let path = self.cur_path(ino, gen)?;
+            self.push(Cmd::Chown {
+                path,
+                uid: u64::from(left.uid),
+                gid: u64::from(left.gid),
+            })?;
+        }
+        if need_chmod {
+            let path = self.cur_path(ino, gen)?;
+            self.push(Cmd::Chmod {
+                path,
+                mode: u64::from(left.mode & 0o7777),
+            })?;
+        }
+        self.send_capabilities()?;
+        if !self.waiting.contains_key(&ino) {
+            self.apply_children_dir_moves()?;
+            self.send_progress = ino + 1;
+            if kind == S_IFDIR && self.cur.size > 0 {
+                self.cache_dir_utimes(ino, gen);
+            } else {
+                self.send_utimes(ino, gen)?;
+            }
+        }
+        self.out.inode_done();
+        Ok(())
     }
 
-    /// The kernel's send_create_inode: the inode at `path` (its orphan name).
-    fn create_inode(&mut self, inode: &Inode, path: Bytes) -> Result<()> {
+    /// The kernel's send_capabilities: `security.capability` after CHOWN,
+    /// which clears it on the receiver.
+    fn send_capabilities(&mut self) -> Result<()> {
+        let data = match self.cur.caps.take() {
+            Some(d) => Some(d),
+            None if self.cur.new && !self.cur.new_gen => None,
+            None => {
+                let key = Key::new(self.cur.ino, key_type::XATTR_ITEM, name_hash(XATTR_CAPS));
+                match self.send.tree.search(&key)? {
+                    None => None,
+                    Some(item) => dir_entries(item.data())
+                        .map_err(Error::bad_item(self.send.id(), key))?
+                        .iter()
+                        .find(|e| e.name == XATTR_CAPS)
+                        .map(|e| e.data.to_vec()),
+                }
+            }
+        };
+        if let Some(data) = data {
+            let path = self.cur_path(self.cur.ino, self.cur.gen)?;
+            self.push(Cmd::SetXattr {
+                path,
+                name: XATTR_CAPS.to_vec(),
+                data,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Starts a new current inode.
+    fn start(&mut self, ino: u64) {
+        self.cur = Cur {
+            ino,
+            last_extent: u64::MAX,
+            ..Cur::default()
+        };
+        self.send_progress = ino;
+    }
+
+    fn set_left(&mut self, inode: Inode) {
+        self.cur.gen = inode.generation;
+        self.cur.new = true;
+        self.cur.deleted = false;
+        self.cur.size = inode.size;
+        self.cur.mode = inode.mode;
+        self.cur.rdev = inode.rdev;
+        self.cur.inode = Some(inode);
+    }
+
+    fn set_right(&mut self, inode: &Inode) {
+        self.cur.gen = inode.generation;
+        self.cur.new = false;
+        self.cur.deleted = true;
+        self.cur.size = inode.size;
+        self.cur.mode = inode.mode;
+        self.cur.inode = None;
+    }
+
+    fn parse_inode(&self, tree: u64, item: &Item) -> Result<Inode> {
+        let ii = InodeItem::parse(item.data()).map_err(Error::bad_item(tree, item.key))?;
+        Ok(Inode::from_item(item.key.objectid, &ii))
+    }
+
+    /// The kernel's changed_inode.
+    fn changed_inode(
+        &mut self,
+        key: Key,
+        change: Change,
+        left: Option<Side<'_>>,
+        right: Option<Side<'_>>,
+    ) -> Result<()> {
+        let ino = key.objectid;
+        self.start(ino);
+        let l = match &left {
+            Some(s) => Some(self.parse_inode(self.send.id(), s.item)?),
+            None => None,
+        };
+        let parent_id = self.parent.as_ref().map_or(0, |p| p.id());
+        let r = match &right {
+            Some(s) => Some(self.parse_inode(parent_id, s.item)?),
+            None => None,
+        };
+        match (change, l, r) {
+            (Change::New, Some(l), _) => {
+                if l.nlink == 0 {
+                    self.cur.ignore = true;
+                    return Ok(());
+                }
+                self.set_left(l);
+                if ino != objectid::FIRST_FREE {
+                    self.create_if_needed()?;
+                }
+            }
+            (Change::Deleted, _, Some(r)) => self.set_right(&r),
+            (Change::Changed, Some(l), Some(r)) => {
+                let mut new_gen = l.generation != r.generation && ino != objectid::FIRST_FREE;
+                if l.nlink == 0 && r.nlink == 0 {
+                    self.cur.ignore = true;
+                    return Ok(());
+                } else if l.nlink == 0 || r.nlink == 0 {
+                    new_gen = true;
+                }
+                self.cur.new_gen = new_gen;
+                if !new_gen {
+                    self.set_left(l);
+                    self.cur.new = false;
+                    return Ok(());
+                }
+                if r.nlink > 0 {
+                    self.set_right(&r);
+                    self.process_all_refs(false)?;
+                }
+                if l.nlink > 0 {
+                    self.set_left(l);
+                    self.create_if_needed()?;
+                    self.process_all_refs(true)?;
+                    self.send_progress = ino + 1;
+                    self.process_all_extents()?;
+                    self.process_all_new_xattrs()?;
+                }
+            }
+            _ => {
+                return Err(Stop::Bad(format!(
+                    "tree compare gave an inode item {key} without its data"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// send_create_inode_if_needed: a directory may exist already, made
+    /// early for a child with a lower number.
+    fn create_if_needed(&mut self) -> Result<()> {
+        let ino = self.cur.ino;
+        if self.cur.is_dir() && self.did_create_dir(ino)? {
+            return Ok(());
+        }
+        let Some(inode) = self.cur.inode else {
+            return Ok(());
+        };
+        self.send_create_inode(&inode)?;
+        if self.cur.is_dir() {
+            self.created_dirs.put(ino, ());
+        }
+        Ok(())
+    }
+
+    /// The kernel's send_create_inode: the inode at its orphan name.
+    pub(crate) fn send_create_inode(&mut self, inode: &Inode) -> Result<()> {
         let ino = inode.ino;
+        let path = self.orphan_name(ino, inode.generation)?;
         let mode = u64::from(inode.mode);
         let rdev = new_encode_dev(inode.rdev);
         let c = match inode.mode & S_IFMT {
@@ -360,18 +684,15 @@ impl<'a, 'fs> FullSend<'a, 'fs> {
 
     /// A symlink's target: its inline extent at offset 0, bounded by i_size.
     fn read_symlink(&self, inode: &Inode) -> Result<Vec<u8>> {
+        let tree = self.send.tree;
         let key = Key::new(inode.ino, key_type::EXTENT_DATA, 0);
-        let Some(item) = self.tree.search(&key)? else {
+        let Some(item) = tree.search(&key)? else {
             return Err(Stop::Bad(format!(
                 "symlink inode {} has no target (no EXTENT_DATA item)",
                 inode.ino
             )));
         };
-        let fe = FileExtentItem::parse(item.data()).map_err(|reason| Error::BadItem {
-            tree: self.tree.id,
-            key,
-            reason,
-        })?;
+        let fe = FileExtentItem::parse(item.data()).map_err(Error::bad_item(tree.id, key))?;
         if fe.kind() != ExtentKind::Inline {
             return Err(Stop::Bad(format!(
                 "symlink inode {} has a non-inline extent",
@@ -384,259 +705,158 @@ impl<'a, 'fs> FullSend<'a, 'fs> {
             return Ok(d[..len.min(d.len())].to_vec());
         }
         let mut v = vec![0u8; len];
-        self.fs
-            .read_extent_piece(&self.tree, inode, 0, &fe, 0, &mut v)?;
+        self.fs.read_extent_piece(&tree, inode, 0, &fe, 0, &mut v)?;
         Ok(v)
     }
 
-    fn record_refs(&mut self, item: &Item) -> Result<()> {
-        let key = item.key;
-        let ino = key.objectid;
-        if ino == objectid::FIRST_FREE {
-            // The root's ".." reference is never sent.
-            return Ok(());
-        }
-        let bad = |reason| Error::BadItem {
-            tree: self.tree.id,
-            key,
-            reason,
-        };
-        let refs = if key.item_type == key_type::INODE_REF {
-            inode_refs(key.offset, item.data()).map_err(bad)?
-        } else {
-            inode_extrefs(item.data()).map_err(bad)?
-        };
-        for r in refs {
-            let dir_gen = self.paths.generation(r.parent)?;
-            let dir_path = self.paths.cur_path(r.parent, self.send_progress)?;
-            let full_path = join(&dir_path, r.name);
-            let name = Bytes::from(r.name);
-            self.cur()?.new_refs.push(NewRef {
-                dir: r.parent,
-                dir_gen,
-                name,
-                full_path,
-            });
-        }
-        Ok(())
-    }
-
-    /// The kernel's process_recorded_refs for a new inode.
-    fn process_recorded_refs(&mut self) -> Result<()> {
-        let (ino, gen, is_dir, refs, mut valid) = {
-            let cur = self.cur()?;
-            (
-                cur.inode.ino,
-                cur.inode.generation,
-                cur.kind() == S_IFDIR,
-                std::mem::take(&mut cur.new_refs),
-                cur.path.clone(),
-            )
-        };
-        let mut orphan = true;
-        for (i, r) in refs.iter().enumerate() {
-            if r.dir > ino {
-                // The parent comes later in inode order: make it now, at its
-                // orphan name (once).
-                let done =
-                    refs[..i].iter().any(|o| o.dir == r.dir) || self.paths.was_created_early(r.dir);
-                if !done {
-                    let parent = self.fs.inode_in(&self.tree, r.dir)?;
-                    let path = self.paths.orphan_name(r.dir, parent.generation);
-                    self.create_inode(&parent, path)?;
-                    self.paths.created_early(r.dir, parent.generation);
-                }
-            }
-            if orphan || is_dir {
-                self.push(Cmd::Rename {
-                    from: valid.clone(),
-                    to: r.full_path.clone(),
-                })?;
-                orphan = false;
-                valid = r.full_path.clone();
-            } else {
-                self.push(Cmd::Link {
-                    path: r.full_path.clone(),
-                    target: valid.clone(),
-                })?;
-            }
-        }
-        for r in &refs {
-            if r.dir < ino {
-                self.utimes.touch(r.dir, r.dir_gen);
-            }
-        }
-        if is_dir {
-            if let Some(first) = refs.first() {
-                self.paths
-                    .dir_in_place(ino, gen, first.dir, first.name.clone(), valid.clone());
-            }
-        }
-        let cur = self.cur()?;
-        cur.path = valid;
-        cur.refs_done = true;
-        Ok(())
-    }
-
-    fn xattrs(&mut self, item: &Item) -> Result<()> {
-        let entries = dir_entries(item.data()).map_err(Error::bad_item(self.tree.id, item.key))?;
-        let path = self.cur()?.path.clone();
+    /// The new xattrs of one XATTR_ITEM (`security.capability` waits for
+    /// the end of the inode; an empty POSIX ACL goes as its 4-byte header).
+    fn new_xattrs(&mut self, item: Option<&Item>) -> Result<()> {
+        let Some(item) = item else { return Ok(()) };
+        let entries =
+            dir_entries(item.data()).map_err(Error::bad_item(self.send.id(), item.key))?;
         for e in entries {
-            if e.name == XATTR_CAPS {
-                self.cur()?.caps = Some(e.data.to_vec());
-                continue;
-            }
-            let data = if e.data.is_empty() && (e.name == ACL_ACCESS || e.name == ACL_DEFAULT) {
-                EMPTY_ACL.to_vec()
-            } else {
-                e.data.to_vec()
-            };
-            self.push(Cmd::SetXattr {
-                path: path.clone(),
-                name: e.name.to_vec(),
-                data,
-            })?;
+            self.set_xattr(e.name, e.data)?;
         }
         Ok(())
     }
 
-    /// The kernel's process_extent + send_write_or_clone for a new inode.
-    fn extent(&mut self, item: &Item) -> Result<()> {
-        let (inode, kind) = {
-            let cur = self.cur()?;
-            (cur.inode, cur.kind())
-        };
-        if kind == S_IFLNK {
-            return Ok(());
-        }
-        let key = item.key;
-        let fe = FileExtentItem::parse(item.data()).map_err(|reason| Error::BadItem {
-            tree: self.tree.id,
-            key,
-            reason,
-        })?;
-        match fe.kind() {
-            ExtentKind::Prealloc => return Ok(()),
-            ExtentKind::Regular if fe.disk_bytenr() == 0 => return Ok(()),
-            _ => {}
-        }
-        let offset = key.offset;
-        // An inline extent ends at its sector's end (btrfs_file_extent_end);
-        // what it does not hold reads as zeros, as through the page cache.
-        let extent_end = if fe.kind() == ExtentKind::Inline {
-            offset
-                .saturating_add(fe.ram_bytes())
-                .div_ceil(self.sectorsize)
-                .saturating_mul(self.sectorsize)
-        } else {
-            offset.saturating_add(fe.num_bytes())
-        };
-        let end = extent_end.min(inode.size);
-        if offset >= end {
-            return Ok(());
-        }
-        let path = self.cur()?.path.clone();
-        let mut sent = 0u64;
-        if fe.kind() != ExtentKind::Inline {
-            let found = self.clones.find(&ExtentRef {
-                inode: &inode,
-                file_offset: offset,
-                len: end - offset,
-                item: &fe,
-            })?;
-            if let Some(src) = found.filter(|s| s.len > 0) {
-                let len = src.len.min(end - offset);
-                let clone_path = self.paths.cur_path(src.ino, self.send_progress)?;
-                self.push(Cmd::Clone {
-                    offset,
-                    len,
-                    path: path.clone(),
-                    clone_uuid: self.root.uuid,
-                    clone_ctransid: self.root.ctransid,
-                    clone_path,
-                    clone_offset: src.offset,
-                })?;
-                sent = len;
+    fn set_xattr(&mut self, name: &[u8], data: &[u8]) -> Result<()> {
+        if name == XATTR_CAPS {
+            if self.cur.new {
+                self.cur.caps = Some(data.to_vec());
             }
+            return Ok(());
         }
-        while offset + sent < end {
-            let n = (end - offset - sent).min(self.read_chunk);
-            let mut data = self.out.buffer(n as usize);
-            self.fs
-                .read_extent_piece(&self.tree, &inode, offset, &fe, sent, &mut data)?;
-            self.push(Cmd::Write {
-                path: path.clone(),
-                offset: offset + sent,
-                data,
-            })?;
-            sent += n;
-        }
-        self.cur()?.next_write_offset = end;
-        Ok(())
+        let data = if data.is_empty() && (name == ACL_ACCESS || name == ACL_DEFAULT) {
+            EMPTY_ACL.to_vec()
+        } else {
+            data.to_vec()
+        };
+        let path = self.cur_path(self.cur.ino, self.cur.gen)?;
+        self.push(Cmd::SetXattr {
+            path,
+            name: name.to_vec(),
+            data,
+        })
     }
 
-    /// The end of finish_inode_if_needed: truncate, owner, mode,
-    /// capabilities, times.
-    fn finish_inode(&mut self) -> Result<()> {
-        let (inode, kind, path, next_write, caps) = {
-            let cur = self.cur()?;
-            (
-                cur.inode,
-                cur.kind(),
-                cur.path.clone(),
-                cur.next_write_offset,
-                cur.caps.clone(),
-            )
-        };
-        if kind == S_IFREG && next_write != inode.size {
-            self.push(Cmd::Truncate {
-                path: path.clone(),
-                size: inode.size,
-            })?;
-        }
-        self.push(Cmd::Chown {
-            path: path.clone(),
-            uid: u64::from(inode.uid),
-            gid: u64::from(inode.gid),
-        })?;
-        if kind != S_IFLNK {
-            self.push(Cmd::Chmod {
-                path: path.clone(),
-                mode: u64::from(inode.mode & 0o7777),
-            })?;
-        }
-        if let Some(data) = caps {
-            self.push(Cmd::SetXattr {
-                path: path.clone(),
-                name: XATTR_CAPS.to_vec(),
-                data,
-            })?;
-        }
-        self.send_progress = inode.ino + 1;
-        if kind == S_IFDIR && inode.size > 0 {
-            self.utimes.touch(inode.ino, inode.generation);
-        } else {
-            self.push(Cmd::Utimes {
+    fn deleted_xattrs(&mut self, item: Option<&Item>) -> Result<()> {
+        let Some(item) = item else { return Ok(()) };
+        let id = self.parent.as_ref().map_or(0, |p| p.id());
+        let entries = dir_entries(item.data()).map_err(Error::bad_item(id, item.key))?;
+        for e in entries {
+            let path = self.cur_path(self.cur.ino, self.cur.gen)?;
+            self.push(Cmd::RemoveXattr {
                 path,
-                atime: ts(inode.atime),
-                mtime: ts(inode.mtime),
-                ctime: ts(inode.ctime),
+                name: e.name.to_vec(),
             })?;
         }
-        self.out.inode_done();
         Ok(())
     }
 
-    /// UTIMES of a directory whose turn has come, from its inode item.
-    fn send_utimes(&mut self, dir: u64, _gen: u64) -> Result<()> {
-        let inode = self.fs.inode_in(&self.tree, dir)?;
-        let path = self.paths.cur_path(dir, self.send_progress)?;
-        self.push(Cmd::Utimes {
+    /// process_changed_xattr: new or different values set, vanished ones removed.
+    fn changed_xattrs(&mut self, left: Option<&Item>, right: Option<&Item>) -> Result<()> {
+        let (Some(l), Some(r)) = (left, right) else {
+            return Ok(());
+        };
+        let id = self.parent.as_ref().map_or(0, |p| p.id());
+        let new = dir_entries(l.data()).map_err(Error::bad_item(self.send.id(), l.key))?;
+        let old = dir_entries(r.data()).map_err(Error::bad_item(id, r.key))?;
+        for e in &new {
+            match old.iter().find(|o| o.name == e.name) {
+                Some(o) if o.data == e.data => {}
+                _ => self.set_xattr(e.name, e.data)?,
+            }
+        }
+        for o in &old {
+            if !new.iter().any(|e| e.name == o.name) {
+                let path = self.cur_path(self.cur.ino, self.cur.gen)?;
+                self.push(Cmd::RemoveXattr {
+                    path,
+                    name: o.name.to_vec(),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every xattr of the current inode as new (a re-used inode number).
+    fn process_all_new_xattrs(&mut self) -> Result<()> {
+        let ino = self.cur.ino;
+        let tree = self.send.tree;
+        for item in tree.range(
+            Key::new(ino, key_type::XATTR_ITEM, 0),
+            Key::new(ino, key_type::XATTR_ITEM, u64::MAX),
+        ) {
+            let item = item?;
+            self.new_xattrs(Some(&item))?;
+        }
+        Ok(())
+    }
+
+    /// Every extent of the current inode as new (a re-used inode number).
+    fn process_all_extents(&mut self) -> Result<()> {
+        let ino = self.cur.ino;
+        let tree = self.send.tree;
+        for item in tree.range(
+            Key::new(ino, key_type::EXTENT_DATA, 0),
+            Key::new(ino, key_type::EXTENT_DATA, u64::MAX),
+        ) {
+            let item = item?;
+            self.process_extent(&item, 1)?;
+        }
+        Ok(())
+    }
+
+    /// The kernel's cache_dir_utimes.
+    pub(crate) fn cache_dir_utimes(&mut self, dir: u64, gen: u64) {
+        self.utimes.touch(dir, gen);
+    }
+
+    /// UTIMES of `ino` from the send snapshot's inode item.
+    pub(crate) fn send_utimes(&mut self, ino: u64, gen: u64) -> Result<()> {
+        let inode = self.fs.inode_in(&self.send.tree, ino)?;
+        let path = self.cur_path(ino, gen)?;
+        if ino == objectid::FIRST_FREE {
+            self.root_dirty = false;
+        }
+        self.out.push(Cmd::Utimes {
             path,
             atime: ts(inode.atime),
             mtime: ts(inode.mtime),
             ctime: ts(inode.ctime),
-        })
+        })?;
+        Ok(())
+    }
+
+    /// The UTIMES a receiver needs for the root directory's times when the
+    /// stream changed the root after its last UTIMES (orphans come and go
+    /// there); sent just before END.
+    pub(crate) fn root_times_if_needed(&mut self) -> Result<()> {
+        if self.root_dirty {
+            let gen = self.send.gen(objectid::FIRST_FREE)?;
+            self.send_utimes(objectid::FIRST_FREE, gen)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `c` adds, removes or renames an entry of the subvolume root.
+fn changes_root_entries(c: &Cmd) -> bool {
+    let top = |p: &[u8]| !p.is_empty() && !p.contains(&b'/');
+    match c {
+        Cmd::Mkfile { path, .. }
+        | Cmd::Mkdir { path, .. }
+        | Cmd::Mknod { path, .. }
+        | Cmd::Mkfifo { path, .. }
+        | Cmd::Mksock { path, .. }
+        | Cmd::Symlink { path, .. }
+        | Cmd::Link { path, .. }
+        | Cmd::Unlink { path }
+        | Cmd::Rmdir { path } => top(path),
+        Cmd::Rename { from, to } => top(from) || top(to),
+        _ => false,
     }
 }
 
@@ -651,5 +871,26 @@ mod tests {
         assert_eq!(new_encode_dev(dev(7, 200)), 0x7c8);
         assert_eq!(new_encode_dev(dev(250, 300)), 0x10fa2c);
         assert_eq!(new_encode_dev(dev(259, 70000)), 0x11110370);
+    }
+
+    #[test]
+    fn root_entries_are_recognised() {
+        let b = |s: &str| Bytes::from(s.as_bytes());
+        assert!(changes_root_entries(&Cmd::Mkfile {
+            path: b("o257-5-0"),
+            ino: 257
+        }));
+        assert!(changes_root_entries(&Cmd::Rename {
+            from: b("o257-5-0"),
+            to: b("d/f")
+        }));
+        assert!(!changes_root_entries(&Cmd::Rename {
+            from: b("d/a"),
+            to: b("d/f")
+        }));
+        assert!(!changes_root_entries(&Cmd::Truncate {
+            path: b("f"),
+            size: 0
+        }));
     }
 }

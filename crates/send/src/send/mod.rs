@@ -1,13 +1,17 @@
-//! Full send streams of read-only snapshots, made from the on-disk trees.
+//! Send streams of read-only snapshots, made from the on-disk trees.
 //!
-//! [`send_subvolume`] writes one stream (header, SUBVOL, every inode,
-//! pending directory times, END) of a read-only subvolume, equivalent to
-//! the kernel's `btrfs send` without `-p`; the command order follows
-//! send.c so the streams of snapshots without shared extents are the
-//! kernel's byte for byte. Rules: `shared/reference/send-stream.md` §2, §3.
+//! [`send_subvolume`] writes a full stream (header, SUBVOL, every inode,
+//! pending directory times, END) of a read-only subvolume, as `btrfs send`
+//! does; [`send_incremental`] writes the difference from a parent snapshot
+//! (header, SNAPSHOT, what changed, END), as `btrfs send -p`. One walk
+//! ([`inode`]) serves both: a full send is an incremental one where every
+//! item is new. The command order follows send.c, so streams of snapshots
+//! without shared extents are the kernel's byte for byte. Rules:
+//! `shared/reference/send-stream.md` §2, §3.
 //!
-//! Two threads: the walk ([`inode`]) reads the fs tree in key order,
-//! reads, verifies and decompresses file data and decides every command;
+//! Two threads: the walk reads the fs trees in key order (comparing them
+//! for an incremental send, [`compare`]), reads, verifies and decompresses
+//! file data and decides every command;
 //! the caller's thread encodes them (CRC included) and writes. A bounded
 //! channel between them keeps memory bounded; the order is the walk's, so
 //! the same snapshot always gives the same bytes.
@@ -19,8 +23,11 @@
 
 pub mod clone;
 mod cmd;
+mod compare;
+mod extent;
 mod inode;
-mod path;
+mod refs;
+mod roots;
 mod sink;
 mod utimes;
 
@@ -37,7 +44,7 @@ use btrfs_disk::error::Error;
 use btrfs_disk::fs::Filesystem;
 use btrfs_disk::subvol::{SubvolSelector, Subvolume};
 use cmd::{Bytes, Cmd};
-use inode::{FullSend, Root, Stop};
+use inode::{Root, Stop, Walk};
 use sink::{Emitter, Msg, Sink};
 
 /// Largest WRITE payload of protocol v1 (BTRFS_SEND_BUF_SIZE_V1 - 16 KiB).
@@ -82,6 +89,17 @@ pub enum SendError {
         /// Its id.
         id: u64,
     },
+    /// The parent snapshot is not one the receiver can start from.
+    #[error("parent {name} (id {id}) is not read-only; an incremental send needs a read-only parent snapshot")]
+    ParentNotReadOnly {
+        /// Its path.
+        name: String,
+        /// Its id.
+        id: u64,
+    },
+    /// A parent chosen by `-c` that is not in this filesystem.
+    #[error("no parent: {0}")]
+    NoParent(String),
     /// A protocol version this build does not send.
     #[error("protocol version {0} is not supported (this rsend sends version 1)")]
     Proto(u32),
@@ -228,7 +246,7 @@ pub fn send_subvolume<W: Write>(
     out: &mut Writer<W>,
     opts: &SendOptions,
 ) -> Result<StreamStats, SendError> {
-    send_subvolume_with(fs, sv, out, opts, &mut NoClones)
+    send_with(fs, sv, None, out, opts, &mut NoClones)
 }
 
 /// [`send_subvolume`] asking `clones` for clone sources.
@@ -239,23 +257,83 @@ pub fn send_subvolume_with<W: Write>(
     opts: &SendOptions,
     clones: &mut dyn CloneSearch,
 ) -> Result<StreamStats, SendError> {
+    send_with(fs, sv, None, out, opts, clones)
+}
+
+/// Writes an incremental stream of `sv` against `parent` to `out`: SNAPSHOT
+/// of the parent, then what changed, then END (`btrfs send -p`).
+pub fn send_incremental<W: Write>(
+    fs: &Filesystem,
+    sv: &Subvolume,
+    parent: &Subvolume,
+    out: &mut Writer<W>,
+    opts: &SendOptions,
+) -> Result<StreamStats, SendError> {
+    send_with(fs, sv, Some(parent), out, opts, &mut NoClones)
+}
+
+/// The uuid a receiver knows a subvolume by: its received uuid when set.
+fn stream_uuid(sv: &Subvolume) -> Uuid {
+    let u = if sv.received_uuid.is_nil() {
+        sv.uuid
+    } else {
+        sv.received_uuid
+    };
+    Uuid::from_bytes(*u.as_bytes())
+}
+
+/// Whether `parent` can be the parent of an incremental send.
+pub fn check_parent(parent: &Subvolume) -> Result<(), SendError> {
+    if parent.is_dead() {
+        return Err(SendError::Dead {
+            name: parent.path_lossy(),
+            id: parent.id,
+        });
+    }
+    if !parent.is_readonly() {
+        return Err(SendError::ParentNotReadOnly {
+            name: parent.path_lossy(),
+            id: parent.id,
+        });
+    }
+    Ok(())
+}
+
+/// Whether `sv` and `parent` share an origin (one is a snapshot of the
+/// other, or both of the same subvolume); an unrelated parent still gives
+/// a correct stream, only a larger one.
+pub fn related(sv: &Subvolume, parent: &Subvolume) -> bool {
+    let nil = |u: &uuid::Uuid| u.is_nil();
+    (!nil(&sv.parent_uuid) && (sv.parent_uuid == parent.uuid || sv.parent_uuid == parent.parent_uuid))
+        || (!nil(&parent.parent_uuid) && parent.parent_uuid == sv.uuid)
+        || sv.uuid == parent.uuid
+}
+
+/// A full (`parent` None) or incremental stream of `sv`, asking `clones`
+/// for clone sources.
+pub fn send_with<W: Write>(
+    fs: &Filesystem,
+    sv: &Subvolume,
+    parent: Option<&Subvolume>,
+    out: &mut Writer<W>,
+    opts: &SendOptions,
+    clones: &mut dyn CloneSearch,
+) -> Result<StreamStats, SendError> {
     let proto = match opts.proto {
         0 | 1 => 1,
         v => return Err(SendError::Proto(v)),
     };
     check_sendable(sv)?;
+    if let Some(p) = parent {
+        check_parent(p)?;
+    }
     let name: Bytes = sv
         .link
         .as_ref()
         .map(|l| Bytes::from(l.name.as_slice()))
         .ok_or(SendError::Unnamed { id: sv.id })?;
-    let uuid = if sv.received_uuid.is_nil() {
-        sv.uuid
-    } else {
-        sv.received_uuid
-    };
     let root = Root {
-        uuid: Uuid::from_bytes(*uuid.as_bytes()),
+        uuid: stream_uuid(sv),
         ctransid: sv.ctransid,
     };
     let subvol = label(sv);
@@ -269,22 +347,32 @@ pub fn send_subvolume_with<W: Write>(
         },
     })?;
     let tree = fs.fs_tree(sv);
+    let parent_tree = parent.map(|p| fs.fs_tree(p));
+    let first = match parent {
+        None => Cmd::Subvol {
+            path: name,
+            uuid: root.uuid,
+            ctransid: root.ctransid,
+        },
+        Some(p) => Cmd::Snapshot {
+            path: name,
+            uuid: root.uuid,
+            ctransid: root.ctransid,
+            clone_uuid: stream_uuid(p),
+            clone_ctransid: p.ctransid,
+        },
+    };
     let mut stats = std::thread::scope(|s| {
         let (tx, rx) = mpsc::sync_channel(sink::CHANNEL_BATCHES);
         let (pool_tx, pool_rx) = mpsc::channel();
         let walk_label = subvol.clone();
         let walker = s.spawn(move || {
             let mut em = Emitter::new(tx, pool_rx);
-            let subvol_cmd = Cmd::Subvol {
-                path: name,
-                uuid: root.uuid,
-                ctransid: root.ctransid,
-            };
-            if em.push(subvol_cmd).is_err() {
+            if em.push(first).is_err() {
                 return;
             }
             let (r, pos) = {
-                let mut walk = FullSend::new(fs, tree, root, &mut em, clones, V1_WRITE_SIZE);
+                let mut walk = Walk::new(fs, tree, parent_tree, root, &mut em, clones, V1_WRITE_SIZE);
                 let r = walk.run();
                 (r, walk.position())
             };

@@ -1,0 +1,1005 @@
+//! Names: where every inode is on the receiver while the stream is being
+//! replayed, and the renames, links, unlinks and rmdirs that move the tree
+//! from the parent's names to the send snapshot's (the kernel's
+//! get_cur_path and process_recorded_refs, with their helpers).
+//!
+//! Inodes are processed in ascending number. An inode not processed yet
+//! (`ino >= send_progress`) is still where the parent had it, or at its
+//! orphan name `o<ino>-<gen>-<n>` in the subvolume root when it is new or
+//! a processed inode took its name; a processed one is at its first name
+//! in the send snapshot. Directories that cannot move yet (an ancestor
+//! with a higher number has to move first, or their new name is still
+//! taken by a directory waiting too) wait in `pending`, keyed by the
+//! directory they wait for, and move when it has been processed.
+//! Directories to delete that still hold entries of unprocessed inodes
+//! wait in `orphan_dirs` under their orphan name until they are empty.
+
+use std::collections::VecDeque;
+
+use super::cmd::{Bytes, Cmd};
+use super::inode::{Result, Stop, Walk, S_IFDIR};
+use super::roots::{item_refs, FirstRef};
+use btrfs_disk::items::{key_type, objectid};
+use btrfs_disk::tree::Item;
+
+/// Deepest directory nesting followed before calling it a loop (a path has
+/// at most PATH_MAX = 4096 bytes, so at most 2048 components).
+const MAX_DEPTH: usize = 4096;
+
+/// A name gained or lost by the current inode.
+#[derive(Clone, Debug)]
+pub(crate) struct Ref {
+    pub(crate) dir: u64,
+    pub(crate) dir_gen: u64,
+    pub(crate) name: Bytes,
+    /// Its path on the receiver when it was recorded.
+    pub(crate) full_path: Bytes,
+}
+
+/// A name cache entry: one path component of an inode.
+#[derive(Clone, Debug)]
+pub(crate) struct NameEntry {
+    parent: u64,
+    parent_gen: u64,
+    name: Bytes,
+    /// The name is an orphan name (the path stops here).
+    orphan: bool,
+    /// Computed before the inode was processed: invalid once it is.
+    need_later_update: bool,
+}
+
+/// A directory whose move waits (the kernel's waiting_dir_move).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct WaitingMove {
+    /// A directory to remove once this one has moved out of it.
+    rmdir: Option<(u64, u64)>,
+    /// It was renamed to its orphan name meanwhile.
+    orphanized: bool,
+}
+
+/// A delayed move (the kernel's pending_dir_move).
+#[derive(Clone, Debug)]
+pub(crate) struct PendingMove {
+    ino: u64,
+    gen: u64,
+    /// Directories (dir, gen) whose times change with the move.
+    update: Vec<(u64, u64)>,
+}
+
+/// A directory to delete that still has entries (the kernel's orphan_dir_info).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct OrphanDir {
+    last_dir_index_offset: u64,
+    dir_high_seq_ino: u64,
+}
+
+/// Where an inode is in the replay (the kernel's inode_state).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    NoChange,
+    WillCreate,
+    DidCreate,
+    WillDelete,
+    DidDelete,
+}
+
+/// An inode's state and its generations in the send and parent snapshots
+/// (0 where it does not exist or has no links).
+struct Seen {
+    state: Option<State>,
+    send_gen: u64,
+    parent_gen: u64,
+}
+
+fn join(dir: &[u8], name: &[u8]) -> Bytes {
+    if dir.is_empty() {
+        return Bytes::from(name);
+    }
+    let mut v = Vec::with_capacity(dir.len() + 1 + name.len());
+    v.extend_from_slice(dir);
+    v.push(b'/');
+    v.extend_from_slice(name);
+    Bytes::from(v)
+}
+
+fn loop_error(ino: u64) -> Stop {
+    Stop::Bad(format!(
+        "inode {ino}: directory loop or nesting deeper than {MAX_DEPTH}"
+    ))
+}
+
+impl<'fs> Walk<'_, 'fs> {
+    /// gen_unique_name: `o<ino>-<gen>-<n>` with the smallest `n` no entry
+    /// of either snapshot's root has.
+    pub(crate) fn orphan_name(&mut self, ino: u64, gen: u64) -> Result<Bytes> {
+        if let Some(n) = self.unique.get(&(ino, gen)) {
+            return Ok(n.clone());
+        }
+        let mut n = 0u64;
+        let name = loop {
+            let name = format!("o{ino}-{gen}-{n}").into_bytes();
+            let taken = self
+                .send
+                .dir_lookup(objectid::FIRST_FREE, &name)?
+                .is_some()
+                || match &self.parent {
+                    Some(p) => p.dir_lookup(objectid::FIRST_FREE, &name)?.is_some(),
+                    None => false,
+                };
+            if !taken {
+                break Bytes::from(name);
+            }
+            n += 1;
+        };
+        self.unique.put((ino, gen), name.clone());
+        Ok(name)
+    }
+
+    /// get_cur_inode_state.
+    fn seen(&mut self, ino: u64, gen: u64) -> Result<Seen> {
+        let left = self.send.inode(ino)?.filter(|i| i.nlink > 0);
+        let right = match &mut self.parent {
+            Some(p) => p.inode(ino)?.filter(|i| i.nlink > 0),
+            None => None,
+        };
+        let done = ino < self.send_progress;
+        let created = if done {
+            State::DidCreate
+        } else {
+            State::WillCreate
+        };
+        let deleted = if done {
+            State::DidDelete
+        } else {
+            State::WillDelete
+        };
+        let state = match (left, right) {
+            (Some(l), Some(r)) => {
+                if l.gen == gen && r.gen == gen {
+                    Some(State::NoChange)
+                } else if l.gen == gen {
+                    Some(created)
+                } else if r.gen == gen {
+                    Some(deleted)
+                } else {
+                    None
+                }
+            }
+            (Some(l), None) => (l.gen == gen).then_some(created),
+            (None, Some(r)) => (r.gen == gen).then_some(deleted),
+            (None, None) => None,
+        };
+        Ok(Seen {
+            state,
+            send_gen: left.map_or(0, |i| i.gen),
+            parent_gen: right.map_or(0, |i| i.gen),
+        })
+    }
+
+    pub(crate) fn state(&mut self, ino: u64, gen: u64) -> Result<State> {
+        self.seen(ino, gen)?.state.ok_or_else(|| {
+            Stop::Bad(format!(
+                "inode {ino} generation {gen} is in neither snapshot"
+            ))
+        })
+    }
+
+    /// is_inode_existent: whether `ino` exists on the receiver right now.
+    fn existent(&mut self, ino: u64, gen: u64) -> Result<(Option<bool>, Seen)> {
+        if ino == objectid::FIRST_FREE {
+            let s = Seen {
+                state: Some(State::NoChange),
+                send_gen: 0,
+                parent_gen: 0,
+            };
+            return Ok((Some(true), s));
+        }
+        let s = self.seen(ino, gen)?;
+        let e = s.state.map(|st| {
+            matches!(
+                st,
+                State::NoChange | State::DidCreate | State::WillDelete
+            )
+        });
+        Ok((e, s))
+    }
+
+    /// get_first_ref with the parent directory's generation.
+    fn first_ref_in(&mut self, parent_root: bool, ino: u64) -> Result<(FirstRef, u64)> {
+        let l = if parent_root {
+            self.parent_mut()?
+        } else {
+            &mut self.send
+        };
+        let r = l.need_first_ref(ino)?;
+        let g = l.gen(r.dir)?;
+        Ok((r, g))
+    }
+
+    /// get_cur_path: where `ino` is on the receiver now.
+    pub(crate) fn cur_path(&mut self, mut ino: u64, mut gen: u64) -> Result<Bytes> {
+        let start = (ino, gen);
+        let mut parts: Vec<Bytes> = Vec::new();
+        let mut depth = 0usize;
+        while ino != objectid::FIRST_FREE {
+            depth += 1;
+            if depth > MAX_DEPTH {
+                return Err(loop_error(start.0));
+            }
+            if self.orphan_dirs.contains_key(&(ino, gen)) {
+                parts.push(self.orphan_name(ino, gen)?);
+                break;
+            }
+            let mut stop = false;
+            let (name, parent, parent_gen) = match self.waiting.get(&ino).copied() {
+                Some(w) if w.orphanized => {
+                    stop = true;
+                    (self.orphan_name(ino, gen)?, 0, 0)
+                }
+                Some(_) => {
+                    let (r, g) = self.first_ref_in(true, ino)?;
+                    (r.name, r.dir, g)
+                }
+                None => {
+                    let e = self.name_and_parent(ino, gen)?;
+                    stop = e.orphan;
+                    (e.name, e.parent, e.parent_gen)
+                }
+            };
+            parts.push(name);
+            if stop {
+                break;
+            }
+            ino = parent;
+            gen = parent_gen;
+        }
+        let len = parts.iter().map(|p| p.len() + 1).sum::<usize>();
+        let mut v = Vec::with_capacity(len);
+        for p in parts.iter().rev() {
+            if !v.is_empty() {
+                v.push(b'/');
+            }
+            v.extend_from_slice(p);
+        }
+        let path = Bytes::from(v);
+        if start.0 == self.cur.ino && start.1 == self.cur.gen {
+            self.cur.path = Some(path.clone());
+        }
+        Ok(path)
+    }
+
+    /// __get_cur_name_and_parent, through the name cache.
+    fn name_and_parent(&mut self, ino: u64, gen: u64) -> Result<NameEntry> {
+        if let Some(e) = self.names.get(&(ino, gen)) {
+            if !(ino < self.send_progress && e.need_later_update) {
+                return Ok(e.clone());
+            }
+            self.names.pop(&(ino, gen));
+        }
+        let need_later_update = ino >= self.send_progress;
+        let entry = match self.existent(ino, gen)?.0 {
+            None => {
+                return Err(Stop::Bad(format!(
+                    "inode {ino} generation {gen} is in neither snapshot"
+                )))
+            }
+            Some(false) => NameEntry {
+                parent: 0,
+                parent_gen: 0,
+                name: self.orphan_name(ino, gen)?,
+                orphan: true,
+                need_later_update,
+            },
+            Some(true) => {
+                let from_parent = ino >= self.send_progress;
+                let (r, pgen) = self.first_ref_in(from_parent, ino)?;
+                if self.did_overwrite_ref(r.dir, pgen, ino, gen, &r.name)? {
+                    NameEntry {
+                        parent: r.dir,
+                        parent_gen: pgen,
+                        name: self.orphan_name(ino, gen)?,
+                        orphan: true,
+                        need_later_update,
+                    }
+                } else {
+                    NameEntry {
+                        parent: r.dir,
+                        parent_gen: pgen,
+                        name: r.name,
+                        orphan: false,
+                        need_later_update,
+                    }
+                }
+            }
+        };
+        self.names.put((ino, gen), entry.clone());
+        Ok(entry)
+    }
+
+    /// did_overwrite_ref: whether a processed inode took the name `name`
+    /// of `ino` in `dir`.
+    fn did_overwrite_ref(
+        &mut self,
+        dir: u64,
+        dir_gen: u64,
+        ino: u64,
+        ino_gen: u64,
+        name: &[u8],
+    ) -> Result<bool> {
+        if self.parent.is_none() {
+            return Ok(false);
+        }
+        let (e, s) = self.existent(dir, dir_gen)?;
+        match e {
+            None => {
+                return Err(Stop::Bad(format!(
+                    "directory inode {dir} generation {dir_gen} is in neither snapshot"
+                )))
+            }
+            Some(false) => return Ok(false),
+            Some(true) => {}
+        }
+        if dir != objectid::FIRST_FREE && s.send_gen != dir_gen {
+            return Ok(false);
+        }
+        let Some(ow) = self.send.dir_lookup_inode(dir, name)? else {
+            return Ok(false);
+        };
+        let mut ow_gen = 0;
+        if ow == ino {
+            ow_gen = self.send.gen(ow)?;
+            if ow_gen == ino_gen {
+                return Ok(false);
+            }
+        }
+        if ow < self.send_progress {
+            return Ok(true);
+        }
+        if ino != self.cur.ino && ow == self.cur.ino {
+            if ow_gen == 0 {
+                ow_gen = self.send.gen(ow)?;
+            }
+            if ow_gen == self.cur.gen {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// did_overwrite_first_ref.
+    fn did_overwrite_first_ref(&mut self, ino: u64, gen: u64) -> Result<bool> {
+        if self.parent.is_none() {
+            return Ok(false);
+        }
+        let (r, dir_gen) = self.first_ref_in(true, ino)?;
+        self.did_overwrite_ref(r.dir, dir_gen, ino, gen, &r.name)
+    }
+
+    /// will_overwrite_ref: the unprocessed inode (ino, gen, mode) whose
+    /// name in the parent the new name `name` in `dir` takes.
+    fn will_overwrite_ref(
+        &mut self,
+        dir: u64,
+        dir_gen: u64,
+        name: &[u8],
+    ) -> Result<Option<(u64, u64, u32)>> {
+        if self.parent.is_none() {
+            return Ok(None);
+        }
+        let (e, s) = self.existent(dir, dir_gen)?;
+        if e != Some(true) {
+            return Ok(None);
+        }
+        if dir != objectid::FIRST_FREE && s.parent_gen != dir_gen {
+            return Ok(None);
+        }
+        let Some(other) = self.parent_mut()?.dir_lookup_inode(dir, name)? else {
+            return Ok(None);
+        };
+        if other > self.send_progress || self.waiting.contains_key(&other) {
+            let info = self.parent_mut()?.need_inode(other)?;
+            return Ok(Some((other, info.gen, info.mode)));
+        }
+        Ok(None)
+    }
+
+    /// is_first_ref in the parent snapshot.
+    fn is_first_ref(&mut self, ino: u64, dir: u64, name: &[u8]) -> Result<bool> {
+        let r = self.parent_mut()?.need_first_ref(ino)?;
+        Ok(r.dir == dir && *r.name == *name)
+    }
+
+    /// Records the names of one INODE_REF/EXTREF item of the send snapshot
+    /// as gained, unless the parent had the same name (then neither).
+    pub(crate) fn record_new(&mut self, item: Option<&Item>) -> Result<()> {
+        let Some(item) = item else { return Ok(()) };
+        for (dir, name) in item_refs(self.send.id(), item)? {
+            self.record_new_ref(dir, name)?;
+        }
+        Ok(())
+    }
+
+    fn record_new_ref(&mut self, dir: u64, name: Bytes) -> Result<()> {
+        let dir_gen = self.send.gen(dir)?;
+        if let Some(i) = self
+            .deleted_refs
+            .iter()
+            .position(|r| r.dir == dir && r.dir_gen == dir_gen && r.name == name)
+        {
+            self.deleted_refs.remove(i);
+            return Ok(());
+        }
+        let full_path = join(&self.cur_path(dir, dir_gen)?, &name);
+        self.new_refs.push(Ref {
+            dir,
+            dir_gen,
+            name,
+            full_path,
+        });
+        Ok(())
+    }
+
+    /// Records the names of one INODE_REF/EXTREF item of the parent as
+    /// lost, unless the send snapshot has the same name.
+    pub(crate) fn record_deleted(&mut self, item: Option<&Item>) -> Result<()> {
+        let Some(item) = item else { return Ok(()) };
+        let id = self.parent_mut()?.id();
+        for (dir, name) in item_refs(id, item)? {
+            self.record_deleted_ref(dir, name)?;
+        }
+        Ok(())
+    }
+
+    fn record_deleted_ref(&mut self, dir: u64, name: Bytes) -> Result<()> {
+        let dir_gen = self.parent_mut()?.gen(dir)?;
+        if let Some(i) = self
+            .new_refs
+            .iter()
+            .position(|r| r.dir == dir && r.dir_gen == dir_gen && r.name == name)
+        {
+            self.new_refs.remove(i);
+            return Ok(());
+        }
+        let full_path = join(&self.cur_path(dir, dir_gen)?, &name);
+        self.deleted_refs.push(Ref {
+            dir,
+            dir_gen,
+            name,
+            full_path,
+        });
+        Ok(())
+    }
+
+    /// process_all_refs: every name of the current inode as gained (`new`)
+    /// or lost, then processed at once (a re-used inode number).
+    pub(crate) fn process_all_refs(&mut self, new: bool) -> Result<()> {
+        let ino = self.cur.ino;
+        let items = if new {
+            self.send.all_refs(ino)?
+        } else {
+            self.parent_mut()?.all_refs(ino)?
+        };
+        for refs in items {
+            for (dir, name) in refs {
+                if new {
+                    self.record_new_ref(dir, name)?;
+                } else {
+                    self.record_deleted_ref(dir, name)?;
+                }
+            }
+        }
+        self.process_recorded_refs()?;
+        Ok(())
+    }
+
+    /// The path of `r` recomputed now (update_ref_path / refresh_ref_path).
+    fn refresh(&mut self, r: &mut Ref) -> Result<()> {
+        r.full_path = join(&self.cur_path(r.dir, r.dir_gen)?, &r.name);
+        Ok(())
+    }
+
+    /// process_recorded_refs: every rename, link, unlink and rmdir the
+    /// current inode's name changes need. Returns whether its move waits.
+    pub(crate) fn process_recorded_refs(&mut self) -> Result<bool> {
+        let ino = self.cur.ino;
+        let gen = self.cur.gen;
+        let is_dir = self.cur.kind() == S_IFDIR;
+        let has_parent = self.parent.is_some();
+        if ino <= objectid::FIRST_FREE {
+            return Err(Stop::Bad(format!("inode {ino} cannot have names")));
+        }
+        let mut pending_move = false;
+        let mut new_refs = std::mem::take(&mut self.new_refs);
+        let mut deleted_refs = std::mem::take(&mut self.deleted_refs);
+        let mut check_dirs: Vec<(u64, u64)> = Vec::new();
+        let mut can_rename = true;
+        let mut orphanized_dir = false;
+        let mut orphanized_ancestor = false;
+        let mut last_dir_ino_rm = 0u64;
+
+        let did_overwrite = !self.cur.new && self.did_overwrite_first_ref(ino, gen)?;
+        let mut is_orphan = self.cur.new || did_overwrite;
+        let mut valid = if is_orphan {
+            self.orphan_name(ino, gen)?
+        } else {
+            self.cur_path(ino, gen)?
+        };
+        if self.cur.new {
+            self.cur.placed = true;
+        }
+
+        // First pass: make room for the new names (orphanize or unlink
+        // what the parent had there).
+        for i in 0..new_refs.len() {
+            let (dir, dir_gen) = (new_refs[i].dir, new_refs[i].dir_gen);
+            if self.state(dir, dir_gen)? == State::WillCreate {
+                continue;
+            }
+            let name = new_refs[i].name.clone();
+            let Some((ow, ow_gen, ow_mode)) = self.will_overwrite_ref(dir, dir_gen, &name)?
+            else {
+                continue;
+            };
+            if orphanized_dir {
+                let mut r = new_refs[i].clone();
+                self.refresh(&mut r)?;
+                new_refs[i] = r;
+            }
+            if self.is_first_ref(ow, dir, &name)? {
+                let orphan = self.orphan_name(ow, ow_gen)?;
+                self.push(Cmd::Rename {
+                    from: new_refs[i].full_path.clone(),
+                    to: orphan,
+                })?;
+                if ow_mode & super::inode::S_IFMT == S_IFDIR {
+                    orphanized_dir = true;
+                }
+                if let Some(w) = self.waiting.get_mut(&ow) {
+                    w.orphanized = true;
+                }
+                self.names.pop(&(ow, ow_gen));
+                if self.is_ancestor(true, ow, ow_gen, ino)? {
+                    orphanized_ancestor = true;
+                    valid = self.cur_path(ino, gen)?;
+                }
+            } else {
+                self.push(Cmd::Unlink {
+                    path: new_refs[i].full_path.clone(),
+                })?;
+            }
+        }
+
+        // Second pass: the new names.
+        for i in 0..new_refs.len() {
+            let (dir, dir_gen) = (new_refs[i].dir, new_refs[i].dir_gen);
+            if self.state(dir, dir_gen)? == State::WillCreate {
+                let made = new_refs[..i].iter().any(|r| r.dir == dir) || self.did_create_dir(dir)?;
+                if !made {
+                    let parent = self.fs.inode_in(&self.send.tree, dir)?;
+                    self.send_create_inode(&parent)?;
+                    self.created_dirs.put(dir, ());
+                }
+            }
+            if is_dir && has_parent {
+                self.new_refs = new_refs.clone();
+                self.deleted_refs = deleted_refs.clone();
+                if self.wait_for_dest_dir_move(&new_refs[i], is_orphan)? {
+                    can_rename = false;
+                    pending_move = true;
+                }
+                if can_rename && self.wait_for_parent_move(&new_refs[i], is_orphan)? {
+                    can_rename = false;
+                    pending_move = true;
+                }
+                self.new_refs.clear();
+                self.deleted_refs.clear();
+            }
+            if is_orphan && can_rename {
+                self.push(Cmd::Rename {
+                    from: valid.clone(),
+                    to: new_refs[i].full_path.clone(),
+                })?;
+                is_orphan = false;
+                valid = new_refs[i].full_path.clone();
+            } else if can_rename {
+                if is_dir {
+                    self.push(Cmd::Rename {
+                        from: valid.clone(),
+                        to: new_refs[i].full_path.clone(),
+                    })?;
+                    valid = new_refs[i].full_path.clone();
+                } else {
+                    if orphanized_dir {
+                        let mut r = new_refs[i].clone();
+                        self.refresh(&mut r)?;
+                        new_refs[i] = r;
+                    }
+                    self.push(Cmd::Link {
+                        path: new_refs[i].full_path.clone(),
+                        target: valid.clone(),
+                    })?;
+                }
+            }
+            check_dirs.push((dir, dir_gen));
+        }
+
+        if is_dir && self.cur.deleted {
+            if self.can_rmdir(ino, gen)? {
+                self.push(Cmd::Rmdir {
+                    path: valid.clone(),
+                })?;
+            } else if !is_orphan {
+                let orphan = self.orphan_name(ino, gen)?;
+                self.push(Cmd::Rename {
+                    from: valid.clone(),
+                    to: orphan,
+                })?;
+            }
+            check_dirs.extend(deleted_refs.iter().map(|r| (r.dir, r.dir_gen)));
+        } else if is_dir {
+            if let Some(r) = deleted_refs.first() {
+                check_dirs.push((r.dir, r.dir_gen));
+            }
+        } else {
+            for r in deleted_refs.iter_mut() {
+                let (dir, dir_gen, name) = (r.dir, r.dir_gen, r.name.clone());
+                if !self.did_overwrite_ref(dir, dir_gen, ino, gen, &name)? {
+                    if orphanized_ancestor {
+                        self.refresh(r)?;
+                    }
+                    self.push(Cmd::Unlink {
+                        path: r.full_path.clone(),
+                    })?;
+                }
+                check_dirs.push((dir, dir_gen));
+            }
+            if is_orphan {
+                self.push(Cmd::Unlink {
+                    path: valid.clone(),
+                })?;
+            }
+        }
+
+        // The directories the inode left or entered: times, and rmdir of
+        // deleted ones that are now empty.
+        for (dir, dir_gen) in check_dirs {
+            if dir > ino {
+                continue;
+            }
+            match self.state(dir, dir_gen)? {
+                State::DidCreate | State::NoChange => self.cache_dir_utimes(dir, dir_gen),
+                State::DidDelete if dir != last_dir_ino_rm => {
+                    if self.can_rmdir(dir, dir_gen)? {
+                        let path = self.cur_path(dir, dir_gen)?;
+                        self.push(Cmd::Rmdir { path })?;
+                        last_dir_ino_rm = dir;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(pending_move)
+    }
+
+    /// did_create_dir: whether directory `dir` was made early, for an
+    /// entry of an inode processed before it.
+    pub(crate) fn did_create_dir(&mut self, dir: u64) -> Result<bool> {
+        if self.created_dirs.get(&dir).is_some() {
+            return Ok(true);
+        }
+        for e in self.send.dir_index_from(dir, 0) {
+            let (_, loc) = e?;
+            if loc.item_type != key_type::ROOT_ITEM && loc.objectid < self.send_progress {
+                self.created_dirs.put(dir, ());
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// can_rmdir: whether directory `dir` (deleted) holds no entry of an
+    /// unprocessed inode any more.
+    fn can_rmdir(&mut self, dir: u64, dir_gen: u64) -> Result<bool> {
+        if dir == objectid::FIRST_FREE {
+            return Ok(false);
+        }
+        let cur_ino = self.cur.ino;
+        let odi = self.orphan_dirs.get(&(dir, dir_gen)).copied();
+        if let Some(o) = odi {
+            if cur_ino < o.dir_high_seq_ino {
+                return Ok(false);
+            }
+        }
+        let mut high = 0u64;
+        let mut last_offset = 0u64;
+        let busy = 'scan: {
+            if odi.is_none() {
+                let last = self.parent_mut()?.last_dir_index(dir)?;
+                let Some((_, loc)) = last else {
+                    return Ok(true);
+                };
+                high = loc.objectid;
+                if cur_ino < high {
+                    break 'scan true;
+                }
+            }
+            let from = odi.map_or(0, |o| o.last_dir_index_offset);
+            let entries: Vec<_> = self.parent_mut()?.dir_index_from(dir, from).collect();
+            for e in entries {
+                let (idx, loc) = e?;
+                high = high.max(loc.objectid);
+                last_offset = idx;
+                if let Some(w) = self.waiting.get_mut(&loc.objectid) {
+                    w.rmdir = Some((dir, dir_gen));
+                    break 'scan true;
+                }
+                if loc.objectid > cur_ino {
+                    break 'scan true;
+                }
+            }
+            false
+        };
+        if !busy {
+            self.orphan_dirs.remove(&(dir, dir_gen));
+            return Ok(true);
+        }
+        let o = self.orphan_dirs.entry((dir, dir_gen)).or_default();
+        o.last_dir_index_offset = last_offset;
+        o.dir_high_seq_ino = o.dir_high_seq_ino.max(high);
+        Ok(false)
+    }
+
+    /// add_pending_dir_move: the move of (ino, gen) waits for `parent_ino`.
+    fn add_pending_dir_move(
+        &mut self,
+        ino: u64,
+        gen: u64,
+        parent_ino: u64,
+        update: Vec<(u64, u64)>,
+        orphanized: bool,
+    ) -> Result<()> {
+        if self.waiting.contains_key(&ino) {
+            return Err(Stop::Bad(format!(
+                "directory inode {ino} already waits for a move"
+            )));
+        }
+        self.waiting.insert(
+            ino,
+            WaitingMove {
+                rmdir: None,
+                orphanized,
+            },
+        );
+        self.pending
+            .entry(parent_ino)
+            .or_default()
+            .push(PendingMove { ino, gen, update });
+        Ok(())
+    }
+
+    /// The directories (dir, gen) of the current inode's lost, then gained names.
+    fn update_dirs(&self) -> Vec<(u64, u64)> {
+        self.deleted_refs
+            .iter()
+            .chain(self.new_refs.iter())
+            .map(|r| (r.dir, r.dir_gen))
+            .collect()
+    }
+
+    /// apply_children_dir_moves: the moves that waited for the current inode,
+    /// and those that waited for them.
+    pub(crate) fn apply_children_dir_moves(&mut self) -> Result<()> {
+        let Some(first) = self.pending.remove(&self.cur.ino) else {
+            return Ok(());
+        };
+        let mut stack: VecDeque<PendingMove> = first.into();
+        while let Some(pm) = stack.pop_front() {
+            let ino = pm.ino;
+            self.apply_dir_move(pm)?;
+            if let Some(more) = self.pending.remove(&ino) {
+                stack.extend(more);
+            }
+        }
+        Ok(())
+    }
+
+    /// apply_dir_move.
+    fn apply_dir_move(&mut self, pm: PendingMove) -> Result<()> {
+        let w = self.waiting.remove(&pm.ino).unwrap_or_default();
+        let from = if w.orphanized {
+            self.orphan_name(pm.ino, pm.gen)?
+        } else {
+            let (r, g) = self.first_ref_in(true, pm.ino)?;
+            join(&self.cur_path(r.dir, g)?, &r.name)
+        };
+        let orig = self.send_progress;
+        self.send_progress = self.cur.ino + 1;
+        let r = self.apply_dir_move_at(pm, w, from);
+        self.send_progress = orig;
+        r
+    }
+
+    fn apply_dir_move_at(&mut self, pm: PendingMove, w: WaitingMove, from: Bytes) -> Result<()> {
+        if let Some(ancestor) = self.path_loop(pm.ino, pm.gen)? {
+            self.add_pending_dir_move(pm.ino, pm.gen, ancestor, pm.update, w.orphanized)?;
+            if let Some(rm) = w.rmdir {
+                if let Some(nw) = self.waiting.get_mut(&pm.ino) {
+                    nw.rmdir = Some(rm);
+                }
+            }
+            return Ok(());
+        }
+        let to = self.cur_path(pm.ino, pm.gen)?;
+        self.push(Cmd::Rename { from, to })?;
+        if let Some((rm, rm_gen)) = w.rmdir {
+            if self.orphan_dirs.contains_key(&(rm, rm_gen)) && self.can_rmdir(rm, rm_gen)? {
+                let path = self.cur_path(rm, rm_gen)?;
+                self.push(Cmd::Rmdir { path })?;
+            }
+        }
+        self.cache_dir_utimes(pm.ino, pm.gen);
+        for (dir, dir_gen) in pm.update {
+            if self.send.inode(dir)?.is_some() {
+                self.cache_dir_utimes(dir, dir_gen);
+            }
+        }
+        Ok(())
+    }
+
+    /// path_loop: the first ancestor of (ino, gen) on the receiver that
+    /// waits for a move, when the path leads back to `ino` itself.
+    fn path_loop(&mut self, start: u64, gen: u64) -> Result<Option<u64>> {
+        let mut ino = start;
+        let mut gen = gen;
+        let mut ancestor = 0u64;
+        let mut depth = 0usize;
+        while ino != objectid::FIRST_FREE {
+            depth += 1;
+            if depth > MAX_DEPTH {
+                return Err(loop_error(start));
+            }
+            if self.orphan_dirs.contains_key(&(ino, gen)) {
+                break;
+            }
+            let (parent, parent_gen) = if self.waiting.contains_key(&ino) {
+                if ancestor == 0 {
+                    ancestor = ino;
+                }
+                let (r, g) = self.first_ref_in(true, ino)?;
+                (r.dir, g)
+            } else {
+                let e = self.name_and_parent(ino, gen)?;
+                if e.orphan {
+                    break;
+                }
+                (e.parent, e.parent_gen)
+            };
+            if parent == start {
+                if ancestor == 0 {
+                    ancestor = ino;
+                }
+                return Ok(Some(ancestor));
+            }
+            ino = parent;
+            gen = parent_gen;
+        }
+        Ok(None)
+    }
+
+    /// wait_for_dest_dir_move: the new name of the current directory is the
+    /// parent's name of a directory whose move waits.
+    fn wait_for_dest_dir_move(&mut self, r: &Ref, is_orphan: bool) -> Result<bool> {
+        if self.waiting.is_empty() {
+            return Ok(false);
+        }
+        let Some(found) = self.parent_mut()?.dir_lookup(r.dir, &r.name)? else {
+            return Ok(false);
+        };
+        if found.location.item_type != key_type::INODE_ITEM {
+            return Ok(false);
+        }
+        let other = found.location.objectid;
+        let left_gen = self.parent_mut()?.gen(other)?;
+        let Some(right) = self.send.inode(other)? else {
+            return Ok(false);
+        };
+        if right.gen != left_gen {
+            return Ok(false);
+        }
+        match self.waiting.get(&other) {
+            Some(w) if !w.orphanized => {
+                let update = self.update_dirs();
+                self.add_pending_dir_move(self.cur.ino, self.cur.gen, other, update, is_orphan)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// check_ino_in_path: whether `ino2` or an ancestor of it is `ino1`.
+    fn in_path(&mut self, parent_root: bool, ino1: u64, gen1: u64, ino2: u64, gen2: u64) -> Result<bool> {
+        if ino1 == ino2 {
+            return Ok(gen1 == gen2);
+        }
+        let mut ino = ino2;
+        let mut depth = 0usize;
+        while ino > objectid::FIRST_FREE {
+            depth += 1;
+            if depth > MAX_DEPTH {
+                return Err(loop_error(ino2));
+            }
+            let (r, g) = self.first_ref_in(parent_root, ino)?;
+            if r.dir == ino1 {
+                return Ok(g == gen1);
+            }
+            ino = r.dir;
+        }
+        Ok(false)
+    }
+
+    /// is_ancestor: whether `ino1` is an ancestor of `ino2` by any of its names.
+    fn is_ancestor(&mut self, parent_root: bool, ino1: u64, gen1: u64, ino2: u64) -> Result<bool> {
+        let items = if parent_root {
+            self.parent_mut()?.all_refs(ino2)?
+        } else {
+            self.send.all_refs(ino2)?
+        };
+        for refs in items {
+            let mut last = None;
+            for (dir, _) in refs {
+                if last == Some(dir) {
+                    continue;
+                }
+                last = Some(dir);
+                let g = if parent_root {
+                    self.parent_mut()?.gen(dir)?
+                } else {
+                    self.send.gen(dir)?
+                };
+                if self.in_path(parent_root, ino1, gen1, dir, g)? {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// wait_for_parent_move: an ancestor with a higher number moves (or a
+    /// waiting ancestor lies below the current directory in the parent).
+    fn wait_for_parent_move(&mut self, r: &Ref, is_orphan: bool) -> Result<bool> {
+        let mut ino = r.dir;
+        let mut ino_gen = r.dir_gen;
+        let mut found = false;
+        let mut depth = 0usize;
+        while ino > objectid::FIRST_FREE {
+            depth += 1;
+            if depth > MAX_DEPTH {
+                return Err(loop_error(r.dir));
+            }
+            if self.waiting.contains_key(&ino)
+                && self.is_ancestor(true, self.cur.ino, self.cur.gen, ino)?
+            {
+                found = true;
+                break;
+            }
+            let (after, after_gen) = self.first_ref_in(false, ino)?;
+            let Some(before) = self.parent_mut()?.first_ref(ino)? else {
+                break;
+            };
+            if ino > self.cur.ino && (before.dir != after.dir || before.name != after.name) {
+                let pgen = self.parent_mut()?.gen(ino)?;
+                if ino_gen == pgen {
+                    found = true;
+                    break;
+                }
+            }
+            ino = after.dir;
+            ino_gen = after_gen;
+        }
+        if found {
+            let update = self.update_dirs();
+            self.add_pending_dir_move(self.cur.ino, self.cur.gen, ino, update, is_orphan)?;
+        }
+        Ok(found)
+    }
+}
