@@ -10,8 +10,11 @@ use anyhow::Context;
 use btrfs_stream::Writer;
 
 use crate::progress::{totals, Progress};
-use crate::send::{find_sendable, label, send_subvolume, SendError, SendOptions};
+use crate::send::{
+    check_parent, find_sendable, label, related, send_with, NoClones, SendError, SendOptions,
+};
 use btrfs_disk::fs::Filesystem;
+use btrfs_disk::subvol::Subvolume;
 pub use btrfs_disk::SubvolSelector;
 
 /// Prints the subvolumes of the filesystem on `devices` as
@@ -70,6 +73,70 @@ pub struct SendArgs {
     pub verbose: u8,
     /// Protocol version (0 = highest supported).
     pub proto: u32,
+    /// The parent of an incremental send (`-p` / `--parent-id`).
+    pub parent: Option<SubvolSelector>,
+    /// Clone sources (`-c`); without a parent they choose one.
+    pub clone_srcs: Vec<SubvolSelector>,
+}
+
+/// Finds the parent `sel` and checks that it can be one (read-only, alive).
+fn find_parent(fs: &Filesystem, sel: &SubvolSelector) -> anyhow::Result<Subvolume> {
+    let sv = match fs.find_subvolume(sel) {
+        Ok(sv) => sv,
+        Err(btrfs_disk::error::Error::NoSubvolume(asked)) => {
+            let available: Vec<String> = fs
+                .subvolumes()?
+                .iter()
+                .map(|s| {
+                    let ro = if s.is_readonly() { ", read-only" } else { "" };
+                    format!("{} (id {}{ro})", s.path_lossy(), s.id)
+                })
+                .collect();
+            anyhow::bail!(
+                "parent not found: this filesystem (fsid {}) has no subvolume {asked}; it has: {}",
+                fs.fsid(),
+                if available.is_empty() {
+                    "no subvolumes".to_string()
+                } else {
+                    available.join(", ")
+                }
+            );
+        }
+        Err(e) => return Err(e.into()),
+    };
+    check_parent(&sv)?;
+    Ok(sv)
+}
+
+/// btrfs-progs' find_good_parent: among the clone sources, the send
+/// root's origin (its parent_uuid), else the snapshot of the same origin
+/// closest in ctransid to it.
+pub fn pick_parent<'a>(
+    fs: &Filesystem,
+    sv: &Subvolume,
+    sources: &'a [Subvolume],
+) -> anyhow::Result<&'a Subvolume> {
+    let none = || {
+        anyhow::anyhow!(
+            "parent determination failed for {}: no clone source is its origin or a snapshot of it",
+            label(sv)
+        )
+    };
+    if sv.parent_uuid.is_nil() {
+        return Err(none());
+    }
+    if let Some(p) = sources.iter().find(|c| c.uuid == sv.parent_uuid) {
+        return Ok(p);
+    }
+    let origin_ctransid = fs
+        .find_subvolume(&SubvolSelector::Uuid(sv.parent_uuid))
+        .map(|o| o.ctransid)
+        .unwrap_or(sv.ctransid);
+    sources
+        .iter()
+        .filter(|c| c.parent_uuid == sv.parent_uuid)
+        .min_by_key(|c| c.ctransid.abs_diff(origin_ctransid))
+        .ok_or_else(none)
 }
 
 /// Whether a send stream may go to `f`: never to a terminal.
@@ -103,6 +170,42 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
     for sel in &args.subvols {
         svs.push(find_sendable(&fs, sel)?);
     }
+    let explicit_parent = match &args.parent {
+        Some(sel) => Some(find_parent(&fs, sel)?),
+        None => None,
+    };
+    let mut sources = Vec::new();
+    for sel in &args.clone_srcs {
+        sources.push(find_parent(&fs, sel).context("clone source")?);
+    }
+    if let Some(p) = &explicit_parent {
+        sources.push(p.clone());
+    }
+    // btrfs-progs: with -p or -c every subvolume is sent against a parent
+    // (the explicit one first, then one picked among the clone sources,
+    // which grow by each subvolume sent); otherwise all are full.
+    let incremental = explicit_parent.is_some() || !args.clone_srcs.is_empty();
+    let mut parents: Vec<Option<Subvolume>> = Vec::new();
+    for (i, sv) in svs.iter().enumerate() {
+        let p = match (&explicit_parent, i) {
+            (Some(p), 0) => Some(p.clone()),
+            _ if incremental => Some(pick_parent(&fs, sv, &sources)?.clone()),
+            _ => None,
+        };
+        if let Some(p) = &p {
+            if !related(sv, p) && !args.quiet {
+                eprintln!(
+                    "rsend: warning: parent {} is not related to {} (neither is a snapshot of the other or of the same subvolume); the stream is correct but holds more than the change",
+                    label(p),
+                    label(sv)
+                );
+            }
+        }
+        parents.push(p);
+        if incremental {
+            sources.push(sv.clone());
+        }
+    }
     let file = match &args.output {
         Some(p) => {
             let f = std::fs::OpenOptions::new()
@@ -125,7 +228,7 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
     // Small commands are gathered; WRITEs (larger than the buffer) go straight out.
     let mut w = Writer::new(BufWriter::with_capacity(32 << 10, file));
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
-    for sv in &svs {
+    for (sv, parent) in svs.iter().zip(&parents) {
         if !args.quiet {
             eprintln!("At subvol {}", sv.path_lossy());
         }
@@ -144,7 +247,7 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
                     }
                 });
             }
-            send_subvolume(&fs, sv, &mut w, &opts)
+            send_with(&fs, sv, parent.as_ref(), &mut w, &opts, &mut NoClones)
         });
         if let Some(p) = &progress {
             p.finish();

@@ -31,6 +31,18 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1)]
     proto: u32,
 
+    /// Send incrementally against PARENT (a read-only snapshot, as a path from the top level)
+    #[arg(short = 'p', long = "parent", value_name = "PARENT")]
+    parent: Option<String>,
+
+    /// Select the parent by subvolume id
+    #[arg(long, value_name = "N", conflicts_with = "parent")]
+    parent_id: Option<u64>,
+
+    /// A subvolume the receiver has (repeatable); without -p, the parent is picked among them as btrfs send does
+    #[arg(short = 'c', long = "clone-src", value_name = "SUBVOL")]
+    clone_src: Vec<String>,
+
     /// Print the subvolumes as `btrfs subvolume list -p -u -q -R` does
     #[arg(long)]
     list: bool,
@@ -82,6 +94,16 @@ fn main() -> ExitCode {
             quiet: args.quiet,
             verbose: args.verbose,
             proto: args.proto,
+            parent: args
+                .parent
+                .clone()
+                .map(SubvolSelector::Path)
+                .or(args.parent_id.map(SubvolSelector::Id)),
+            clone_srcs: args
+                .clone_src
+                .iter()
+                .map(|p| SubvolSelector::Path(p.clone()))
+                .collect(),
         })
     };
     match r {

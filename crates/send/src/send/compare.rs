@@ -168,7 +168,12 @@ where
         if l.end {
             if r.level == 0 {
                 let (item, slot) = r.item()?;
-                f(item.key, Change::Deleted, None, Some(Side { item: &item, slot }))?;
+                f(
+                    item.key,
+                    Change::Deleted,
+                    None,
+                    Some(Side { item: &item, slot }),
+                )?;
             }
             adv_r = Advance::Normal;
             continue;
@@ -176,7 +181,12 @@ where
         if r.end {
             if l.level == 0 {
                 let (item, slot) = l.item()?;
-                f(item.key, Change::New, Some(Side { item: &item, slot }), None)?;
+                f(
+                    item.key,
+                    Change::New,
+                    Some(Side { item: &item, slot }),
+                    None,
+                )?;
             }
             adv_l = Advance::Normal;
             continue;
@@ -186,11 +196,27 @@ where
             let (ri, rs) = r.item()?;
             match li.key.cmp(&ri.key) {
                 std::cmp::Ordering::Less => {
-                    f(li.key, Change::New, Some(Side { item: &li, slot: ls }), None)?;
+                    f(
+                        li.key,
+                        Change::New,
+                        Some(Side {
+                            item: &li,
+                            slot: ls,
+                        }),
+                        None,
+                    )?;
                     adv_l = Advance::Normal;
                 }
                 std::cmp::Ordering::Greater => {
-                    f(ri.key, Change::Deleted, None, Some(Side { item: &ri, slot: rs }))?;
+                    f(
+                        ri.key,
+                        Change::Deleted,
+                        None,
+                        Some(Side {
+                            item: &ri,
+                            slot: rs,
+                        }),
+                    )?;
                     adv_r = Advance::Normal;
                 }
                 std::cmp::Ordering::Equal => {
@@ -202,8 +228,14 @@ where
                     f(
                         li.key,
                         c,
-                        Some(Side { item: &li, slot: ls }),
-                        Some(Side { item: &ri, slot: rs }),
+                        Some(Side {
+                            item: &li,
+                            slot: ls,
+                        }),
+                        Some(Side {
+                            item: &ri,
+                            slot: rs,
+                        }),
                     )?;
                     adv_l = Advance::Normal;
                     adv_r = Advance::Normal;

@@ -181,8 +181,7 @@ impl Walk<'_, '_> {
             }
             match cursor.next_item()? {
                 Some(next)
-                    if next.key.objectid == at.objectid
-                        && next.key.item_type == at.item_type =>
+                    if next.key.objectid == at.objectid && next.key.item_type == at.item_type =>
                 {
                     if next.key.offset != at.offset.saturating_add(right_len) {
                         return Ok(false);
@@ -221,7 +220,7 @@ impl Walk<'_, '_> {
     }
 
     /// range_is_hole_in_parent: whether the parent has no data in `[start, end)`.
-    fn range_is_hole_in_parent(&mut self, start: u64, end: u64) -> Result<bool> {
+    pub(crate) fn range_is_hole_in_parent(&mut self, start: u64, end: u64) -> Result<bool> {
         let ino = self.cur.ino;
         let Some(parent) = self.parent.as_ref() else {
             return Ok(true);

@@ -216,7 +216,10 @@ impl<'a, 'fs> Walk<'a, 'fs> {
         (self.cur.ino != 0).then(|| {
             (
                 self.cur.ino,
-                self.cur.path.clone().unwrap_or_else(|| Bytes::from(&b"?"[..])),
+                self.cur
+                    .path
+                    .clone()
+                    .unwrap_or_else(|| Bytes::from(&b"?"[..])),
             )
         })
     }
@@ -396,10 +399,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             None => true,
             Some(k) => !(k.objectid == ino && k.item_type <= key_type::INODE_EXTREF),
         };
-        if ino != 0
-            && refs_now
-            && (!self.new_refs.is_empty() || !self.deleted_refs.is_empty())
-        {
+        if ino != 0 && refs_now && (!self.new_refs.is_empty() || !self.deleted_refs.is_empty()) {
             pending_move = self.process_recorded_refs()?;
             refs_processed = true;
         }
@@ -453,7 +453,9 @@ impl<'a, 'fs> Walk<'a, 'fs> {
                 if self.cur.last_extent == u64::MAX || self.cur.last_extent < self.cur.size {
                     self.get_last_extent(u64::MAX)?;
                 }
-                if self.cur.last_extent < self.cur.size {
+                if self.cur.last_extent < self.cur.size
+                    && !self.range_is_hole_in_parent(self.cur.last_extent, self.cur.size)?
+                {
                     self.send_hole(self.cur.size)?;
                 }
             }

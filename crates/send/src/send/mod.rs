@@ -304,7 +304,8 @@ pub fn check_parent(parent: &Subvolume) -> Result<(), SendError> {
 /// a correct stream, only a larger one.
 pub fn related(sv: &Subvolume, parent: &Subvolume) -> bool {
     let nil = |u: &uuid::Uuid| u.is_nil();
-    (!nil(&sv.parent_uuid) && (sv.parent_uuid == parent.uuid || sv.parent_uuid == parent.parent_uuid))
+    (!nil(&sv.parent_uuid)
+        && (sv.parent_uuid == parent.uuid || sv.parent_uuid == parent.parent_uuid))
         || (!nil(&parent.parent_uuid) && parent.parent_uuid == sv.uuid)
         || sv.uuid == parent.uuid
 }
@@ -372,7 +373,8 @@ pub fn send_with<W: Write>(
                 return;
             }
             let (r, pos) = {
-                let mut walk = Walk::new(fs, tree, parent_tree, root, &mut em, clones, V1_WRITE_SIZE);
+                let mut walk =
+                    Walk::new(fs, tree, parent_tree, root, &mut em, clones, V1_WRITE_SIZE);
                 let r = walk.run();
                 (r, walk.position())
             };

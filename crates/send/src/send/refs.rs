@@ -118,10 +118,7 @@ impl<'fs> Walk<'_, 'fs> {
         let mut n = 0u64;
         let name = loop {
             let name = format!("o{ino}-{gen}-{n}").into_bytes();
-            let taken = self
-                .send
-                .dir_lookup(objectid::FIRST_FREE, &name)?
-                .is_some()
+            let taken = self.send.dir_lookup(objectid::FIRST_FREE, &name)?.is_some()
                 || match &self.parent {
                     Some(p) => p.dir_lookup(objectid::FIRST_FREE, &name)?.is_some(),
                     None => false,
@@ -195,12 +192,9 @@ impl<'fs> Walk<'_, 'fs> {
             return Ok((Some(true), s));
         }
         let s = self.seen(ino, gen)?;
-        let e = s.state.map(|st| {
-            matches!(
-                st,
-                State::NoChange | State::DidCreate | State::WillDelete
-            )
-        });
+        let e = s
+            .state
+            .map(|st| matches!(st, State::NoChange | State::DidCreate | State::WillDelete));
         Ok((e, s))
     }
 
@@ -536,8 +530,7 @@ impl<'fs> Walk<'_, 'fs> {
                 continue;
             }
             let name = new_refs[i].name.clone();
-            let Some((ow, ow_gen, ow_mode)) = self.will_overwrite_ref(dir, dir_gen, &name)?
-            else {
+            let Some((ow, ow_gen, ow_mode)) = self.will_overwrite_ref(dir, dir_gen, &name)? else {
                 continue;
             };
             if orphanized_dir {
@@ -573,7 +566,8 @@ impl<'fs> Walk<'_, 'fs> {
         for i in 0..new_refs.len() {
             let (dir, dir_gen) = (new_refs[i].dir, new_refs[i].dir_gen);
             if self.state(dir, dir_gen)? == State::WillCreate {
-                let made = new_refs[..i].iter().any(|r| r.dir == dir) || self.did_create_dir(dir)?;
+                let made =
+                    new_refs[..i].iter().any(|r| r.dir == dir) || self.did_create_dir(dir)?;
                 if !made {
                     let parent = self.fs.inode_in(&self.send.tree, dir)?;
                     self.send_create_inode(&parent)?;
@@ -917,7 +911,14 @@ impl<'fs> Walk<'_, 'fs> {
     }
 
     /// check_ino_in_path: whether `ino2` or an ancestor of it is `ino1`.
-    fn in_path(&mut self, parent_root: bool, ino1: u64, gen1: u64, ino2: u64, gen2: u64) -> Result<bool> {
+    fn in_path(
+        &mut self,
+        parent_root: bool,
+        ino1: u64,
+        gen1: u64,
+        ino2: u64,
+        gen2: u64,
+    ) -> Result<bool> {
         if ino1 == ino2 {
             return Ok(gen1 == gen2);
         }

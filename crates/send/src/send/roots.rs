@@ -225,8 +225,7 @@ impl<'fs> Lookup<'fs> {
         if item.key.objectid != dir || item.key.item_type != key_type::DIR_INDEX {
             return Ok(None);
         }
-        let entries =
-            dir_entries(item.data()).map_err(Error::bad_item(self.tree.id, item.key))?;
+        let entries = dir_entries(item.data()).map_err(Error::bad_item(self.tree.id, item.key))?;
         Ok(entries.first().map(|e| (item.key.offset, e.location)))
     }
 }
