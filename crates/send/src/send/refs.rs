@@ -809,7 +809,17 @@ impl<'fs> Walk<'_, 'fs> {
             return Ok(());
         };
         let mut stack: VecDeque<PendingMove> = first.into();
+        // Each move either happens or waits again for an ancestor that
+        // moves later; on a consistent tree this ends. A damaged one must
+        // not make it loop forever.
+        let mut budget = 1u64 << 24;
         while let Some(pm) = stack.pop_front() {
+            budget = budget.checked_sub(1).ok_or_else(|| {
+                Stop::Bad(format!(
+                    "delayed directory moves under inode {} do not settle (directory loop?)",
+                    self.cur.ino
+                ))
+            })?;
             let ino = pm.ino;
             self.apply_dir_move(pm)?;
             if let Some(more) = self.pending.remove(&ino) {
