@@ -262,7 +262,9 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
         };
         let started = std::time::Instant::now();
         let r = std::thread::scope(|s| {
-            if let Some(p) = &progress {
+            // The totals of a full send come from a metadata-only pre-walk;
+            // an incremental one shows what it sent, without a total.
+            if let Some(p) = progress.as_ref().filter(|_| parent.is_none()) {
                 let fs = &fs;
                 s.spawn(move || {
                     if let Ok((bytes, files)) = totals(fs, sv) {
