@@ -26,8 +26,9 @@
 #   TMPDIR=/tmp    scratch space (streams, mount points; small)
 #
 # Each tree: vol/dNNNN/fNNNN, 1000 files per directory, 1-3000 bytes of
-# pseudo-random data each (about half inline, half in data extents), made
-# through a loop mount of a sparse image; read-only snapshot s0; then the
+# pseudo-random data each (about two thirds inline, the rest in data
+# extents), made through a loop mount of a sparse image (python: faster here
+# than mkfs.btrfs --rootdir); read-only snapshot s0; then the
 # change: 100 files spread over the tree rewritten, 5 deleted, 5 created,
 # directories d0003 and d0005 moved into other directories; read-only
 # snapshot s1. The image is cached under IMG_DIR, keyed by N and a hash of
@@ -223,16 +224,17 @@ bench_tree() { # bench_tree N
     /usr/bin/time -v -o "$TMP/rss-rsend-$n" "$RSEND" -q -d "$img" -p s0 -f /dev/null s1
     /usr/bin/time -v -o "$TMP/rss-kernel-$n" btrfs send -q -p "$MNT/s0" "$MNT/s1" >/dev/null
     rss=$(maxrss "$TMP/rss-rsend-$n")
-    local preads=-
+    local preads=- blocks=-
     if command -v strace >/dev/null; then
-        strace -f -c -o "$TMP/strace-$n" "$RSEND" -q -d "$img" -p s0 -f /dev/null s1
-        preads=$(awk '$NF == "pread64" { print $4 }' "$TMP/strace-$n")
+        # every pread64 rsend makes: 16 KiB tree blocks (the nodesize) and file data
+        strace -f -e trace=pread64 -o "$TMP/strace-$n" "$RSEND" -q -d "$img" -p s0 -f /dev/null s1
+        preads=$(grep -c 'pread64(' "$TMP/strace-$n" || true)
+        blocks=$(grep -c 'pread64(.*, 16384, [0-9]*) *= 16384' "$TMP/strace-$n" || true)
         if [[ -n $RESULTS_DIR ]]; then
             mkdir -p "$RESULTS_DIR"
             cp "$TMP/strace-$n" "$RESULTS_DIR/strace-rsend-$n.txt"
         fi
     fi
-
     ROWS+=("$(python3 - "$j" "$n" "$rss" "$kb" "$rb" "$same" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
@@ -243,14 +245,14 @@ print(f"| {int(n):,} | {ms(s['kernel'])} | {ms(s['rsend'])} | **{r['median']:.2f
       f"| {int(rss) / 1024:.1f} MiB | {int(kb):,} | {int(rb):,} ({same}) |")
 PY
 )")
-    DETAIL+=("$(python3 - "$j" "$n" "$(maxrss "$TMP/rss-kernel-$n")" "${preads:--}" <<'PY'
+    DETAIL+=("$(python3 - "$j" "$n" "$(maxrss "$TMP/rss-kernel-$n")" "$preads" "$blocks" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 m = lambda k: f"{s[k]['median'] * 1000:.1f}"
 c = s["cpu_ratio"]
 print(f"| {int(sys.argv[2]):,} | {m('kernel_cpu')} ({m('kernel_sys')} sys) | {m('rsend_cpu')} ({m('rsend_user')} user) "
       f"| {c['median']:.2f} ({c['min']:.2f}-{c['max']:.2f}) "
-      f"| {sys.argv[4]} | {s['rsend_maxrss_kib'] / 1024:.1f} MiB | {int(sys.argv[3]) / 1024:.1f} MiB |")
+      f"| {sys.argv[4]} | {sys.argv[5]} | {s['rsend_maxrss_kib'] / 1024:.1f} MiB | {int(sys.argv[3]) / 1024:.1f} MiB |")
 PY
 )")
     if [[ -n $RESULTS_DIR ]]; then
@@ -315,8 +317,8 @@ done
     echo
     echo "CPU time, median ms (the kernel's send runs in the btrfs process's system time); rsend's pread calls (16 KiB tree blocks and file data):"
     echo
-    echo "| files | kernel CPU | rsend CPU | CPU ratio | rsend preads | rsend max RSS over runs | btrfs-progs RSS |"
-    echo "|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| files | kernel CPU | rsend CPU | CPU ratio | rsend preads | of them 16 KiB tree blocks | rsend max RSS over runs | btrfs-progs RSS |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${DETAIL[@]}"
     if (( ${#PROFILES[@]} )); then
         echo
