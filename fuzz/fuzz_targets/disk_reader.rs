@@ -6,6 +6,9 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
+#[path = "image_mut.rs"]
+mod image_mut;
+
 use btrfs_disk::csum::CsumType;
 use btrfs_disk::device::Device;
 use btrfs_disk::items::{self, key_type};
@@ -18,8 +21,16 @@ const NODESIZE: usize = 4096;
 /// Whether an error message names a place: a block, tree, device, inode...
 fn names_where(msg: &str) -> bool {
     [
-        "logical", "tree", "physical", "subvolume", "inode", "fuzz.img", "devid", "chunk",
-        "superblock", "device",
+        "logical",
+        "tree",
+        "physical",
+        "subvolume",
+        "inode",
+        "fuzz.img",
+        "devid",
+        "chunk",
+        "superblock",
+        "device",
     ]
     .iter()
     .any(|w| msg.contains(w))
@@ -114,82 +125,11 @@ fn blocks(data: &[u8]) {
     walk(&t, rest);
 }
 
-struct Image {
-    bytes: Option<Arc<[u8]>>,
-    /// Physical offsets of the metadata blocks, then the superblock.
-    blocks: Vec<usize>,
-    nodesize: usize,
-    csum: CsumType,
-}
+static IMAGE: OnceLock<Mutex<image_mut::Image>> = OnceLock::new();
 
-fn image_state() -> &'static Mutex<Image> {
-    static IMAGE: OnceLock<Mutex<Image>> = OnceLock::new();
-    IMAGE.get_or_init(|| {
-        let path = std::env::var("RSEND_FUZZ_IMAGE").unwrap_or_else(|_| {
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/images/csum-crc32c/dev1.img.zst")
-                .to_string()
-        });
-        let raw = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let img = zstd::decode_all(&raw[..]).expect("zstd image");
-        let sb = &img[65536..65536 + 4096];
-        let fsid = &sb[0x20..0x30];
-        let nodesize = u32::from_le_bytes(sb[0x94..0x98].try_into().unwrap()) as usize;
-        let csum = CsumType::from_raw(u16::from_le_bytes([sb[0xc4], sb[0xc5]])).unwrap();
-        let mut blocks: Vec<usize> = (0..img.len() / nodesize)
-            .map(|i| i * nodesize)
-            .filter(|&o| &img[o + 0x20..o + 0x30] == fsid && o != 65536)
-            .collect();
-        blocks.push(65536);
-        Mutex::new(Image {
-            bytes: Some(Arc::from(img)),
-            blocks,
-            nodesize,
-            csum,
-        })
-    })
-}
-
-/// Input = records of (block u16, offset u16, value u8) applied to the
-/// image's metadata; the first byte's bit 0 re-checksums the changed blocks.
+/// A mutated kernel-made image, opened and walked.
 fn image(data: &[u8]) {
-    let Some((&flags, rest)) = data.split_first() else {
-        return;
-    };
-    let mut st = image_state().lock().unwrap_or_else(|p| p.into_inner());
-    let (nodesize, csum) = (st.nodesize, st.csum);
-    let mut arc = st.bytes.take().expect("image");
-    let mut undo: Vec<(usize, Vec<u8>)> = Vec::new();
-    {
-        let img = Arc::get_mut(&mut arc).expect("image shared after a run");
-        for r in rest.chunks_exact(5).take(64) {
-            let sel = usize::from(u16::from_le_bytes([r[0], r[1]])) % st.blocks.len();
-            let start = st.blocks[sel];
-            let len = if start == 65536 { 4096 } else { nodesize };
-            if !undo.iter().any(|(s, _)| *s == start) {
-                undo.push((start, img[start..start + len].to_vec()));
-            }
-            let off = usize::from(u16::from_le_bytes([r[2], r[3]])) % len;
-            img[start + off] = r[4];
-        }
-        if flags & 1 != 0 {
-            for (start, old) in &undo {
-                let len = old.len();
-                let b = &mut img[*start..*start + len];
-                if *start == 65536 {
-                    let sum = csum.compute(&b[32..]);
-                    b[..32].copy_from_slice(&sum);
-                } else {
-                    set_csum(csum, b);
-                }
-            }
-        }
-    }
-    run_image(arc.clone(), rest);
-    let img = Arc::get_mut(&mut arc).expect("image still shared");
-    for (start, old) in undo {
-        img[start..start + old.len()].copy_from_slice(&old);
-    }
-    st.bytes = Some(arc);
+    image_mut::mutate(&IMAGE, "csum-crc32c", data, run_image);
 }
 
 fn run_image(bytes: Arc<[u8]>, probes: &[u8]) {

@@ -81,31 +81,54 @@ pub struct SendArgs {
 
 /// Finds the parent `sel` and checks that it can be one (read-only, alive).
 fn find_parent(fs: &Filesystem, sel: &SubvolSelector) -> anyhow::Result<Subvolume> {
-    let sv = match fs.find_subvolume(sel) {
-        Ok(sv) => sv,
-        Err(btrfs_disk::error::Error::NoSubvolume(asked)) => {
-            let available: Vec<String> = fs
-                .subvolumes()?
-                .iter()
-                .map(|s| {
-                    let ro = if s.is_readonly() { ", read-only" } else { "" };
-                    format!("{} (id {}{ro})", s.path_lossy(), s.id)
-                })
-                .collect();
-            anyhow::bail!(
-                "parent not found: this filesystem (fsid {}) has no subvolume {asked}; it has: {}",
-                fs.fsid(),
-                if available.is_empty() {
-                    "no subvolumes".to_string()
-                } else {
-                    available.join(", ")
-                }
-            );
-        }
-        Err(e) => return Err(e.into()),
+    // A parent may be named by its uuid (or received uuid) too.
+    let by_uuid = match sel {
+        SubvolSelector::Path(p) => uuid::Uuid::parse_str(p).ok(),
+        _ => None,
     };
-    check_parent(&sv)?;
-    Ok(sv)
+    let found = match (fs.find_subvolume(sel), by_uuid) {
+        (Err(btrfs_disk::error::Error::NoSubvolume(_)), Some(u)) => {
+            fs.find_subvolume(&SubvolSelector::Uuid(u)).map_err(|e| match e {
+                btrfs_disk::error::Error::NoSubvolume(_) => anyhow::anyhow!(
+                    "parent not found: no subvolume of this filesystem (fsid {}) has uuid or received uuid {u}; is the parent on another filesystem?",
+                    fs.fsid()
+                ),
+                other => other.into(),
+            })?
+        }
+        (r, _) => match r {
+            Ok(sv) => sv,
+            Err(e) => return Err(parent_missing(fs, e)),
+        },
+    };
+    check_parent(&found)?;
+    Ok(found)
+}
+
+/// The error for a parent that is not there, listing the subvolumes that are.
+fn parent_missing(fs: &Filesystem, e: btrfs_disk::error::Error) -> anyhow::Error {
+    let btrfs_disk::error::Error::NoSubvolume(asked) = e else {
+        return e.into();
+    };
+    let available = match fs.subvolumes() {
+        Ok(list) => list
+            .iter()
+            .map(|s| {
+                let ro = if s.is_readonly() { ", read-only" } else { "" };
+                format!("{} (id {}{ro})", s.path_lossy(), s.id)
+            })
+            .collect::<Vec<_>>(),
+        Err(e) => return e.into(),
+    };
+    anyhow::anyhow!(
+        "parent not found: this filesystem (fsid {}) has no subvolume {asked}; it has: {}",
+        fs.fsid(),
+        if available.is_empty() {
+            "no subvolumes".to_string()
+        } else {
+            available.join(", ")
+        }
+    )
 }
 
 /// btrfs-progs' find_good_parent: among the clone sources, the send

@@ -262,3 +262,207 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use btrfs_disk::block::{BlockSource, Expect, KeyPtr};
+    use btrfs_disk::csum::CsumType;
+    use btrfs_disk::mem::MemBlocks;
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use uuid::Uuid;
+
+    const NODESIZE: usize = 4096;
+    const TREE: u64 = 5;
+
+    /// Counts the blocks read, to show shared subtrees are skipped.
+    struct Counting {
+        inner: MemBlocks,
+        reads: AtomicUsize,
+    }
+
+    impl BlockSource for Counting {
+        fn tree_block(&self, e: &Expect) -> btrfs_disk::Result<Block> {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            self.inner.tree_block(e)
+        }
+    }
+
+    /// Builds trees in memory; a node over the same children as an earlier
+    /// one is that node, as copy-on-write leaves unchanged subtrees shared.
+    struct Builder {
+        m: MemBlocks,
+        next: u64,
+        nodes: std::collections::HashMap<Vec<u64>, KeyPtr>,
+    }
+
+    impl Builder {
+        fn alloc(&mut self) -> u64 {
+            self.next += NODESIZE as u64;
+            self.next
+        }
+        fn leaf(&mut self, gen: u64, items: &[(Key, Vec<u8>)]) -> KeyPtr {
+            let at = self.alloc();
+            let refs: Vec<(Key, &[u8])> = items.iter().map(|(k, v)| (*k, &v[..])).collect();
+            self.m.leaf(at, gen, TREE, &refs).unwrap()
+        }
+        /// Nodes above `leaves`, `fanout` pointers each; returns the root and its level.
+        fn nodes(&mut self, gen: u64, mut ptrs: Vec<KeyPtr>, fanout: usize) -> (KeyPtr, u8) {
+            let mut level = 0;
+            while ptrs.len() > 1 {
+                level += 1;
+                ptrs = ptrs
+                    .chunks(fanout)
+                    .map(|c| {
+                        let children: Vec<u64> = c.iter().map(|p| p.blockptr).collect();
+                        if let Some(p) = self.nodes.get(&children) {
+                            return *p;
+                        }
+                        let at = self.alloc();
+                        let p = self.m.node(at, gen, TREE, level, c).unwrap();
+                        self.nodes.insert(children, p);
+                        p
+                    })
+                    .collect();
+            }
+            (ptrs[0], level)
+        }
+    }
+
+    fn key(i: u64) -> Key {
+        Key::new(256 + i, 1, 0)
+    }
+
+    #[test]
+    fn reports_exactly_the_difference_and_skips_shared_subtrees() {
+        let mut b = Builder {
+            m: MemBlocks::new(NODESIZE, Uuid::from_u128(7), CsumType::Crc32c),
+            next: 1 << 20,
+            nodes: Default::default(),
+        };
+        let old: Vec<(Key, Vec<u8>)> = (0..400).map(|i| (key(i), vec![i as u8; 20])).collect();
+        let chunks: Vec<Vec<(Key, Vec<u8>)>> = old.chunks(10).map(<[_]>::to_vec).collect();
+        let old_leaves: Vec<KeyPtr> = chunks.iter().map(|c| b.leaf(1, c)).collect();
+        // The new tree shares every leaf but two: one with a changed and a
+        // deleted item, one with an item added.
+        let mut new_leaves = old_leaves.clone();
+        let mut changed = chunks[7].clone();
+        changed[3].1 = vec![0xee; 20];
+        changed.remove(5);
+        new_leaves[7] = b.leaf(2, &changed);
+        let mut grown = chunks[31].clone();
+        grown.push((Key::new(256 + 319, 12, 0), b"new".to_vec()));
+        new_leaves[31] = b.leaf(2, &grown);
+        let (old_root, old_level) = b.nodes(1, old_leaves, 4);
+        let (new_root, new_level) = b.nodes(2, new_leaves.clone(), 4);
+        assert!(old_level >= 2 && new_level >= 2);
+        let src = Counting {
+            inner: b.m,
+            reads: AtomicUsize::new(0),
+        };
+        let left = Tree::new(
+            &src,
+            TREE,
+            new_root.blockptr,
+            new_root.generation,
+            new_level,
+        );
+        let right = Tree::new(
+            &src,
+            TREE,
+            old_root.blockptr,
+            old_root.generation,
+            old_level,
+        );
+
+        let mut got = Vec::new();
+        compare_trees(left, right, |k, c, l, r| {
+            got.push((k, c, l.map(|s| s.item.data().to_vec()), r.is_some()));
+            Ok(())
+        })
+        .map_err(|_| "compare failed")
+        .unwrap();
+
+        let want_old: BTreeMap<Key, Vec<u8>> = old.iter().cloned().collect();
+        let mut want_new = want_old.clone();
+        want_new.insert(changed[3].0, vec![0xee; 20]);
+        want_new.remove(&chunks[7][5].0);
+        want_new.insert(Key::new(256 + 319, 12, 0), b"new".to_vec());
+        let differing: Vec<(Key, Change)> = got
+            .iter()
+            .filter(|g| g.1 != Change::Same)
+            .map(|g| (g.0, g.1))
+            .collect();
+        assert_eq!(
+            differing,
+            vec![
+                (changed[3].0, Change::Changed),
+                (chunks[7][5].0, Change::Deleted),
+                (Key::new(256 + 319, 12, 0), Change::New),
+            ]
+        );
+        // Same items come only from the leaves that had to be read: the two
+        // changed ones, and the one after the grown leaf, which the walk
+        // enters on one side while the other is still in the grown leaf
+        // (as the kernel's walk does).
+        let same = got.iter().filter(|g| g.1 == Change::Same).count();
+        assert_eq!(same, (10 - 2) + 10 + 10);
+        for (k, c, l, r) in &got {
+            match c {
+                Change::New => assert_eq!(l.as_ref(), want_new.get(k)),
+                Change::Deleted => assert!(*r && l.is_none()),
+                _ => assert_eq!(l.as_ref(), want_new.get(k)),
+            }
+        }
+        // The roots, the nodes on the changed paths and those leaves on
+        // each side: far fewer than the 40 leaves and 14 nodes of each tree.
+        let reads = src.reads.load(Ordering::Relaxed);
+        assert!(
+            reads <= 2 * (1 + 3 * new_level as usize + 3),
+            "{reads} blocks read"
+        );
+        assert!(reads < 40, "{reads} blocks read");
+    }
+
+    #[test]
+    fn trees_of_different_heights_compare_item_by_item() {
+        let mut b = Builder {
+            m: MemBlocks::new(NODESIZE, Uuid::from_u128(7), CsumType::Crc32c),
+            next: 1 << 20,
+            nodes: Default::default(),
+        };
+        let small: Vec<(Key, Vec<u8>)> = (0..5).map(|i| (key(i * 2), vec![1])).collect();
+        let big: Vec<(Key, Vec<u8>)> = (0..50).map(|i| (key(i), vec![1])).collect();
+        let small_leaf = b.leaf(1, &small);
+        let leaves: Vec<KeyPtr> = big.chunks(6).map(|c| b.leaf(2, c)).collect();
+        let (big_root, big_level) = b.nodes(2, leaves, 3);
+        let src = b.m;
+        let left = Tree::new(
+            &src,
+            TREE,
+            big_root.blockptr,
+            big_root.generation,
+            big_level,
+        );
+        let right = Tree::new(&src, TREE, small_leaf.blockptr, small_leaf.generation, 0);
+        let mut got = Vec::new();
+        compare_trees(left, right, |k, c, _, _| {
+            got.push((k, c));
+            Ok(())
+        })
+        .map_err(|_| "compare failed")
+        .unwrap();
+        let want: Vec<(Key, Change)> = (0..50)
+            .map(|i| {
+                let c = if i % 2 == 0 && i < 10 {
+                    Change::Same
+                } else {
+                    Change::New
+                };
+                (key(i), c)
+            })
+            .collect();
+        assert_eq!(got, want);
+    }
+}

@@ -102,6 +102,13 @@ fn join(dir: &[u8], name: &[u8]) -> Bytes {
     Bytes::from(v)
 }
 
+/// Adds a directory the current inode left or entered, once.
+fn add_check_dir(dirs: &mut Vec<(u64, u64)>, dir: u64, gen: u64) {
+    if !dirs.contains(&(dir, gen)) {
+        dirs.push((dir, gen));
+    }
+}
+
 fn loop_error(ino: u64) -> Stop {
     Stop::Bad(format!(
         "inode {ino}: directory loop or nesting deeper than {MAX_DEPTH}"
@@ -213,6 +220,12 @@ impl<'fs> Walk<'_, 'fs> {
     /// get_cur_path: where `ino` is on the receiver now.
     pub(crate) fn cur_path(&mut self, mut ino: u64, mut gen: u64) -> Result<Bytes> {
         let start = (ino, gen);
+        let is_cur = ino == self.cur.ino && gen == self.cur.gen;
+        if is_cur {
+            if let Some(p) = &self.cur.path {
+                return Ok(p.clone());
+            }
+        }
         let mut parts: Vec<Bytes> = Vec::new();
         let mut depth = 0usize;
         while ino != objectid::FIRST_FREE {
@@ -256,7 +269,7 @@ impl<'fs> Walk<'_, 'fs> {
             v.extend_from_slice(p);
         }
         let path = Bytes::from(v);
-        if start.0 == self.cur.ino && start.1 == self.cur.gen {
+        if is_cur {
             self.cur.path = Some(path.clone());
         }
         Ok(path)
@@ -509,7 +522,6 @@ impl<'fs> Walk<'_, 'fs> {
         let mut can_rename = true;
         let mut orphanized_dir = false;
         let mut orphanized_ancestor = false;
-        let mut last_dir_ino_rm = 0u64;
 
         let did_overwrite = !self.cur.new && self.did_overwrite_first_ref(ino, gen)?;
         let mut is_orphan = self.cur.new || did_overwrite;
@@ -524,24 +536,22 @@ impl<'fs> Walk<'_, 'fs> {
 
         // First pass: make room for the new names (orphanize or unlink
         // what the parent had there).
-        for i in 0..new_refs.len() {
-            let (dir, dir_gen) = (new_refs[i].dir, new_refs[i].dir_gen);
+        for r in new_refs.iter_mut() {
+            let (dir, dir_gen) = (r.dir, r.dir_gen);
             if self.state(dir, dir_gen)? == State::WillCreate {
                 continue;
             }
-            let name = new_refs[i].name.clone();
+            let name = r.name.clone();
             let Some((ow, ow_gen, ow_mode)) = self.will_overwrite_ref(dir, dir_gen, &name)? else {
                 continue;
             };
             if orphanized_dir {
-                let mut r = new_refs[i].clone();
-                self.refresh(&mut r)?;
-                new_refs[i] = r;
+                self.refresh(r)?;
             }
             if self.is_first_ref(ow, dir, &name)? {
                 let orphan = self.orphan_name(ow, ow_gen)?;
                 self.push(Cmd::Rename {
-                    from: new_refs[i].full_path.clone(),
+                    from: r.full_path.clone(),
                     to: orphan,
                 })?;
                 if ow_mode & super::inode::S_IFMT == S_IFDIR {
@@ -553,11 +563,12 @@ impl<'fs> Walk<'_, 'fs> {
                 self.names.pop(&(ow, ow_gen));
                 if self.is_ancestor(true, ow, ow_gen, ino)? {
                     orphanized_ancestor = true;
+                    self.cur.path = None;
                     valid = self.cur_path(ino, gen)?;
                 }
             } else {
                 self.push(Cmd::Unlink {
-                    path: new_refs[i].full_path.clone(),
+                    path: r.full_path.clone(),
                 })?;
             }
         }
@@ -589,19 +600,11 @@ impl<'fs> Walk<'_, 'fs> {
                 self.deleted_refs.clear();
             }
             if is_orphan && can_rename {
-                self.push(Cmd::Rename {
-                    from: valid.clone(),
-                    to: new_refs[i].full_path.clone(),
-                })?;
+                valid = self.rename_current(valid, new_refs[i].full_path.clone())?;
                 is_orphan = false;
-                valid = new_refs[i].full_path.clone();
             } else if can_rename {
                 if is_dir {
-                    self.push(Cmd::Rename {
-                        from: valid.clone(),
-                        to: new_refs[i].full_path.clone(),
-                    })?;
-                    valid = new_refs[i].full_path.clone();
+                    valid = self.rename_current(valid, new_refs[i].full_path.clone())?;
                 } else {
                     if orphanized_dir {
                         let mut r = new_refs[i].clone();
@@ -614,7 +617,7 @@ impl<'fs> Walk<'_, 'fs> {
                     })?;
                 }
             }
-            check_dirs.push((dir, dir_gen));
+            add_check_dir(&mut check_dirs, dir, dir_gen);
         }
 
         if is_dir && self.cur.deleted {
@@ -626,13 +629,16 @@ impl<'fs> Walk<'_, 'fs> {
                 let orphan = self.orphan_name(ino, gen)?;
                 self.push(Cmd::Rename {
                     from: valid.clone(),
-                    to: orphan,
+                    to: orphan.clone(),
                 })?;
+                self.cur.path = Some(orphan);
             }
-            check_dirs.extend(deleted_refs.iter().map(|r| (r.dir, r.dir_gen)));
+            for r in &deleted_refs {
+                add_check_dir(&mut check_dirs, r.dir, r.dir_gen);
+            }
         } else if is_dir {
             if let Some(r) = deleted_refs.first() {
-                check_dirs.push((r.dir, r.dir_gen));
+                add_check_dir(&mut check_dirs, r.dir, r.dir_gen);
             }
         } else {
             for r in deleted_refs.iter_mut() {
@@ -644,8 +650,17 @@ impl<'fs> Walk<'_, 'fs> {
                     self.push(Cmd::Unlink {
                         path: r.full_path.clone(),
                     })?;
+                    // The cached path of the inode may be the name just removed.
+                    if self
+                        .cur
+                        .path
+                        .as_ref()
+                        .is_none_or(|p| r.full_path.starts_with(p))
+                    {
+                        self.cur.path = None;
+                    }
                 }
-                check_dirs.push((dir, dir_gen));
+                add_check_dir(&mut check_dirs, dir, dir_gen);
             }
             if is_orphan {
                 self.push(Cmd::Unlink {
@@ -662,17 +677,24 @@ impl<'fs> Walk<'_, 'fs> {
             }
             match self.state(dir, dir_gen)? {
                 State::DidCreate | State::NoChange => self.cache_dir_utimes(dir, dir_gen),
-                State::DidDelete if dir != last_dir_ino_rm => {
-                    if self.can_rmdir(dir, dir_gen)? {
-                        let path = self.cur_path(dir, dir_gen)?;
-                        self.push(Cmd::Rmdir { path })?;
-                        last_dir_ino_rm = dir;
-                    }
+                State::DidDelete if self.can_rmdir(dir, dir_gen)? => {
+                    let path = self.cur_path(dir, dir_gen)?;
+                    self.push(Cmd::Rmdir { path })?;
                 }
                 _ => {}
             }
         }
         Ok(pending_move)
+    }
+
+    /// RENAME of the current inode from `from` to `to`; returns its new path.
+    fn rename_current(&mut self, from: Bytes, to: Bytes) -> Result<Bytes> {
+        self.push(Cmd::Rename {
+            from,
+            to: to.clone(),
+        })?;
+        self.cur.path = Some(to.clone());
+        Ok(to)
     }
 
     /// did_create_dir: whether directory `dir` was made early, for an
@@ -787,7 +809,17 @@ impl<'fs> Walk<'_, 'fs> {
             return Ok(());
         };
         let mut stack: VecDeque<PendingMove> = first.into();
+        // Each move either happens or waits again for an ancestor that
+        // moves later; on a consistent tree this ends. A damaged one must
+        // not make it loop forever.
+        let mut budget = 1u64 << 24;
         while let Some(pm) = stack.pop_front() {
+            budget = budget.checked_sub(1).ok_or_else(|| {
+                Stop::Bad(format!(
+                    "delayed directory moves under inode {} do not settle (directory loop?)",
+                    self.cur.ino
+                ))
+            })?;
             let ino = pm.ino;
             self.apply_dir_move(pm)?;
             if let Some(more) = self.pending.remove(&ino) {
