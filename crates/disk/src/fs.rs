@@ -561,15 +561,16 @@ impl Filesystem {
             });
         }
         for mirror in 1..=copies {
-            let mut buf = vec![0u8; nodesize];
+            // Read straight into the block's shared buffer (one allocation, no copy).
+            let mut buf: Arc<[u8]> = std::iter::repeat_n(0u8, nodesize).collect();
             let r = self
-                .read_logical(e.logical, &mut buf, mirror)
+                .read_logical(e.logical, Arc::make_mut(&mut buf), mirror)
                 .map_err(|err| MirrorFault::Read(Box::new(err)))
                 .and_then(|()| {
                     validate(&buf, e.logical, &fsid, self.csum_type()).map_err(MirrorFault::Invalid)
                 })
                 .and_then(|()| {
-                    let b = Block::from_validated(Arc::from(buf));
+                    let b = Block::from_validated(buf);
                     check_expect(&b, e)
                         .map(|()| b)
                         .map_err(MirrorFault::Invalid)
