@@ -96,6 +96,17 @@ pub enum CmdError {
         /// The uuid the stream asked for.
         uuid: Uuid,
     },
+    /// Applying a directory's held times early (rreceive holds only so
+    /// many at once) failed.
+    #[error("setting the times of directory '{path}' from command {command}: {err}")]
+    DirTimes {
+        /// The directory.
+        path: String,
+        /// The command the times came from.
+        command: u64,
+        /// What failed.
+        err: Box<CmdError>,
+    },
     /// Data commands work on regular files only.
     #[error("not a regular file")]
     NotRegular,

@@ -59,7 +59,16 @@ pub struct Options {
     pub plain: bool,
     /// 0 quiet, 1 normal, 2 `-v`, 3 `-vv` (every command).
     pub verbosity: u8,
+    /// Most directories whose times are held at once until END (at least
+    /// 16), with at most 128 bytes of path each on average. More are
+    /// applied early, least recently used first, and read back if the
+    /// directory changes again: the result is the same, only memory is
+    /// bounded (about 300 bytes per directory).
+    pub max_dir_times: usize,
 }
+
+/// The default [`Options::max_dir_times`]: about 5 MiB.
+pub const MAX_DIR_TIMES: usize = 16_384;
 
 impl Options {
     /// Defaults for `dest`: like `btrfs receive DEST`.
@@ -72,6 +81,7 @@ impl Options {
             force: false,
             plain: false,
             verbosity: 1,
+            max_dir_times: MAX_DIR_TIMES,
         }
     }
 }
@@ -130,6 +140,15 @@ pub struct Stats {
     pub chmods_skipped: u64,
     /// Directory UTIMES held back (only the last per directory is applied).
     pub dir_utimes_deferred: u64,
+    /// Directories whose entries changed after their last UTIMES, which
+    /// was applied again.
+    pub dir_times_restored: u64,
+    /// Directories the stream changed without sending times for them
+    /// afterwards, given back the times they had before.
+    pub dir_times_kept: u64,
+    /// Directory times applied before END because more directories than
+    /// [`Options::max_dir_times`] were held.
+    pub dir_times_early: u64,
     /// Things this filesystem cannot store (xattrs, flags, verity), noted
     /// under `-v`.
     pub skipped: u64,
@@ -222,7 +241,9 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
     rx.log.note(format_args!(
         "{} commands, {} subvolume(s); {} inodes created ({} at their final name); \
          {} bytes written, {} cloned; encoded writes: {} by ioctl, {} decoded; \
-         {} truncates, {} chowns and {} chmods skipped; {} directory utimes held back",
+         {} truncates, {} chowns and {} chmods skipped; {} directory utimes held back; \
+         directories changed after their times: {} given their UTIMES again, {} their \
+         earlier times; {} directory times applied early",
         s.commands,
         s.subvols,
         s.created,
@@ -234,7 +255,10 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
         s.truncates_skipped,
         s.chowns_skipped,
         s.chmods_skipped,
-        s.dir_utimes_deferred
+        s.dir_utimes_deferred,
+        s.dir_times_restored,
+        s.dir_times_kept,
+        s.dir_times_early
     ));
     if rx.stats.skipped > 0 {
         rx.log.info(format_args!(

@@ -17,7 +17,7 @@ use crate::error::{CmdError, Error};
 use crate::meta;
 use crate::path;
 
-use super::schedule::MAX_DIR_TIMES;
+use super::dirtimes::{Record, Source};
 use super::{err_at, Create, Flow, Receiver, R};
 
 /// What a held-back new file gets before it is created, so that it is
@@ -79,7 +79,7 @@ impl Receiver<'_> {
             Command::Utimes { path, .. } => {
                 !(c.res.is_cached_dir(path)
                     && !c.is_open(path)
-                    && c.dir_times.len() < MAX_DIR_TIMES)
+                    && (c.dir_times.has_room(1) || c.dir_times.contains(path)))
             }
             _ => true,
         }
@@ -215,18 +215,22 @@ impl Receiver<'_> {
             Command::Utimes {
                 path, atime, mtime, ..
             } if meta::timespec(atime).is_ok() && meta::timespec(mtime).is_ok() => {
-                match self.cur.as_mut() {
-                    Some(c)
-                        if c.res.is_cached_dir(path)
-                            && !c.is_open(path)
-                            && c.dir_times.len() < MAX_DIR_TIMES =>
-                    {
-                        c.dir_times.insert(path.to_vec(), (atime, mtime, pos));
-                        self.stats.dir_utimes_deferred += 1;
-                        Fold::Held
-                    }
-                    _ => Fold::No,
+                let Some(c) = self.cur.as_mut() else {
+                    return Fold::No;
+                };
+                if !c.res.is_cached_dir(path) || c.is_open(path) {
+                    return Fold::No;
                 }
+                let rec = Record::new(atime, mtime, Source::Utimes, CommandKind::Utimes, pos);
+                if !c.dir_times.replace(path, rec) {
+                    if !c.dir_times.has_room(1) {
+                        // Making room can fail: not here.
+                        return Fold::No;
+                    }
+                    c.dir_times.insert(path, rec);
+                }
+                self.stats.dir_utimes_deferred += 1;
+                Fold::Held
             }
             _ => Fold::No,
         }
@@ -252,7 +256,8 @@ impl Receiver<'_> {
             _ => 0o600,
         };
         let mut direct = true;
-        match self.create(&what, &at, mode) {
+        let change = r.orphan.as_ref().map_or(cmd_pos, |o| o.1).index;
+        match self.create(&what, &at, mode, change) {
             Ok(()) => {
                 if r.orphan.is_some() {
                     self.stats.fused_renames += 1;
@@ -268,10 +273,9 @@ impl Receiver<'_> {
                     return Err(err_at(kind, cmd_pos, &at, CmdError::NoSubvol));
                 };
                 direct = false;
-                self.create(&what, &orphan, mode)
+                self.create(&what, &orphan, mode, cmd_pos.index)
                     .map_err(|e| err_at(kind, cmd_pos, &orphan, e))?;
-                self.flush_dir_times(|d| path::is_within(d, &at))?;
-                self.rename(&orphan, &at)
+                self.rename(&orphan, &at, rpos.index)
                     .map_err(|e| err_at(CommandKind::Rename, rpos, &at, e))?;
                 if matches!(what, Create::File) {
                     // Reopen it under its final name.

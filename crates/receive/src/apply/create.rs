@@ -39,7 +39,16 @@ impl Create {
 }
 
 impl Receiver<'_> {
-    pub(super) fn create(&mut self, what: &Create, at: &[u8], file_mode: u32) -> R<()> {
+    /// Makes `what` at `at` for command number `change` (the create, or
+    /// the RENAME folded into it).
+    pub(super) fn create(
+        &mut self,
+        what: &Create,
+        at: &[u8],
+        file_mode: u32,
+        change: u64,
+    ) -> R<()> {
+        self.entries_change(&[crate::path::split(at).0], change)?;
         let cur = self.cur()?;
         let (dir, name) = cur.res.parent(at).map_err(CmdError::os(RESOLVE))?;
         let raw = Some(dir.as_raw_fd());
@@ -111,6 +120,9 @@ impl Receiver<'_> {
             }
         }
         self.stats.created += 1;
+        if matches!(what, Create::Dir) {
+            self.dir_created(at)?;
+        }
         Ok(())
     }
 }

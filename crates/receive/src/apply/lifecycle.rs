@@ -29,7 +29,13 @@ impl Receiver<'_> {
             .create_subvol(name, &state)
             .map_err(CmdError::io("create subvolume"))?;
         self.log.info(format_args!("At subvol {}", escape(name)));
-        self.cur = Some(Current::new(name, state, root, self.closer.clone()));
+        self.cur = Some(Current::new(
+            name,
+            state,
+            root,
+            self.closer.clone(),
+            self.opts.max_dir_times,
+        ));
         Ok(Flow::Continue)
     }
 
@@ -82,7 +88,13 @@ impl Receiver<'_> {
             ));
         }
         self.log.info(format_args!("At snapshot {}", escape(name)));
-        self.cur = Some(Current::new(name, state, root, self.closer.clone()));
+        self.cur = Some(Current::new(
+            name,
+            state,
+            root,
+            self.closer.clone(),
+            self.opts.max_dir_times,
+        ));
         Ok(Flow::Continue)
     }
 

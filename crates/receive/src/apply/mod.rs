@@ -28,6 +28,7 @@
 mod batch;
 mod create;
 mod data;
+mod dirtimes;
 mod inode;
 mod lifecycle;
 mod names;
@@ -39,7 +40,7 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
-use btrfs_stream::{Command, CommandKind, Position, Timespec};
+use btrfs_stream::{Command, CommandKind, Position};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::{fstat, Mode};
@@ -57,6 +58,7 @@ use crate::{Log, Options, Stats};
 
 use batch::{Fold, Pending};
 use create::Create;
+use dirtimes::DirTimes;
 
 pub use data::MAX_UNENCODED;
 pub use inode::map_inode_flags;
@@ -107,9 +109,8 @@ pub struct Current {
     deferred: Vec<(File, u32)>,
     /// Other subvolumes opened as clone sources.
     sources: HashMap<Uuid, Resolver>,
-    /// UTIMES of directories, applied when the directory is renamed or
-    /// at END: only the last one of each directory counts.
-    dir_times: HashMap<Vec<u8>, (Timespec, Timespec, Position)>,
+    /// The times directories must end with, applied at END.
+    dir_times: DirTimes,
     errors: u64,
     copy: Methods,
     scratch: Vec<u8>,
@@ -137,6 +138,8 @@ pub struct Receiver<'o> {
     closer: Arc<Closer>,
     /// Effective uid and gid: the owner new files get.
     me: (u32, u32),
+    /// The command being applied.
+    now: (CommandKind, Position),
 }
 
 type R<T> = Result<T, CmdError>;
@@ -150,7 +153,13 @@ fn to_i64(v: u64, what: &'static str) -> R<i64> {
 }
 
 impl Current {
-    fn new(name: &[u8], state: SubvolState, root: OwnedFd, closer: Arc<Closer>) -> Current {
+    fn new(
+        name: &[u8],
+        state: SubvolState,
+        root: OwnedFd,
+        closer: Arc<Closer>,
+        max_dir_times: usize,
+    ) -> Current {
         Current {
             name: name.to_vec(),
             state,
@@ -160,7 +169,7 @@ impl Current {
             caps: None,
             deferred: Vec::new(),
             sources: HashMap::new(),
-            dir_times: HashMap::new(),
+            dir_times: DirTimes::new(max_dir_times),
             errors: 0,
             copy: Methods::default(),
             scratch: Vec::new(),
@@ -272,6 +281,15 @@ impl<'o> Receiver<'o> {
                 nix::unistd::geteuid().as_raw(),
                 nix::unistd::getegid().as_raw(),
             ),
+            now: (
+                CommandKind::End,
+                Position {
+                    index: 0,
+                    offset: 0,
+                    len: 0,
+                    version: 0,
+                },
+            ),
         }
     }
 
@@ -358,6 +376,7 @@ impl<'o> Receiver<'o> {
 
     fn apply_one(&mut self, cmd: &Command<'_>, pos: Position) -> Result<Flow, Error> {
         self.stats.commands += 1;
+        self.now = (cmd.kind(), pos);
         if self.log.level >= 3 {
             self.log.trace(cmd, pos);
         }
@@ -398,22 +417,11 @@ impl<'o> Receiver<'o> {
             self.flush_batch()?;
         }
         self.settle_for(cmd);
-        match cmd {
-            Command::Rename { from, to } => {
-                self.flush_dir_times(|p| path::is_within(p, from) || path::is_within(p, to))?
-            }
-            Command::Rmdir { path } => {
-                if let Some(c) = self.cur.as_mut() {
-                    c.dir_times.retain(|p, _| !path::is_within(p, path));
-                }
-            }
-            Command::End {} => {
-                // Failed files keep the subvolume from being marked complete.
-                self.closer.wait();
-                self.collect()?;
-                self.flush_dir_times(|_| true)?
-            }
-            _ => {}
+        if let Command::End {} = cmd {
+            // Failed files keep the subvolume from being marked complete.
+            self.closer.wait();
+            self.collect()?;
+            self.apply_dir_times()?;
         }
         self.dispatch(cmd, pos).map_err(|e| e.at(cmd, pos))
     }
@@ -451,7 +459,7 @@ impl<'o> Receiver<'o> {
             C::Symlink { path, target, .. } => {
                 self.defer(pos, path, Create::Symlink(target.to_vec()))
             }
-            C::Rename { from, to } => self.rename(from, to),
+            C::Rename { from, to } => self.rename(from, to, pos.index),
             C::Link { path, target } => self.link(path, target),
             C::Unlink { path } => self.unlink(path, false),
             C::Rmdir { path } => self.unlink(path, true),

@@ -11,15 +11,23 @@ use crate::path;
 use super::{Flow, Receiver, R, RESOLVE};
 
 impl Receiver<'_> {
-    pub(super) fn rename(&mut self, from: &[u8], to: &[u8]) -> R<Flow> {
-        let cur = self.cur()?;
+    /// Renames `from` to `to` for command number `at`.
+    pub(super) fn rename(&mut self, from: &[u8], to: &[u8], at: u64) -> R<Flow> {
         let (fp, fname) = path::split(from);
         let (tp, tname) = path::split(to);
+        if fp == tp {
+            self.entries_change(&[fp], at)?;
+        } else {
+            self.entries_change(&[fp, tp], at)?;
+        }
+        let cur = self.cur()?;
         let (fdir, tdir) = cur.res.dirs2(fp, tp).map_err(CmdError::os(RESOLVE))?;
         // The descriptors stay valid: nothing touches the cache in between.
         renameat(Some(fdir), fname, Some(tdir), tname).map_err(CmdError::os("rename"))?;
         cur.res.forget(from);
         cur.res.forget(to);
+        // A directory renamed is still the same directory.
+        cur.dir_times.renamed(from, to);
         if let Some(f) = cur.file.as_mut() {
             if f.path == to {
                 cur.retire();
@@ -33,8 +41,9 @@ impl Receiver<'_> {
     }
 
     pub(super) fn link(&mut self, path: &[u8], target: &[u8]) -> R<Flow> {
-        let cur = self.cur()?;
         let (np, nname) = path::split(path);
+        self.entries_change(&[np], self.now.1.index)?;
+        let cur = self.cur()?;
         let (tp, tname) = path::split(target);
         let (tdir, ndir) = cur.res.dirs2(tp, np).map_err(CmdError::os(RESOLVE))?;
         // No AT_SYMLINK_FOLLOW: a symlink target is linked, not followed.
@@ -50,6 +59,7 @@ impl Receiver<'_> {
     }
 
     pub(super) fn unlink(&mut self, path: &[u8], dir: bool) -> R<Flow> {
+        self.entries_change(&[path::split(path).0], self.now.1.index)?;
         let cur = self.cur()?;
         if cur.is_open(path) {
             cur.retire();
@@ -63,6 +73,7 @@ impl Receiver<'_> {
         unlinkat(Some(d.as_raw_fd()), name, flag).map_err(CmdError::os(op))?;
         if dir {
             cur.res.forget(path);
+            cur.dir_times.removed(path);
         }
         Ok(Flow::Continue)
     }

@@ -1,17 +1,20 @@
 //! What waits for what: files handed to the closing thread are waited for
-//! only by the commands that touch them, and directory UTIMES are held back
-//! until the directory is renamed or the subvolume ends.
+//! only by the commands that touch them, and directory times are held back
+//! until the subvolume ends ([`super::dirtimes`]).
+
+use std::os::fd::AsRawFd;
 
 use btrfs_stream::{Command, CommandKind, Position, Timespec};
+use nix::sys::stat::{fstat, FileStat};
 
+use crate::dest::Dest;
 use crate::error::{escape, CmdError, Error};
 use crate::path;
+use crate::Stats;
 
+use super::dirtimes::{Record, Source};
 use super::inode::set_times;
 use super::{Current, Receiver, R};
-
-/// Most directory UTIMES held back at once.
-pub(super) const MAX_DIR_TIMES: usize = 4096;
 
 impl Current {
     /// Forgets handed-over files the closing thread is done with.
@@ -123,9 +126,8 @@ impl Receiver<'_> {
         }
     }
 
-    /// Holds back a directory's UTIMES: the kernel sends a directory's
-    /// times again after each change to its entries; only the last ones
-    /// matter. Whether it was held back.
+    /// Holds back the UTIMES of a directory until END ([`super::dirtimes`]);
+    /// whether `path` is one.
     pub(super) fn hold_dir_times(
         &mut self,
         pos: Position,
@@ -133,47 +135,147 @@ impl Receiver<'_> {
         atime: Timespec,
         mtime: Timespec,
     ) -> R<bool> {
-        let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
-        if cur.is_open(path) || !cur.res.is_cached_dir(path) {
+        let cur = self.cur()?;
+        if cur.is_open(path) {
             return Ok(false);
         }
-        if cur.dir_times.len() >= MAX_DIR_TIMES {
-            self.flush_dir_times(|_| true).map_err(|e| e.kind())?;
+        let rec = Record::new(atime, mtime, Source::Utimes, CommandKind::Utimes, pos);
+        // Only directories have records.
+        if !cur.dir_times.replace(path, rec) {
+            // Not a directory, or not there (applying it says so).
+            if !cur.res.is_cached_dir(path) && cur.res.dir(path).is_err() {
+                return Ok(false);
+            }
+            self.dir_room(1)?;
+            self.cur()?.dir_times.insert(path, rec);
         }
-        let cur = self.cur()?;
-        cur.dir_times.insert(path.to_vec(), (atime, mtime, pos));
         self.stats.dir_utimes_deferred += 1;
         Ok(true)
     }
 
-    /// Applies the held-back directory times of the paths `which` selects.
-    pub(super) fn flush_dir_times(&mut self, which: impl Fn(&[u8]) -> bool) -> Result<(), Error> {
+    /// Before the entries of directories `dirs` (distinct) change for the
+    /// command numbered `at`: marks their times changed, or records the
+    /// times they have now, to be put back at END.
+    pub(super) fn entries_change(&mut self, dirs: &[&[u8]], at: u64) -> R<()> {
+        let cur = self.cur()?;
+        let mut new = 0;
+        for d in dirs {
+            if !cur.dir_times.change(d, at) {
+                new += 1;
+            }
+        }
+        if new == 0 {
+            return Ok(());
+        }
+        // Making room may apply some of `dirs`' times early: then they are
+        // read back below, like those of directories without a record.
+        self.dir_room(new)?;
+        let (cmd, pos) = self.now;
+        let cur = self.cur()?;
+        for d in dirs {
+            if cur.dir_times.contains(d) {
+                continue;
+            }
+            // Where the directory cannot be looked at, the change itself
+            // fails and says why.
+            let Ok(st) = dir_stat(cur, d) else {
+                continue;
+            };
+            if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                continue;
+            }
+            let rec = Record::new(
+                stat_time(st.st_atime, st.st_atime_nsec),
+                stat_time(st.st_mtime, st.st_mtime_nsec),
+                Source::Before,
+                cmd,
+                pos,
+            );
+            cur.dir_times.insert(d, rec);
+        }
+        Ok(())
+    }
+
+    /// Directory `dir` was just made: it has no times to put back yet, and
+    /// none need reading when its entries change.
+    pub(super) fn dir_created(&mut self, dir: &[u8]) -> R<()> {
+        self.dir_room(1)?;
+        let (cmd, pos) = self.now;
+        self.cur()?.dir_times.insert(dir, Record::created(cmd, pos));
+        Ok(())
+    }
+
+    /// Makes room for `extra` more directory times by applying the least
+    /// recently used ones now.
+    fn dir_room(&mut self, extra: usize) -> R<()> {
         let Some(cur) = self.cur.as_mut() else {
             return Ok(());
         };
-        if cur.dir_times.is_empty() {
-            return Ok(());
-        }
-        let mut due: Vec<(Vec<u8>, (Timespec, Timespec, Position))> = Vec::new();
-        cur.dir_times.retain(|p, v| {
-            if which(p) {
-                due.push((p.clone(), *v));
-                false
-            } else {
-                true
-            }
-        });
-        for (p, (a, m, pos)) in due {
-            if let Err(kind) = set_times(cur, &self.dest, &p, a, m) {
-                return Err(Error::Command {
-                    command: pos.index,
-                    offset: pos.offset,
-                    cmd: CommandKind::Utimes,
-                    path: format!("'{}'", escape(&p)),
-                    kind,
-                });
+        while !cur.dir_times.has_room(extra) && !cur.dir_times.is_empty() {
+            for (p, rec) in cur.dir_times.evict() {
+                put_dir_times(cur, &self.dest, &mut self.stats, &p, &rec, true).map_err(|e| {
+                    CmdError::DirTimes {
+                        path: escape(&p),
+                        command: rec.pos.index,
+                        err: Box::new(e.kind()),
+                    }
+                })?;
             }
         }
         Ok(())
+    }
+
+    /// Applies every directory's times (at END).
+    pub(super) fn apply_dir_times(&mut self) -> Result<(), Error> {
+        let Some(cur) = self.cur.as_mut() else {
+            return Ok(());
+        };
+        for (p, rec) in cur.dir_times.take_all() {
+            put_dir_times(cur, &self.dest, &mut self.stats, &p, &rec, false)?;
+        }
+        Ok(())
+    }
+}
+
+/// Sets directory `path`'s recorded times and counts what was done.
+fn put_dir_times(
+    cur: &mut Current,
+    dest: &Dest,
+    stats: &mut Stats,
+    path: &[u8],
+    rec: &Record,
+    early: bool,
+) -> Result<(), Error> {
+    if rec.source == Source::Created {
+        return Ok(());
+    }
+    set_times(cur, dest, path, rec.atime, rec.mtime).map_err(|kind| Error::Command {
+        command: rec.pos.index,
+        offset: rec.pos.offset,
+        cmd: rec.cmd,
+        path: format!("'{}'", escape(path)),
+        kind,
+    })?;
+    match rec.source {
+        Source::Utimes if rec.changed => stats.dir_times_restored += 1,
+        Source::Before if !early => stats.dir_times_kept += 1,
+        _ => {}
+    }
+    if early {
+        stats.dir_times_early += 1;
+    }
+    Ok(())
+}
+
+/// The status of directory `dir` (checked; empty = the root).
+fn dir_stat(cur: &mut Current, dir: &[u8]) -> nix::Result<FileStat> {
+    let fd = cur.res.dir(dir)?;
+    fstat(fd.as_raw_fd())
+}
+
+fn stat_time(sec: i64, nsec: i64) -> Timespec {
+    Timespec {
+        sec,
+        nsec: u32::try_from(nsec).unwrap_or(0),
     }
 }
