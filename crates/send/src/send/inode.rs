@@ -22,7 +22,7 @@
 //!    directories that waited for this one, then UTIMES (deferred for
 //!    non-empty directories, see [`super::utimes`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::num::NonZeroUsize;
 
 use btrfs_stream::Uuid;
@@ -66,8 +66,8 @@ const S_IFSOCK: u32 = 0o140000;
 
 /// Names kept in the name cache (the kernel keeps 256; more only saves lookups).
 const NAME_CACHE: usize = 16384;
-/// Directories remembered as created ahead of their turn.
-const CREATED_CACHE: usize = 4096;
+/// Whole paths kept (mostly directories, asked for every entry they get).
+const PATH_CACHE: usize = 4096;
 
 /// Why the walk stopped.
 pub(crate) enum Stop {
@@ -157,11 +157,23 @@ pub(crate) struct Walk<'a, 'fs> {
     pub(crate) new_refs: Vec<Ref>,
     pub(crate) deleted_refs: Vec<Ref>,
     pub(crate) names: LruCache<(u64, u64), NameEntry>,
+    /// Whole paths of inodes other than the current one, valid while
+    /// `path_version` stays what it was when they were made.
+    pub(crate) paths: LruCache<(u64, u64), (u64, Bytes)>,
+    /// Advances whenever a directory may have moved (a rename of anything
+    /// but the current file, an rmdir, a move put off or done).
+    pub(crate) path_version: u64,
+    /// The next RENAME moves the current file only: no other path changes.
+    pub(crate) file_rename: bool,
     pub(crate) unique: LruCache<(u64, u64), Bytes>,
     pub(crate) waiting: BTreeMap<u64, WaitingMove>,
     pub(crate) pending: BTreeMap<u64, Vec<PendingMove>>,
     pub(crate) orphan_dirs: BTreeMap<(u64, u64), OrphanDir>,
-    pub(crate) created_dirs: LruCache<u64, ()>,
+    /// Directories created ahead of their turn, until their turn comes.
+    pub(crate) created_dirs: HashSet<u64>,
+    /// In a full send, the orphan-shaped names of the root (seen while
+    /// walking its entries); an incremental send looks names up instead.
+    pub(crate) root_orphans: Option<HashSet<Vec<u8>>>,
     /// Bytes read per WRITE batch: a multiple of the protocol's WRITE size,
     /// so the writer's cuts fall where the kernel's do.
     pub(crate) read_chunk: u64,
@@ -186,6 +198,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
         write_chunk: usize,
     ) -> Walk<'a, 'fs> {
         let write_chunk = write_chunk.max(1) as u64;
+        let full = parent.is_none();
         Walk {
             fs,
             send: Lookup::new(send),
@@ -199,11 +212,15 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             new_refs: Vec::new(),
             deleted_refs: Vec::new(),
             names: LruCache::new(cap(NAME_CACHE)),
+            paths: LruCache::new(cap(PATH_CACHE)),
+            path_version: 0,
+            file_rename: false,
             unique: LruCache::new(cap(NAME_CACHE)),
             waiting: BTreeMap::new(),
             pending: BTreeMap::new(),
             orphan_dirs: BTreeMap::new(),
-            created_dirs: LruCache::new(cap(CREATED_CACHE)),
+            created_dirs: HashSet::new(),
+            root_orphans: full.then(HashSet::new),
             read_chunk: write_chunk * (1u64 << 20).div_ceil(write_chunk),
             write_size: write_chunk,
             sectorsize: fs.sectorsize() as u64,
@@ -272,6 +289,11 @@ impl<'a, 'fs> Walk<'a, 'fs> {
         if !self.root_dirty && changes_root_entries(&c) {
             self.root_dirty = true;
         }
+        match c {
+            Cmd::Rename { .. } if std::mem::take(&mut self.file_rename) => {}
+            Cmd::Rename { .. } | Cmd::Rmdir { .. } => self.path_version += 1,
+            _ => {}
+        }
         Ok(self.out.push(c)?)
     }
 
@@ -308,6 +330,18 @@ impl<'a, 'fs> Walk<'a, 'fs> {
         }
         if self.cur.ignore {
             return Ok(());
+        }
+        if key.objectid == objectid::FIRST_FREE && key.item_type == key_type::DIR_ITEM {
+            if let (Some(set), Some(s)) = (self.root_orphans.as_mut(), &left) {
+                let entries =
+                    dir_entries(s.item.data()).map_err(Error::bad_item(self.send.tree.id, key))?;
+                set.extend(
+                    entries
+                        .iter()
+                        .filter(|e| super::refs::looks_orphan(e.name))
+                        .map(|e| e.name.to_vec()),
+                );
+            }
         }
         let l = left.as_ref().map(|s| s.item);
         let r = right.as_ref().map(|s| s.item);
@@ -427,7 +461,10 @@ impl<'a, 'fs> Walk<'a, 'fs> {
                 "inode {ino} has {nlink} links but no INODE_REF or INODE_EXTREF"
             )));
         }
-        let left = self.send.need_inode(ino)?;
+        let left = match &self.cur.inode {
+            Some(i) => super::roots::InodeInfo::from_inode(i),
+            None => self.send.need_inode(ino)?,
+        };
         let kind = self.cur.kind();
         let (need_chown, need_chmod, need_truncate) =
             match self.parent.as_mut().filter(|_| !self.cur.new) {
@@ -631,16 +668,14 @@ impl<'a, 'fs> Walk<'a, 'fs> {
     fn create_if_needed(&mut self) -> Result<()> {
         let ino = self.cur.ino;
         if self.cur.is_dir() && self.did_create_dir(ino)? {
+            // Its turn has come: nobody asks again.
+            self.created_dirs.remove(&ino);
             return Ok(());
         }
         let Some(inode) = self.cur.inode else {
             return Ok(());
         };
-        self.send_create_inode(&inode)?;
-        if self.cur.is_dir() {
-            self.created_dirs.put(ino, ());
-        }
-        Ok(())
+        self.send_create_inode(&inode)
     }
 
     /// The kernel's send_create_inode: the inode at its orphan name.
@@ -818,7 +853,10 @@ impl<'a, 'fs> Walk<'a, 'fs> {
 
     /// UTIMES of `ino` from the send snapshot's inode item.
     pub(crate) fn send_utimes(&mut self, ino: u64, gen: u64) -> Result<()> {
-        let inode = self.fs.inode_in(&self.send.tree, ino)?;
+        let inode = match self.cur.inode {
+            Some(i) if i.ino == ino && i.generation == gen => i,
+            _ => self.fs.inode_in(&self.send.tree, ino)?,
+        };
         let path = self.cur_path(ino, gen)?;
         if ino == objectid::FIRST_FREE {
             self.root_dirty = false;

@@ -102,6 +102,21 @@ fn join(dir: &[u8], name: &[u8]) -> Bytes {
     Bytes::from(v)
 }
 
+/// Whether `name` has the shape of an orphan name (`o<digits>-<digits>-<digits>`).
+pub(crate) fn looks_orphan(name: &[u8]) -> bool {
+    let Some(rest) = name.strip_prefix(b"o") else {
+        return false;
+    };
+    let mut parts = 0;
+    for p in rest.split(|&b| b == b'-') {
+        if p.is_empty() || !p.iter().all(u8::is_ascii_digit) {
+            return false;
+        }
+        parts += 1;
+    }
+    parts == 3
+}
+
 /// Adds a directory the current inode left or entered, once.
 fn add_check_dir(dirs: &mut Vec<(u64, u64)>, dir: u64, gen: u64) {
     if !dirs.contains(&(dir, gen)) {
@@ -119,6 +134,17 @@ impl<'fs> Walk<'_, 'fs> {
     /// gen_unique_name: `o<ino>-<gen>-<n>` with the smallest `n` no entry
     /// of either snapshot's root has.
     pub(crate) fn orphan_name(&mut self, ino: u64, gen: u64) -> Result<Bytes> {
+        if let Some(set) = &self.root_orphans {
+            // A full send knows the root's orphan-shaped names: no lookups to save.
+            let mut n = 0u64;
+            loop {
+                let name = format!("o{ino}-{gen}-{n}").into_bytes();
+                if !set.contains(&name) {
+                    return Ok(Bytes::from(name));
+                }
+                n += 1;
+            }
+        }
         if let Some(n) = self.unique.get(&(ino, gen)) {
             return Ok(n.clone());
         }
@@ -225,6 +251,10 @@ impl<'fs> Walk<'_, 'fs> {
             if let Some(p) = &self.cur.path {
                 return Ok(p.clone());
             }
+        } else if let Some((v, p)) = self.paths.get(&(ino, gen)) {
+            if *v == self.path_version {
+                return Ok(p.clone());
+            }
         }
         let mut parts: Vec<Bytes> = Vec::new();
         let mut depth = 0usize;
@@ -271,6 +301,8 @@ impl<'fs> Walk<'_, 'fs> {
         let path = Bytes::from(v);
         if is_cur {
             self.cur.path = Some(path.clone());
+        } else {
+            self.paths.put(start, (self.path_version, path.clone()));
         }
         Ok(path)
     }
@@ -282,6 +314,7 @@ impl<'fs> Walk<'_, 'fs> {
                 return Ok(e.clone());
             }
             self.names.pop(&(ino, gen));
+            self.path_version += 1;
         }
         let need_later_update = ino >= self.send_progress;
         let entry = match self.existent(ino, gen)?.0 {
@@ -561,6 +594,7 @@ impl<'fs> Walk<'_, 'fs> {
                     w.orphanized = true;
                 }
                 self.names.pop(&(ow, ow_gen));
+                self.path_version += 1;
                 if self.is_ancestor(true, ow, ow_gen, ino)? {
                     orphanized_ancestor = true;
                     self.cur.path = None;
@@ -582,7 +616,7 @@ impl<'fs> Walk<'_, 'fs> {
                 if !made {
                     let parent = self.fs.inode_in(&self.send.tree, dir)?;
                     self.send_create_inode(&parent)?;
-                    self.created_dirs.put(dir, ());
+                    self.created_dirs.insert(dir);
                 }
             }
             if is_dir && has_parent {
@@ -689,6 +723,7 @@ impl<'fs> Walk<'_, 'fs> {
 
     /// RENAME of the current inode from `from` to `to`; returns its new path.
     fn rename_current(&mut self, from: Bytes, to: Bytes) -> Result<Bytes> {
+        self.file_rename = !self.cur.is_dir();
         self.push(Cmd::Rename {
             from,
             to: to.clone(),
@@ -700,13 +735,18 @@ impl<'fs> Walk<'_, 'fs> {
     /// did_create_dir: whether directory `dir` was made early, for an
     /// entry of an inode processed before it.
     pub(crate) fn did_create_dir(&mut self, dir: u64) -> Result<bool> {
-        if self.created_dirs.get(&dir).is_some() {
+        if self.created_dirs.contains(&dir) {
             return Ok(true);
+        }
+        // Every early creation is recorded, so a full send need not look;
+        // an incremental one checks the entries as the kernel does.
+        if self.parent.is_none() {
+            return Ok(false);
         }
         for e in self.send.dir_index_from(dir, 0) {
             let (_, loc) = e?;
             if loc.item_type != key_type::ROOT_ITEM && loc.objectid < self.send_progress {
-                self.created_dirs.put(dir, ());
+                self.created_dirs.insert(dir);
                 return Ok(true);
             }
         }
@@ -756,9 +796,12 @@ impl<'fs> Walk<'_, 'fs> {
             false
         };
         if !busy {
-            self.orphan_dirs.remove(&(dir, dir_gen));
+            if self.orphan_dirs.remove(&(dir, dir_gen)).is_some() {
+                self.path_version += 1;
+            }
             return Ok(true);
         }
+        self.path_version += 1;
         let o = self.orphan_dirs.entry((dir, dir_gen)).or_default();
         o.last_dir_index_offset = last_offset;
         o.dir_high_seq_ino = o.dir_high_seq_ino.max(high);
@@ -779,6 +822,7 @@ impl<'fs> Walk<'_, 'fs> {
                 "directory inode {ino} already waits for a move"
             )));
         }
+        self.path_version += 1;
         self.waiting.insert(
             ino,
             WaitingMove {
@@ -832,6 +876,7 @@ impl<'fs> Walk<'_, 'fs> {
     /// apply_dir_move.
     fn apply_dir_move(&mut self, pm: PendingMove) -> Result<()> {
         let w = self.waiting.remove(&pm.ino).unwrap_or_default();
+        self.path_version += 1;
         let from = if w.orphanized {
             self.orphan_name(pm.ino, pm.gen)?
         } else {

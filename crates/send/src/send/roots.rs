@@ -38,6 +38,19 @@ pub(crate) struct InodeInfo {
 }
 
 impl InodeInfo {
+    pub(crate) fn from_inode(i: &btrfs_disk::data::Inode) -> InodeInfo {
+        InodeInfo {
+            gen: i.generation,
+            size: i.size,
+            mode: i.mode,
+            uid: i.uid,
+            gid: i.gid,
+            rdev: i.rdev,
+            nlink: i.nlink,
+            flags: i.flags,
+        }
+    }
+
     pub(crate) fn from_item(ii: &InodeItem<'_>) -> InodeInfo {
         InodeInfo {
             gen: ii.generation(),
