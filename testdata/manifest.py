@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write a manifest of a directory tree (normally a read-only btrfs snapshot).
 
-Usage: manifest.py ROOT > NAME.manifest
+Usage: manifest.py [--links] ROOT > NAME.manifest
 
 Used by testdata/make-kernel-streams.sh; later tests compare a received tree
 against it.  Output format (one line per inode path, TAB separated, sorted by
@@ -27,15 +27,35 @@ the raw bytes of the relative path):
 
 Lines starting with "#" are comments.  "# skipped-subvol <path_hex> <repr>" records a
 nested subvolume (or its empty placeholder in a snapshot); send skips those entries,
-so they are not part of the tree.  ctime is not recorded (receive cannot set it).
+so they are not part of the tree.  They are told by inode number (256 or 2) only when
+ROOT is on btrfs: elsewhere those are ordinary inode numbers; a directory on another
+device is skipped everywhere.  ctime is not recorded (receive cannot set it).
+
+With --links the manifest also names the hard-link groups: one comment line
+"# hardlinks <path_hex> <path_hex>..." per non-directory inode reached by more than one
+path, its paths sorted by their bytes, the lines sorted; they follow the skipped-subvol
+lines.  Without it the output is what it always was (the manifests under testdata/images
+and testdata/kernel have no such lines).
 """
 import hashlib
 import os
 import stat
+import subprocess
 import sys
 
 BTRFS_EMPTY_SUBVOL_DIR_OBJECTID = 2
 BTRFS_FIRST_FREE_OBJECTID = 256
+BTRFS_SUPER_MAGIC = "9123683e"
+
+
+def on_btrfs(path):
+    """Whether path is on btrfs (statfs f_type); assumed so when unknown."""
+    try:
+        out = subprocess.run(["stat", "-f", "-c", "%t", os.fsdecode(path)],
+                             capture_output=True, check=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return True
+    return out.strip().lower() == BTRFS_SUPER_MAGIC
 
 
 def ts(ns):
@@ -91,12 +111,18 @@ def xattrs(path):
 
 
 def main():
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    links = bool(args) and args[0] == "--links"
+    if links:
+        args = args[1:]
+    if len(args) != 1:
         sys.exit(__doc__)
-    root = os.fsencode(sys.argv[1])
+    root = os.fsencode(args[0])
     root_st = os.lstat(root)
+    btrfs = on_btrfs(root)
     rows = []
     skipped = []
+    by_inode = {}
 
     def visit(rel, st):
         full = os.path.join(root, rel) if rel != b"." else root
@@ -106,6 +132,8 @@ def main():
         digest = sha256_file(full) if t == "reg" else "-"
         target = os.readlink(full).hex() if t == "lnk" else "-"
         rdev = ("%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))) if t in ("chr", "blk") else "-"
+        if t != "dir":
+            by_inode.setdefault(st.st_ino, []).append(rel)
         rows.append((rel, "\t".join([
             rel.hex(), t, "%04o" % (st.st_mode & 0o7777), str(st.st_uid), str(st.st_gid),
             nlink, size, ts(st.st_mtime_ns), ts(st.st_atime_ns), digest, target, rdev,
@@ -121,7 +149,8 @@ def main():
             st = os.lstat(os.path.join(root, crel))
             if stat.S_ISDIR(st.st_mode) and (
                 st.st_dev != root_st.st_dev
-                or st.st_ino in (BTRFS_EMPTY_SUBVOL_DIR_OBJECTID, BTRFS_FIRST_FREE_OBJECTID)
+                or (btrfs and st.st_ino in (BTRFS_EMPTY_SUBVOL_DIR_OBJECTID,
+                                            BTRFS_FIRST_FREE_OBJECTID))
             ):
                 skipped.append(crel)
                 continue
@@ -137,6 +166,10 @@ def main():
               "target_hex rdev xattrs path_repr (TAB separated; see testdata/manifest.py)\n")
     for s in sorted(skipped):
         out.write("# skipped-subvol %s %r\n" % (s.hex(), s))
+    if links:
+        groups = sorted(sorted(g) for g in by_inode.values() if len(g) > 1)
+        for g in groups:
+            out.write("# hardlinks %s\n" % " ".join(p.hex() for p in g))
     for _, line in rows:
         out.write(line + "\n")
 

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod model;
+pub mod scenarios;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

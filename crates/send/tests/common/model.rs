@@ -5,7 +5,20 @@
 //! It applies each command the way btrfs receive's syscalls would
 //! (rename, link, pwrite, truncate, ...) and fails on anything a receiver
 //! would reject: a missing path, an existing target, a write to a
-//! directory.
+//! directory, rmdir of a directory that is not empty, unlink of a
+//! directory, a directory renamed beneath itself. It is stricter than
+//! rename(2) in one way: a rename onto an existing name is an error (the
+//! kernel's streams never replace an entry by renaming over it).
+//!
+//! An incremental stream is replayed onto the model of its parent
+//! ([`Model::replay_onto`]): its SNAPSHOT must name the parent's uuid and
+//! ctransid, and CLONEs may read from either subvolume.
+//!
+//! Times change only by UTIMES, unless replayed with
+//! [`Times::LikeAFilesystem`]: then, as on a real filesystem, every entry
+//! made, renamed or removed sets its directory's mtime, and every write,
+//! clone or truncate its file's, to [`RECEIVE_TIME`], so a stream that
+//! changes something after its last UTIMES for it shows.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -55,16 +68,37 @@ impl Node {
 }
 
 /// The replayed subvolume of one stream.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Model {
     nodes: Vec<Node>,
-    /// The SUBVOL command's path.
+    /// The SUBVOL or SNAPSHOT command's path.
     pub subvol: Vec<u8>,
+    /// The subvolume's uuid and ctransid, from SUBVOL or SNAPSHOT.
+    pub uuid: btrfs_stream::Uuid,
+    pub ctransid: u64,
     /// Commands by name (`write`, `truncate`, ...).
     pub counts: BTreeMap<&'static str, u64>,
+    times: Times,
 }
 
 const ROOT: usize = 0;
+
+/// The mtime a receiver's own changes leave, under [`Times::LikeAFilesystem`]
+/// (far from any time a fixture sets).
+pub const RECEIVE_TIME: Timespec = Timespec {
+    sec: -9_999_999_999,
+    nsec: 0,
+};
+
+/// What changes times in the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Times {
+    /// UTIMES only.
+    #[default]
+    StreamOnly,
+    /// UTIMES, and [`RECEIVE_TIME`] for what a receiver's syscalls change.
+    LikeAFilesystem,
+}
 
 fn split(path: &[u8]) -> (Vec<&[u8]>, &[u8]) {
     let mut parts: Vec<&[u8]> = path.split(|&b| b == b'/').collect();
@@ -73,20 +107,51 @@ fn split(path: &[u8]) -> (Vec<&[u8]>, &[u8]) {
 }
 
 impl Model {
-    /// Replays the first stream of `stream` (up to its END).
+    /// Replays the first stream of `stream` (up to its END): a full stream,
+    /// which must start with SUBVOL.
     pub fn replay(stream: &[u8]) -> Result<Model, String> {
+        Self::replay_as(stream, None, Times::StreamOnly)
+    }
+
+    /// Replays the incremental stream `stream` onto a copy of `parent`, the
+    /// model of the subvolume it was made against: it must start with a
+    /// SNAPSHOT of `parent` (its uuid and ctransid). Times, modes and
+    /// everything else the stream does not touch stay as in `parent`.
+    pub fn replay_onto(parent: &Model, stream: &[u8]) -> Result<Model, String> {
+        Self::replay_as(stream, Some(parent), Times::StreamOnly)
+    }
+
+    /// Replays `stream`, a full stream when `parent` is None, else an
+    /// incremental one onto `parent`, with times changing as `times` says.
+    pub fn replay_as(stream: &[u8], parent: Option<&Model>, times: Times) -> Result<Model, String> {
+        let mut m = match parent {
+            Some(p) => {
+                let mut m = p.clone();
+                m.counts.clear();
+                m
+            }
+            None => Model::default(),
+        };
+        m.times = times;
         let mut r = Reader::new(stream);
-        let mut m = Model::default();
         let mut ended = false;
         let mut n = 0u64;
         while let Some(c) = r.next_command().map_err(|e| format!("stream: {e}"))? {
             n += 1;
+            let first = n == 1;
             *m.counts.entry(c.kind().dump_name()).or_default() += 1;
             if matches!(c, Command::End {}) {
                 ended = true;
                 break;
             }
-            m.apply(&c)
+            let starts = matches!(c, Command::Subvol { .. } | Command::Snapshot { .. });
+            if first != starts {
+                return Err(format!(
+                    "command #{n} {:?}: a stream starts with SUBVOL or SNAPSHOT, and only there",
+                    c.kind()
+                ));
+            }
+            m.apply(&c, parent)
                 .map_err(|e| format!("command #{n} {:?}: {e}", c.kind()))?;
         }
         if !ended {
@@ -138,6 +203,13 @@ impl Model {
         }
     }
 
+    /// Sets node `id`'s mtime as a receiver's syscall would.
+    fn touch(&mut self, id: usize) {
+        if self.times == Times::LikeAFilesystem {
+            self.nodes[id].mtime = RECEIVE_TIME;
+        }
+    }
+
     fn create(&mut self, path: &[u8], node: Node) -> Result<(), String> {
         let (dir, name) = self.parent(path)?;
         if self.entries(dir).contains_key(name) {
@@ -147,6 +219,7 @@ impl Model {
         let id = self.nodes.len() - 1;
         self.nodes[id].links = 1;
         self.entries(dir).insert(name.to_vec(), id);
+        self.touch(dir);
         Ok(())
     }
 
@@ -161,11 +234,59 @@ impl Model {
         }
     }
 
-    fn apply(&mut self, c: &Command<'_>) -> Result<(), String> {
+    /// Whether node `id` is `dir` or lies beneath it.
+    fn is_within(&self, id: usize, dir: usize) -> bool {
+        // Directories have one name, so walk down from `dir` instead of up.
+        let mut stack = vec![dir];
+        while let Some(d) = stack.pop() {
+            if d == id {
+                return true;
+            }
+            if let Kind::Dir(e) = &self.nodes[d].kind {
+                stack.extend(
+                    e.values()
+                        .copied()
+                        .filter(|&c| matches!(self.nodes[c].kind, Kind::Dir(_))),
+                );
+            }
+        }
+        false
+    }
+
+    fn apply(&mut self, c: &Command<'_>, parent: Option<&Model>) -> Result<(), String> {
         match c {
-            Command::Subvol { path, .. } => {
+            Command::Subvol {
+                path,
+                uuid,
+                ctransid,
+            } => {
+                if parent.is_some() {
+                    return Err("SUBVOL in an incremental stream".into());
+                }
                 self.subvol = path.to_vec();
+                self.uuid = *uuid;
+                self.ctransid = *ctransid;
                 self.nodes = vec![Node::new(Kind::Dir(BTreeMap::new()), 0o700)];
+            }
+            Command::Snapshot {
+                path,
+                uuid,
+                ctransid,
+                clone_uuid,
+                clone_ctransid,
+            } => {
+                let Some(p) = parent else {
+                    return Err("SNAPSHOT without a parent to replay it onto".into());
+                };
+                if (*clone_uuid, *clone_ctransid) != (p.uuid, p.ctransid) {
+                    return Err(format!(
+                        "SNAPSHOT of {clone_uuid} ctransid {clone_ctransid}, but the parent is {} ctransid {}",
+                        p.uuid, p.ctransid
+                    ));
+                }
+                self.subvol = path.to_vec();
+                self.uuid = *uuid;
+                self.ctransid = *ctransid;
             }
             Command::Mkfile { path, .. } => {
                 self.create(path, Node::new(Kind::File(vec![]), 0o600))?
@@ -218,8 +339,16 @@ impl Model {
                 if self.entries(td).contains_key(tname) {
                     return Err(format!("{}: exists", String::from_utf8_lossy(to)));
                 }
+                if matches!(self.nodes[id].kind, Kind::Dir(_)) && self.is_within(td, id) {
+                    return Err(format!(
+                        "{} would be moved beneath itself",
+                        String::from_utf8_lossy(from)
+                    ));
+                }
                 self.entries(fd).remove(fname);
                 self.entries(td).insert(tname.to_vec(), id);
+                self.touch(fd);
+                self.touch(td);
             }
             Command::Link { path, target } => {
                 let id = self.lookup(target)?;
@@ -232,14 +361,40 @@ impl Model {
                 }
                 self.entries(dir).insert(name.to_vec(), id);
                 self.nodes[id].links += 1;
+                self.touch(dir);
             }
             Command::Unlink { path } | Command::Rmdir { path } => {
+                let rmdir = matches!(c, Command::Rmdir { .. });
                 let (dir, name) = self.parent(path)?;
-                let id = self
+                let id = *self
                     .entries(dir)
-                    .remove(name)
+                    .get(name)
                     .ok_or_else(|| "no such entry".to_string())?;
+                match (&self.nodes[id].kind, rmdir) {
+                    (Kind::Dir(e), true) if !e.is_empty() => {
+                        return Err(format!(
+                            "{}: directory not empty",
+                            String::from_utf8_lossy(path)
+                        ))
+                    }
+                    (Kind::Dir(_), false) => {
+                        return Err(format!(
+                            "{}: unlink of a directory",
+                            String::from_utf8_lossy(path)
+                        ))
+                    }
+                    (Kind::Dir(_), true) => {}
+                    (_, true) => {
+                        return Err(format!(
+                            "{}: rmdir of a non-directory",
+                            String::from_utf8_lossy(path)
+                        ))
+                    }
+                    (_, false) => {}
+                }
+                self.entries(dir).remove(name);
                 self.nodes[id].links -= 1;
+                self.touch(dir);
             }
             Command::SetXattr { path, name, data } => {
                 let id = self.lookup(path)?;
@@ -259,29 +414,50 @@ impl Model {
                     f.resize(end, 0);
                 }
                 f[*offset as usize..end].copy_from_slice(data);
+                let id = self.lookup(path)?;
+                self.touch(id);
             }
             Command::Clone {
                 offset,
                 len,
                 path,
+                clone_uuid,
                 clone_path,
                 clone_offset,
                 ..
             } => {
-                let src = self.file(clone_path)?;
+                // The source is this subvolume as received so far, or the
+                // parent as it was (an incremental stream clones from both).
                 let (s, n) = (*clone_offset as usize, *len as usize);
-                if s + n > src.len() {
-                    return Err("clone source range beyond its end".into());
-                }
-                let bytes = src[s..s + n].to_vec();
+                let range = |src: &[u8]| {
+                    src.get(s..s + n)
+                        .map(<[u8]>::to_vec)
+                        .ok_or_else(|| "clone source range beyond its end".to_string())
+                };
+                let bytes = if *clone_uuid == self.uuid {
+                    range(self.file(clone_path)?)?
+                } else if let Some(p) = parent.filter(|p| p.uuid == *clone_uuid) {
+                    match &p.nodes[p.lookup(clone_path)?].kind {
+                        Kind::File(d) => range(d)?,
+                        _ => return Err("clone source is not a regular file".into()),
+                    }
+                } else {
+                    return Err(format!("clone from an unknown subvolume {clone_uuid}"));
+                };
                 let f = self.file(path)?;
                 let end = *offset as usize + n;
                 if f.len() < end {
                     f.resize(end, 0);
                 }
                 f[*offset as usize..end].copy_from_slice(&bytes);
+                let id = self.lookup(path)?;
+                self.touch(id);
             }
-            Command::Truncate { path, size } => self.file(path)?.resize(*size as usize, 0),
+            Command::Truncate { path, size } => {
+                self.file(path)?.resize(*size as usize, 0);
+                let id = self.lookup(path)?;
+                self.touch(id);
+            }
             Command::Chmod { path, mode } => {
                 let id = self.lookup(path)?;
                 self.nodes[id].perm = mode & 0o7777;
@@ -299,12 +475,7 @@ impl Model {
                 self.nodes[id].mtime = *mtime;
             }
             Command::UpdateExtent { .. } => {}
-            other => {
-                return Err(format!(
-                    "{:?} is not expected in a v1 full send",
-                    other.kind()
-                ))
-            }
+            other => return Err(format!("{:?} is not expected in a v1 stream", other.kind())),
         }
         Ok(())
     }
