@@ -10,15 +10,14 @@
 //! - the reader sees every snapshot in the image as its manifest says;
 //! - rsend's full stream of every snapshot replays to that snapshot;
 //! - rsend's incremental streams do what the kernel's do, with no more bytes
-//!   and no more TRUNCATEs (ignored until rsend can send incrementally: see
+//!   and no more TRUNCATEs (see
 //!   [`rsend_incremental`]).
 
 mod common;
 
 use btrfs_disk::{Filesystem, SubvolSelector, Subvolume};
-use btrfs_stream::CommandKind;
 use common::model::{Model, Times, RECEIVE_TIME};
-use common::scenarios::{self, count, kernel_stream, only_root_mtime_differs, Manifest};
+use common::scenarios::{self, kernel_stream, only_root_mtime_differs, Manifest, SizeReport};
 use common::{manifest_of, rsend_stream, source_link_groups};
 
 /// What a replayed model lists, as a manifest.
@@ -210,41 +209,29 @@ fn rsend_full_streams_of_every_snapshot_replay_to_it() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// rsend's incremental stream of `child` against `parent`. THE SWITCH for
-/// the rsend half of this file: until `rsend::send::send_incremental`
-/// exists it returns an error, and the test using it is ignored.
-///
-/// To switch on, replace the body with
-///
-/// ```ignore
-/// let mut w = btrfs_stream::Writer::new(Vec::new());
-/// rsend::send::send_incremental(fs, parent, child, &mut w, &rsend::send::SendOptions::default())
-///     .map_err(|e| format!("{e:#}"))?;
-/// Ok(w.into_inner())
-/// ```
-///
-/// and remove the `#[ignore]` of
-/// `rsend_incremental_streams_replayed_onto_the_parent_give_the_child`.
+/// rsend's incremental stream of `child` against `parent`.
 fn rsend_incremental(
     fs: &Filesystem,
     parent: &Subvolume,
     child: &Subvolume,
 ) -> Result<Vec<u8>, String> {
-    let _ = (fs, parent, child);
-    Err("needs rsend -p (rsend::send::send_incremental)".into())
+    let mut w = btrfs_stream::Writer::new(Vec::new());
+    rsend::send::send_incremental(
+        fs,
+        child,
+        parent,
+        &mut w,
+        &rsend::send::SendOptions::default(),
+    )
+    .map_err(|e| format!("{e:#}"))?;
+    Ok(w.into_inner())
 }
 
 #[test]
-#[ignore = "needs rsend -p"]
 fn rsend_incremental_streams_replayed_onto_the_parent_give_the_child() {
     let img = Image::open();
     let mut failures = Vec::new();
-    let mut larger = Vec::new();
-    let mut table = vec![format!(
-        "{:<50} {:>9} {:>9} {:>6} {:>6} {:>9}",
-        "incremental", "rsend", "kernel", "trunc", "k-trnc", "identical"
-    )];
-    let mut identical = 0;
+    let mut sizes = SizeReport::default();
     for (parent, child, name) in pairs() {
         let (psv, csv) = (img.snapshot(&parent), img.snapshot(&child));
         // The parent as rsend's own full stream gives it (checked above).
@@ -272,31 +259,9 @@ fn rsend_incremental_streams_replayed_onto_the_parent_give_the_child() {
             Err(e) => failures.push(format!("rsend -p {parent} {child}: {e}")),
         }
         let kernel = kernel_stream(&format!("{name}.incr"));
-        let (t, kt) = (
-            count(&ours, CommandKind::Truncate),
-            count(&kernel, CommandKind::Truncate),
-        );
-        let same = ours == kernel;
-        identical += usize::from(same);
-        table.push(format!(
-            "{name:<50} {:>9} {:>9} {t:>6} {kt:>6} {:>9}",
-            ours.len(),
-            kernel.len(),
-            if same { "yes" } else { "no" }
-        ));
-        if ours.len() > kernel.len() || t > kt {
-            larger.push(format!(
-                "{name}: {} bytes and {t} TRUNCATEs, the kernel's stream {} and {kt}",
-                ours.len(),
-                kernel.len()
-            ));
-        }
+        sizes.add(&name, &ours, &kernel);
     }
-    println!("{}", table.join("\n"));
-    println!(
-        "{identical} of {} incremental streams byte-identical to the kernel's",
-        table.len() - 1
-    );
+    let larger = sizes.finish("rsend");
     assert!(
         failures.is_empty() && larger.is_empty(),
         "wrong trees:\n{}\n\nmore bytes or TRUNCATEs than the kernel:\n{}",

@@ -41,8 +41,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use btrfs_stream::CommandKind;
-use common::scenarios::{self, count, only_root_mtime_differs, Manifest};
+use common::scenarios::{self, only_root_mtime_differs, Manifest, SizeReport};
 use testkit::{ext4_image, kernel_available, run, BtrfsImage, LoopImage};
 
 // ---------------------------------------------------------------------------
@@ -695,12 +694,7 @@ fn sender_streams_have_no_more_bytes_or_truncates_than_the_kernels() {
         pairs.push((w[0].clone(), w[1].clone(), w[1].clone()));
     }
     let mut errors = Vec::new();
-    let mut larger = Vec::new();
-    let mut identical = 0;
-    let mut table = vec![format!(
-        "{:<50} {:>10} {:>10} {:>6} {:>6} {:>10}",
-        "incremental", "sender", "kernel", "trunc", "k-trnc", "identical"
-    )];
+    let mut sizes = SizeReport::default();
     for (p, c, name) in &pairs {
         let (ours, kernel) = match (incremental_stream(&src, p, c), src.kernel_send(Some(p), c)) {
             (Ok(o), Ok(k)) => (o, k),
@@ -708,38 +702,12 @@ fn sender_streams_have_no_more_bytes_or_truncates_than_the_kernels() {
                 for e in [o.err(), k.err()].into_iter().flatten() {
                     errors.push(format!("{name}: {e}"));
                 }
-                table.push(format!("{name:<50} {:>10}", "FAILED"));
                 continue;
             }
         };
-        let (t, kt) = (
-            count(&ours, CommandKind::Truncate),
-            count(&kernel, CommandKind::Truncate),
-        );
-        let same = ours == kernel;
-        identical += usize::from(same);
-        table.push(format!(
-            "{name:<50} {:>10} {:>10} {t:>6} {kt:>6} {:>10}",
-            ours.len(),
-            kernel.len(),
-            if same { "yes" } else { "no" }
-        ));
-        if ours.len() > kernel.len() {
-            larger.push(format!(
-                "{name}: {} bytes, the kernel's stream {}",
-                ours.len(),
-                kernel.len()
-            ));
-        }
-        if t > kt {
-            larger.push(format!("{name}: {t} TRUNCATEs, the kernel sent {kt}"));
-        }
+        sizes.add(name, &ours, &kernel);
     }
-    println!("sender: {:?}\n{}", sender(), table.join("\n"));
-    println!(
-        "{identical} of {} incremental streams byte-identical to the kernel's",
-        pairs.len()
-    );
+    let larger = sizes.finish(&format!("{:?}", sender()));
     assert!(errors.is_empty(), "sends failed:\n{}", errors.join("\n"));
     assert!(
         larger.is_empty(),
