@@ -229,17 +229,14 @@ fn last_before_end(s: &[u8]) -> Option<(btrfs_stream::CommandKind, Vec<u8>, usiz
     let mut r = btrfs_stream::Reader::new(s);
     let mut last = None;
     let mut pos = r.position();
-    loop {
-        let (kind, path) = match r.next_command() {
-            Ok(Some(c)) => {
-                let path = match &c {
-                    btrfs_stream::Command::Utimes { path, .. } => path.to_vec(),
-                    _ => Vec::new(),
-                };
-                (c.kind(), path)
-            }
-            _ => break,
+    let info = |c: btrfs_stream::Command<'_>| {
+        let path = match &c {
+            btrfs_stream::Command::Utimes { path, .. } => path.to_vec(),
+            _ => Vec::new(),
         };
+        (c.kind(), path)
+    };
+    while let Some((kind, path)) = r.next_command().ok().flatten().map(info) {
         let end = r.position();
         if kind == btrfs_stream::CommandKind::End {
             break;
