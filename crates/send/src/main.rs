@@ -31,7 +31,7 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1)]
     proto: u32,
 
-    /// Send incrementally against PARENT (a read-only snapshot, as a path from the top level)
+    /// Send incrementally against PARENT (a read-only snapshot: a path from the top level, or its uuid)
     #[arg(short = 'p', long = "parent", value_name = "PARENT")]
     parent: Option<String>,
 
