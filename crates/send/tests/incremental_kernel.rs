@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use common::scenarios::{self, only_root_mtime_differs, Manifest, SizeReport};
-use testkit::{ext4_image, kernel_available, run, BtrfsImage, LoopImage};
+use testkit::{ext4_image, kernel_available, run, Attached, BtrfsImage, LoopImage};
 
 // ---------------------------------------------------------------------------
 // The sender under test
@@ -85,51 +85,6 @@ fn incremental_stream(src: &Source, parent: &str, child: &str) -> Result<Vec<u8>
 
 // ---------------------------------------------------------------------------
 // The source filesystem
-
-/// A loop device attached read-only, its filesystem mounted read-only.
-struct Attached {
-    loopdev: String,
-    mnt: PathBuf,
-    mounted: bool,
-}
-
-impl Attached {
-    fn new(image: &Path, mnt: &Path) -> Attached {
-        let out = run(Command::new("losetup")
-            .args(["-r", "--find", "--show"])
-            .arg(image));
-        let mut a = Attached {
-            loopdev: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-            mnt: mnt.to_owned(),
-            mounted: false,
-        };
-        std::fs::create_dir_all(mnt).unwrap();
-        run(Command::new("mount")
-            .args(["-o", "ro,noatime,subvolid=5"])
-            .arg(&a.loopdev)
-            .arg(mnt));
-        a.mounted = true;
-        a
-    }
-}
-
-impl Drop for Attached {
-    fn drop(&mut self) {
-        if self.mounted {
-            let ok = Command::new("umount")
-                .arg(&self.mnt)
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-            }
-        }
-        let _ = Command::new("losetup")
-            .arg("-d")
-            .arg(&self.loopdev)
-            .status();
-    }
-}
 
 /// The scenario snapshots: an image file (what rsend reads) whose
 /// filesystem is mounted read-only (what the kernel sends from).
@@ -184,7 +139,7 @@ impl Source {
             scenarios::decompress_image(dir.path())
         };
         let mnt = dir.path().join("mnt");
-        let attached = Attached::new(&image, &mnt);
+        let attached = Attached::new(std::slice::from_ref(&image), &mnt, false, "noatime");
         Source {
             image,
             mnt,

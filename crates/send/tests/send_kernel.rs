@@ -25,7 +25,7 @@ use std::process::Command;
 use btrfs_disk::Filesystem;
 use btrfs_stream::{Command as Cmd, CommandKind, Reader};
 use common::{fixtures, ro_snapshots, rsend_stream, source_link_groups};
-use testkit::{kernel_available, run, sh, BtrfsImage};
+use testkit::{kernel_available, run, sh, Attached, BtrfsImage};
 
 fn manifest_py() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/manifest.py")
@@ -129,61 +129,6 @@ fn first_difference(a: &[String], b: &[String]) -> String {
     format!("kernel has {} commands, rsend {}", a.len(), b.len())
 }
 
-/// A fixture image attached to loop devices and mounted read-only.
-struct Attached {
-    loops: Vec<String>,
-    mnt: PathBuf,
-    mounted: bool,
-}
-
-impl Attached {
-    fn new(devs: &[PathBuf], mnt: &Path, writable_loop: bool) -> Attached {
-        let mut a = Attached {
-            loops: Vec::new(),
-            mnt: mnt.to_owned(),
-            mounted: false,
-        };
-        for d in devs {
-            let mut c = Command::new("losetup");
-            if !writable_loop {
-                c.arg("-r");
-            }
-            let out = run(c.args(["--find", "--show"]).arg(d));
-            a.loops
-                .push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
-        }
-        std::fs::create_dir_all(mnt).unwrap();
-        let mut opts = String::from("ro,subvolid=5");
-        for l in &a.loops {
-            opts.push_str(",device=");
-            opts.push_str(l);
-        }
-        run(Command::new("mount")
-            .args(["-o", &opts])
-            .arg(&a.loops[0])
-            .arg(mnt));
-        a.mounted = true;
-        a
-    }
-}
-
-impl Drop for Attached {
-    fn drop(&mut self) {
-        if self.mounted {
-            let ok = Command::new("umount")
-                .arg(&self.mnt)
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-            }
-        }
-        for l in self.loops.drain(..) {
-            let _ = Command::new("losetup").arg("-d").arg(l).status();
-        }
-    }
-}
-
 /// Receives `stream` with btrfs receive into `dest`; returns the subvolume path.
 fn receive(stream: &[u8], dest: &Path, name: &[u8], scratch: &Path) -> PathBuf {
     use std::os::unix::ffi::OsStrExt;
@@ -263,7 +208,7 @@ fn every_fixture_snapshot_received_by_btrfs_receive_is_the_snapshot() {
         }
         let log = f.info.get("log_root").is_some_and(|v| v != "0");
         let mnt = tmp.path().join(format!("{}-mnt", f.name));
-        let attached = Attached::new(&devs, &mnt, log);
+        let attached = Attached::new(&devs, &mnt, log, "");
         for (id, path, name, ours, groups) in &snaps {
             use std::os::unix::ffi::OsStrExt;
             let what = format!("{} subvol {id}", f.name);

@@ -349,3 +349,72 @@ impl Drop for Tmpfs {
         }
     }
 }
+
+/// Existing image files (one per device) attached to loop devices and
+/// their filesystem mounted read-only at `mnt`; detached and unmounted on
+/// drop, also when a test fails.
+pub struct Attached {
+    loops: Vec<String>,
+    mnt: PathBuf,
+    mounted: bool,
+}
+
+impl Attached {
+    /// Attaches `devs` (read-only loop devices unless `writable_loop`, as a
+    /// filesystem with a log tree needs) and mounts them with `opts` plus
+    /// `ro,subvolid=5` and `device=` for each.
+    pub fn new(devs: &[PathBuf], mnt: &Path, writable_loop: bool, opts: &str) -> Attached {
+        let mut a = Attached {
+            loops: Vec::new(),
+            mnt: mnt.to_owned(),
+            mounted: false,
+        };
+        for d in devs {
+            let mut c = Command::new("losetup");
+            if !writable_loop {
+                c.arg("-r");
+            }
+            let out = run(c.args(["--find", "--show"]).arg(d));
+            a.loops
+                .push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+        }
+        std::fs::create_dir_all(mnt).expect("mount point");
+        let mut o = String::from("ro,subvolid=5");
+        if !opts.is_empty() {
+            o.push(',');
+            o.push_str(opts);
+        }
+        for l in &a.loops {
+            o.push_str(",device=");
+            o.push_str(l);
+        }
+        run(Command::new("mount")
+            .args(["-o", &o])
+            .arg(&a.loops[0])
+            .arg(mnt));
+        a.mounted = true;
+        a
+    }
+
+    /// The mount point.
+    pub fn mnt(&self) -> &Path {
+        &self.mnt
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        if self.mounted {
+            let ok = Command::new("umount")
+                .arg(&self.mnt)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+            }
+        }
+        for l in self.loops.drain(..) {
+            let _ = Command::new("losetup").arg("-d").arg(l).status();
+        }
+    }
+}
