@@ -209,6 +209,28 @@ fn library_receive(dest: &Path, stream: &[u8], max_dir_times: usize) -> rreceive
 
 /// Receives `streams` with rreceive into `dest` and checks the directory
 /// times of each snapshot against the source. The stats of each stream.
+/// rreceive of `snaps` onto ext4, onto btrfs, and holding only 16
+/// directories (onto btrfs when `small_on_btrfs`, else ext4), each exact
+/// (see [`rreceive_exact`]); their stats in that order.
+fn exact_everywhere(
+    src: &Path,
+    snaps: &[(&str, &[u8])],
+    small_on_btrfs: bool,
+) -> [Vec<rreceive::Stats>; 3] {
+    let ext4 = ext4_image(512, &[], "noatime");
+    let a = rreceive_exact("ext4", ext4.mnt(), src, snaps, rreceive::MAX_DIR_TIMES);
+    let btrfs = BtrfsImage::new(512, &[], "noatime");
+    let b = rreceive_exact("btrfs", btrfs.mnt(), src, snaps, rreceive::MAX_DIR_TIMES);
+    let c = if small_on_btrfs {
+        let small = BtrfsImage::new(512, &[], "noatime");
+        rreceive_exact("btrfs, 16 held", small.mnt(), src, snaps, 16)
+    } else {
+        let small = ext4_image(512, &[], "noatime");
+        rreceive_exact("ext4, 16 held", small.mnt(), src, snaps, 16)
+    };
+    [a, b, c]
+}
+
 fn rreceive_exact(
     what: &str,
     dest: &Path,
@@ -351,26 +373,9 @@ fn full_stream_with_orphans_after_the_root_utimes_gives_exact_directory_times() 
     let snaps: &[(&str, &[u8])] = &[("full", &stream)];
     let progs = btrfs_receive_wrong(src.scratch(), src.mnt(), snaps);
 
-    let ext4 = ext4_image(512, &[], "noatime");
-    let s = rreceive_exact(
-        "ext4",
-        ext4.mnt(),
-        src.mnt(),
-        snaps,
-        rreceive::MAX_DIR_TIMES,
-    );
-    assert!(s[0].dir_times_restored >= 1, "{:?}", s[0]);
-    let btrfs = BtrfsImage::new(512, &[], "noatime");
-    rreceive_exact(
-        "btrfs",
-        btrfs.mnt(),
-        src.mnt(),
-        snaps,
-        rreceive::MAX_DIR_TIMES,
-    );
-    let small = ext4_image(512, &[], "noatime");
-    let s = rreceive_exact("ext4, 16 held", small.mnt(), src.mnt(), snaps, 16);
-    assert!(s[0].dir_times_early as usize > PLAIN, "{:?}", s[0]);
+    let [ext4, _, small] = exact_everywhere(src.mnt(), snaps, false);
+    assert!(ext4[0].dir_times_restored >= 1, "{:?}", ext4[0]);
+    assert!(small[0].dir_times_early as usize > PLAIN, "{:?}", small[0]);
     println!("btrfs receive: {progs:?} directories wrong; rreceive: none");
 }
 
@@ -419,25 +424,8 @@ fn incremental_stream_with_orphans_and_moves_gives_exact_directory_times() {
     let snaps: &[(&str, &[u8])] = &[("parent", &full), ("child", &incr)];
     let progs = btrfs_receive_wrong(src.scratch(), src.mnt(), snaps);
 
-    let ext4 = ext4_image(512, &[], "noatime");
-    let s = rreceive_exact(
-        "ext4",
-        ext4.mnt(),
-        src.mnt(),
-        snaps,
-        rreceive::MAX_DIR_TIMES,
-    );
-    assert!(s[1].dir_times_kept >= 1, "{:?}", s[1]);
-    let btrfs = BtrfsImage::new(512, &[], "noatime");
-    rreceive_exact(
-        "btrfs",
-        btrfs.mnt(),
-        src.mnt(),
-        snaps,
-        rreceive::MAX_DIR_TIMES,
-    );
-    let small = BtrfsImage::new(512, &[], "noatime");
-    let s = rreceive_exact("btrfs, 16 held", small.mnt(), src.mnt(), snaps, 16);
-    assert!(s[1].dir_times_early > 0, "{:?}", s[1]);
+    let [ext4, _, small] = exact_everywhere(src.mnt(), snaps, true);
+    assert!(ext4[1].dir_times_kept >= 1, "{:?}", ext4[1]);
+    assert!(small[1].dir_times_early > 0, "{:?}", small[1]);
     println!("btrfs receive: {progs:?} directories wrong; rreceive: none");
 }
