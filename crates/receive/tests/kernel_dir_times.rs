@@ -66,19 +66,7 @@ fn late_changes(stream: &[u8]) -> Late {
     let mut n = 0u64;
     while let Some(c) = r.next_command().unwrap() {
         n += 1;
-        let changed: Vec<&[u8]> = match c {
-            Cmd::Mkfile { path, .. }
-            | Cmd::Mkdir { path, .. }
-            | Cmd::Mknod { path, .. }
-            | Cmd::Mkfifo { path, .. }
-            | Cmd::Mksock { path, .. }
-            | Cmd::Symlink { path, .. }
-            | Cmd::Link { path, .. }
-            | Cmd::Unlink { path }
-            | Cmd::Rmdir { path } => vec![parent(path)],
-            Cmd::Rename { from, to } => vec![parent(from), parent(to)],
-            _ => Vec::new(),
-        };
+        let changed: Vec<&[u8]> = c.entry_paths().map(parent).collect();
         if changed.iter().any(|d| d.is_empty()) {
             late.root_after += 1;
         }

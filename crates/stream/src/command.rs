@@ -531,9 +531,69 @@ pub mod compression {
     pub const LZO_64K: u32 = 7;
 }
 
+impl<'a> Command<'a> {
+    /// The paths of the directory entries this command adds, removes or
+    /// renames (each entry's parent directory changes): the new name of a
+    /// created inode or link, the removed name, both names of a rename.
+    pub fn entry_paths(&self) -> impl Iterator<Item = &'a [u8]> {
+        let (a, b): (Option<&'a [u8]>, Option<&'a [u8]>) = match *self {
+            Command::Mkfile { path, .. }
+            | Command::Mkdir { path, .. }
+            | Command::Mknod { path, .. }
+            | Command::Mkfifo { path, .. }
+            | Command::Mksock { path, .. }
+            | Command::Symlink { path, .. }
+            | Command::Link { path, .. }
+            | Command::Unlink { path }
+            | Command::Rmdir { path } => (Some(path), None),
+            Command::Rename { from, to } => (Some(from), Some(to)),
+            _ => (None, None),
+        };
+        a.into_iter().chain(b)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entry_paths_are_the_names_added_removed_or_renamed() {
+        let names = |c: Command<'_>| c.entry_paths().map(<[u8]>::to_vec).collect::<Vec<_>>();
+        assert_eq!(
+            names(Command::Mkdir {
+                path: b"d",
+                ino: 257
+            }),
+            vec![b"d".to_vec()]
+        );
+        assert_eq!(
+            names(Command::Link {
+                path: b"a/l",
+                target: b"f"
+            }),
+            vec![b"a/l".to_vec()]
+        );
+        assert_eq!(
+            names(Command::Rename {
+                from: b"o257-5-0",
+                to: b"a/f"
+            }),
+            vec![b"o257-5-0".to_vec(), b"a/f".to_vec()]
+        );
+        assert_eq!(names(Command::Rmdir { path: b"d" }), vec![b"d".to_vec()]);
+        assert!(names(Command::Truncate {
+            path: b"f",
+            size: 0
+        })
+        .is_empty());
+        assert!(names(Command::SetXattr {
+            path: b"d",
+            name: b"user.a",
+            data: b""
+        })
+        .is_empty());
+    }
 
     const T: Timespec = Timespec { sec: 1, nsec: 2 };
     const ID: Uuid = Uuid::from_bytes([7; 16]);

@@ -884,20 +884,9 @@ impl<'a, 'fs> Walk<'a, 'fs> {
 
 /// Whether `c` adds, removes or renames an entry of the subvolume root.
 fn changes_root_entries(c: &Cmd) -> bool {
-    let top = |p: &[u8]| !p.is_empty() && !p.contains(&b'/');
-    match c {
-        Cmd::Mkfile { path, .. }
-        | Cmd::Mkdir { path, .. }
-        | Cmd::Mknod { path, .. }
-        | Cmd::Mkfifo { path, .. }
-        | Cmd::Mksock { path, .. }
-        | Cmd::Symlink { path, .. }
-        | Cmd::Link { path, .. }
-        | Cmd::Unlink { path }
-        | Cmd::Rmdir { path } => top(path),
-        Cmd::Rename { from, to } => top(from) || top(to),
-        _ => false,
-    }
+    c.as_command()
+        .entry_paths()
+        .any(|p| !p.is_empty() && !p.contains(&b'/'))
 }
 
 #[cfg(test)]
