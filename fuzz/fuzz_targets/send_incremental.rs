@@ -2,7 +2,9 @@
 //! metadata (the reflink-snapshots fixture: snapshots of one subvolume,
 //! a snapshot of a snapshot, nested subvolumes). Every pair of read-only
 //! snapshots is sent; no input may panic or hang, and an error must say
-//! where (subvolume, inode, tree or block).
+//! where (subvolume, inode, tree or block). The snapshots sent before
+//! each one are its clone sources, so clone search reads mutated extent
+//! trees and shared leaves too.
 #![no_main]
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -51,14 +53,9 @@ fn run(bytes: Arc<[u8]>, _rest: &[u8]) {
         let parents = std::iter::once(None).chain(ro[..i].iter().map(|p| Some(*p)));
         for parent in parents.take(3) {
             let mut w = Writer::new(std::io::sink());
-            let r = rsend::send::send_with(
-                &fs,
-                sv,
-                parent,
-                &mut w,
-                &send_opts,
-                &mut rsend::send::NoClones,
-            );
+            // The snapshots sent before are clone sources too (as `-c`).
+            let sources: Vec<_> = ro[..i].iter().map(|s| (*s).clone()).collect();
+            let r = rsend::send::send_with(&fs, sv, parent, &sources, &mut w, &send_opts);
             if let Err(e) = r {
                 let msg = format!("{:#}", anyhow_chain(&e));
                 assert!(names_where(&msg), "error without a place: {msg}");

@@ -180,8 +180,9 @@ impl Block {
 pub struct Expect {
     /// Logical address.
     pub logical: u64,
-    /// Generation the parent records.
-    pub generation: u64,
+    /// Generation the parent records; `None` for a block reached through
+    /// an extent backref, where no parent records one.
+    pub generation: Option<u64>,
     /// Level the parent implies.
     pub level: u8,
     /// The parent's key for it (none for a root).
@@ -274,10 +275,10 @@ pub(crate) fn validate(
 
 /// Checks what the parent says about a validated block.
 pub(crate) fn check_expect(b: &Block, e: &Expect) -> std::result::Result<(), BlockError> {
-    if b.generation() != e.generation {
+    if let Some(expected) = e.generation.filter(|&g| g != b.generation()) {
         return Err(BlockError::WrongGeneration {
             found: b.generation(),
-            expected: e.generation,
+            expected,
         });
     }
     if b.level() != e.level {

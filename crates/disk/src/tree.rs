@@ -88,7 +88,7 @@ impl<'fs> Tree<'fs> {
     pub fn root_block(&self) -> Result<Block> {
         self.src.tree_block(&Expect {
             logical: self.root,
-            generation: self.generation,
+            generation: Some(self.generation),
             level: self.level,
             first_key: None,
             tree: self.id,
@@ -104,7 +104,7 @@ impl<'fs> Tree<'fs> {
         })?;
         self.src.tree_block(&Expect {
             logical: ptr.blockptr,
-            generation: ptr.generation,
+            generation: Some(ptr.generation),
             level: node.level() - 1,
             first_key: Some(ptr.key),
             tree: self.id,

@@ -10,9 +10,7 @@ use anyhow::Context;
 use btrfs_stream::Writer;
 
 use crate::progress::{totals, Progress};
-use crate::send::{
-    check_parent, find_sendable, label, related, send_with, NoClones, SendError, SendOptions,
-};
+use crate::send::{check_parent, find_sendable, label, related, send_with, SendError, SendOptions};
 use btrfs_disk::fs::Filesystem;
 use btrfs_disk::subvol::Subvolume;
 pub use btrfs_disk::SubvolSelector;
@@ -209,6 +207,9 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
     // which grow by each subvolume sent); otherwise all are full.
     let incremental = explicit_parent.is_some() || !args.clone_srcs.is_empty();
     let mut parents: Vec<Option<Subvolume>> = Vec::new();
+    // The clone sources of each send: the -c ones, the parent, and (as
+    // btrfs-progs adds them) the subvolumes sent before it in this run.
+    let mut clone_sets: Vec<Vec<Subvolume>> = Vec::new();
     for (i, sv) in svs.iter().enumerate() {
         let p = match (&explicit_parent, i) {
             (Some(p), 0) => Some(p.clone()),
@@ -224,6 +225,9 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
                 );
             }
         }
+        let mut set = sources.clone();
+        set.extend(p.clone());
+        clone_sets.push(set);
         parents.push(p);
         if incremental {
             sources.push(sv.clone());
@@ -251,7 +255,7 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
     // Small commands are gathered; WRITEs (larger than the buffer) go straight out.
     let mut w = Writer::new(BufWriter::with_capacity(32 << 10, file));
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
-    for (sv, parent) in svs.iter().zip(&parents) {
+    for ((sv, parent), clone_srcs) in svs.iter().zip(&parents).zip(&clone_sets) {
         if !args.quiet {
             eprintln!("At subvol {}", sv.path_lossy());
         }
@@ -259,6 +263,7 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
         let opts = SendOptions {
             proto: args.proto,
             progress: progress.clone(),
+            no_clones: false,
         };
         let started = std::time::Instant::now();
         let r = std::thread::scope(|s| {
@@ -272,7 +277,7 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
                     }
                 });
             }
-            send_with(&fs, sv, parent.as_ref(), &mut w, &opts, &mut NoClones)
+            send_with(&fs, sv, parent.as_ref(), clone_srcs, &mut w, &opts)
         });
         if let Some(p) = &progress {
             p.finish();

@@ -7,7 +7,7 @@
 //! version has a hole the parent had data in (protocol v1 has no hole
 //! punching), within i_size.
 
-use super::clone::ExtentRef;
+use super::clone::{Query, Source, MAX_SECTOR};
 use super::cmd::Cmd;
 use super::inode::{Result, Walk, S_IFLNK, S_IFREG};
 use btrfs_disk::error::Error;
@@ -73,60 +73,224 @@ impl Walk<'_, '_> {
         if offset >= end {
             return Ok(());
         }
+        let found = self.clones.find(
+            &mut self.send,
+            &Query {
+                ino: self.cur.ino,
+                file_off: offset,
+                fe,
+                size: self.cur.size,
+                next_write: self.cur.next_write_offset,
+            },
+        )?;
+        let len = end - offset;
+        let clone = match found {
+            Some(src) if end.is_multiple_of(self.sectorsize) => Some(src),
+            // An unaligned clone is valid when it ends at i_size in both files;
+            // a larger destination is cut first so the clone ends at its EOF.
+            Some(src) if end == self.cur.size && src.offset + len == self.source_size(&src)? => {
+                if self.parent.is_some() {
+                    let path = self.cur_path(self.cur.ino, self.cur.gen)?;
+                    self.push(Cmd::Truncate { path, size: offset })?;
+                }
+                Some(src)
+            }
+            _ => None,
+        };
+        match clone {
+            Some(src) => self.clone_range(src, fe, offset, len)?,
+            None => self.send_data(key.offset, fe, offset, len)?,
+        }
+        if fe.kind() == ExtentKind::Regular && fe.disk_bytenr() != 0 {
+            self.clones.sent(fe.disk_bytenr());
+        }
+        self.cur.next_write_offset = end;
+        Ok(())
+    }
+
+    /// The i_size of a clone source.
+    fn source_size(&mut self, src: &Source) -> Result<u64> {
+        let info = if self.clones.roots[src.root].is_send {
+            self.send.inode(src.ino)?
+        } else {
+            self.clones.inode(src.root, src.ino)?
+        };
+        Ok(info.map_or(0, |i| i.size))
+    }
+
+    /// send_extent_data: WRITEs of `[offset, offset + len)` of the current
+    /// inode, read through `fe` (whose key offset is `item_off`).
+    fn send_data(
+        &mut self,
+        item_off: u64,
+        fe: &FileExtentItem<'_>,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
         let Some(inode) = self.cur.inode else {
             return Ok(());
         };
-        let ino = self.cur.ino;
-        let gen = self.cur.gen;
+        let path = self.cur_path(self.cur.ino, self.cur.gen)?;
+        let tree = self.send.tree;
+        let zero = fe.kind() == ExtentKind::Prealloc
+            || (fe.kind() == ExtentKind::Regular && fe.disk_bytenr() == 0);
         let mut sent = 0u64;
-        let clonable = fe.kind() != ExtentKind::Inline && fe.disk_bytenr() != 0;
-        if clonable {
-            let found = self.clones.find(&ExtentRef {
-                inode: &inode,
-                file_offset: offset,
-                len: end - offset,
-                item: fe,
+        while sent < len {
+            let n = (len - sent).min(self.read_chunk);
+            let mut data = self.out.buffer(n as usize);
+            if zero {
+                data.fill(0);
+            } else {
+                let skip = offset - item_off + sent;
+                self.fs
+                    .read_extent_piece(&tree, &inode, item_off, fe, skip, &mut data)?;
+            }
+            self.push(Cmd::Write {
+                path: path.clone(),
+                offset: offset + sent,
+                data,
             })?;
-            if let Some(src) = found.filter(|s| s.len > 0) {
-                let len = src.len.min(end - offset);
-                let src_gen = self.send.gen(src.ino)?;
-                let clone_path = self.cur_path(src.ino, src_gen)?;
-                let path = self.cur_path(ino, gen)?;
-                self.push(Cmd::Clone {
-                    offset,
-                    len,
-                    path,
-                    clone_uuid: self.root.uuid,
-                    clone_ctransid: self.root.ctransid,
-                    clone_path,
-                    clone_offset: src.offset,
-                })?;
-                sent = len;
-            }
+            sent += n;
         }
-        if offset + sent < end {
-            let path = self.cur_path(ino, gen)?;
-            let tree = self.send.tree;
-            while offset + sent < end {
-                let n = (end - offset - sent).min(self.read_chunk);
-                let mut data = self.out.buffer(n as usize);
-                let zero = fe.kind() == ExtentKind::Prealloc
-                    || (fe.kind() == ExtentKind::Regular && fe.disk_bytenr() == 0);
-                if zero {
-                    data.fill(0);
-                } else {
-                    self.fs
-                        .read_extent_piece(&tree, &inode, offset, fe, sent, &mut data)?;
+        Ok(())
+    }
+
+    /// send_clone: CLONE of `len` bytes at `offset` from `src`.
+    fn send_clone(&mut self, offset: u64, len: u64, src: &Source) -> Result<()> {
+        let path = self.cur_path(self.cur.ino, self.cur.gen)?;
+        let root = &self.clones.roots[src.root];
+        let (clone_uuid, clone_ctransid) = (root.uuid, root.ctransid);
+        let clone_path = if root.is_send {
+            let gen = self.send.gen(src.ino)?;
+            self.cur_path(src.ino, gen)?
+        } else {
+            self.clones.root_path(src.root, src.ino)?
+        };
+        self.push(Cmd::Clone {
+            offset,
+            len,
+            path,
+            clone_uuid,
+            clone_ctransid,
+            clone_path,
+            clone_offset: src.offset,
+        })?;
+        Ok(())
+    }
+
+    /// clone_range: `[offset, offset + len)` of the current inode (item
+    /// `fe`) from `src`, split where the source's extents change: CLONE
+    /// where the source points at the same bytes of the same extent, WRITE
+    /// where it has a hole or other data, never past the source's i_size.
+    fn clone_range(
+        &mut self,
+        mut src: Source,
+        fe: &FileExtentItem<'_>,
+        mut offset: u64,
+        mut len: u64,
+    ) -> Result<()> {
+        let item_off = offset;
+        let disk = fe.disk_bytenr();
+        let mut data_offset = fe.offset();
+        // One sector from offset 0 may be inline at the receiver (fstests 149).
+        if src.offset == 0 && len == self.sectorsize {
+            return self.send_data(item_off, fe, offset, len);
+        }
+        let src_size = self.source_size(&src)?;
+        let src_is_cur = self.clones.roots[src.root].is_send && src.ino == self.cur.ino;
+        let tree = self.clones.tree(src.root);
+        let key = Key::new(src.ino, key_type::EXTENT_DATA, src.offset);
+        let mut cursor = tree.cursor();
+        let mut next = match cursor.seek_le(&key)? {
+            Some(i) if i.key.objectid == src.ino && i.key.item_type == key_type::EXTENT_DATA => {
+                Some(i)
+            }
+            _ => cursor.seek_ge(&key)?,
+        };
+        while let Some(item) = next.take() {
+            let k = item.key;
+            if k.objectid != src.ino || k.item_type != key_type::EXTENT_DATA {
+                break;
+            }
+            let sfe = self.parse_extent(tree.id, &item)?;
+            let inline = sfe.kind() == ExtentKind::Inline;
+            let mut ext_len = if inline {
+                sfe.ram_bytes().div_ceil(PAGE).saturating_mul(PAGE)
+            } else {
+                sfe.num_bytes()
+            };
+            if k.offset.saturating_add(ext_len) > src.offset {
+                if k.offset > src.offset {
+                    // A hole in the source (NO_HOLES): written.
+                    let hole = (k.offset - src.offset).min(len);
+                    self.send_data(item_off, fe, offset, hole)?;
+                    len -= hole;
+                    if len == 0 {
+                        break;
+                    }
+                    offset += hole;
+                    src.offset += hole;
+                    data_offset += hole;
                 }
-                self.push(Cmd::Write {
-                    path: path.clone(),
-                    offset: offset + sent,
-                    data,
-                })?;
-                sent += n;
+                if k.offset >= src.offset.saturating_add(len) || k.offset >= src_size {
+                    break;
+                }
+                let mut crossed = false;
+                if k.offset.saturating_add(ext_len) > src_size {
+                    ext_len = src_size - k.offset;
+                    crossed = true;
+                }
+                let same = !inline && sfe.disk_bytenr() == disk;
+                let mut src_data = sfe.offset();
+                if same {
+                    src.offset = k.offset;
+                    if src_data < data_offset && src_data.saturating_add(ext_len) > data_offset {
+                        let d = data_offset - src_data;
+                        ext_len -= d;
+                        src_data += d;
+                        src.offset += d;
+                    }
+                }
+                let n = ext_len.min(len);
+                if same && src_data == data_offset {
+                    let src_end = src.offset + n;
+                    // The source's unaligned EOF block cannot go into the
+                    // middle of a file: clone the aligned part (64 KiB, the
+                    // largest sector a receiver may have), write the rest.
+                    if src_end == src_size
+                        && !src_end.is_multiple_of(MAX_SECTOR)
+                        && offset + n < self.cur.size
+                    {
+                        let aligned = (src_end - src.offset) / MAX_SECTOR * MAX_SECTOR;
+                        if aligned > 0 {
+                            self.send_clone(offset, aligned, &src)?;
+                        }
+                        self.send_data(item_off, fe, offset + aligned, n - aligned)?;
+                    } else {
+                        self.send_clone(offset, n, &src)?;
+                    }
+                } else if crossed && n < len {
+                    break;
+                } else {
+                    self.send_data(item_off, fe, offset, n)?;
+                }
+                len -= n;
+                if len == 0 {
+                    break;
+                }
+                offset += n;
+                src.offset += n;
+                // Within one file only from what the receiver has already.
+                if src_is_cur && src.offset >= self.cur.next_write_offset {
+                    break;
+                }
+                data_offset += n;
             }
+            next = cursor.next_item()?;
         }
-        self.cur.next_write_offset = end;
+        if len > 0 {
+            self.send_data(item_off, fe, offset, len)?;
+        }
         Ok(())
     }
 

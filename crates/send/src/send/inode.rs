@@ -25,10 +25,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::num::NonZeroUsize;
 
-use btrfs_stream::Uuid;
 use lru::LruCache;
 
-use super::clone::CloneSearch;
+use super::clone::Clones;
 use super::cmd::{ts, Bytes, Cmd};
 use super::compare::{compare_trees, Change, Side};
 use super::refs::{NameEntry, OrphanDir, PendingMove, Ref, WaitingMove};
@@ -135,21 +134,13 @@ impl Cur {
     }
 }
 
-/// The subvolume as the receiver will know it: for CLONE commands.
-#[derive(Clone, Copy)]
-pub(crate) struct Root {
-    pub(crate) uuid: Uuid,
-    pub(crate) ctransid: u64,
-}
-
 /// One send of one subvolume, full or incremental.
 pub(crate) struct Walk<'a, 'fs> {
     pub(crate) fs: &'fs Filesystem,
     pub(crate) send: Lookup<'fs>,
     pub(crate) parent: Option<Lookup<'fs>>,
     pub(crate) out: &'a mut Emitter,
-    pub(crate) clones: &'a mut dyn CloneSearch,
-    pub(crate) root: Root,
+    pub(crate) clones: Clones<'fs>,
     pub(crate) utimes: DirUtimes,
     /// Inodes below this have their names in place.
     pub(crate) send_progress: u64,
@@ -192,9 +183,8 @@ impl<'a, 'fs> Walk<'a, 'fs> {
         fs: &'fs Filesystem,
         send: Tree<'fs>,
         parent: Option<Tree<'fs>>,
-        root: Root,
         out: &'a mut Emitter,
-        clones: &'a mut dyn CloneSearch,
+        clones: Clones<'fs>,
         write_chunk: usize,
     ) -> Walk<'a, 'fs> {
         let write_chunk = write_chunk.max(1) as u64;
@@ -205,7 +195,6 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             parent: parent.map(Lookup::new),
             out,
             clones,
-            root,
             utimes: DirUtimes::default(),
             send_progress: objectid::FIRST_FREE,
             cur: Cur::default(),

@@ -21,7 +21,7 @@
 //! reader found wrong (with its logical address and tree), so a receiver
 //! never sees a broken stream as complete.
 
-pub mod clone;
+mod clone;
 mod cmd;
 mod compare;
 mod extent;
@@ -36,15 +36,16 @@ use std::sync::mpsc;
 
 use btrfs_stream::{Uuid, WriteError, Writer};
 
-pub use clone::{CloneSearch, CloneSource, ExtentRef, NoClones};
+pub use clone::CloneStats;
 pub use sink::StreamStats;
 
 use crate::progress::Progress;
 use btrfs_disk::error::Error;
 use btrfs_disk::fs::Filesystem;
 use btrfs_disk::subvol::{SubvolSelector, Subvolume};
+use clone::Clones;
 use cmd::{Bytes, Cmd};
-use inode::{Root, Stop, Walk};
+use inode::{Stop, Walk};
 use sink::{Emitter, Msg, Sink};
 
 /// Largest WRITE payload of protocol v1 (BTRFS_SEND_BUF_SIZE_V1 - 16 KiB).
@@ -92,6 +93,16 @@ pub enum SendError {
     /// The parent snapshot is not one the receiver can start from.
     #[error("parent {name} (id {id}) is not read-only; an incremental send needs a read-only parent snapshot")]
     ParentNotReadOnly {
+        /// Its path.
+        name: String,
+        /// Its id.
+        id: u64,
+    },
+    /// A clone source that could change under the send.
+    #[error(
+        "clone source {name} (id {id}) is not read-only; clone sources must be read-only snapshots"
+    )]
+    CloneSourceNotReadOnly {
         /// Its path.
         name: String,
         /// Its id.
@@ -189,6 +200,9 @@ pub struct SendOptions {
     pub proto: u32,
     /// Where to show progress (bytes and files sent).
     pub progress: Option<Progress>,
+    /// Write every extent instead of cloning shared ones (as a stream
+    /// without clone search looks; for comparisons).
+    pub no_clones: bool,
 }
 
 /// `path (subvolume id)`, for messages.
@@ -239,25 +253,15 @@ pub fn check_sendable(sv: &Subvolume) -> Result<(), SendError> {
     Ok(())
 }
 
-/// Writes a full stream of `sv` to `out` (header to END) without clone search.
+/// Writes a full stream of `sv` to `out` (header to END); shared extents
+/// are cloned from what was sent before.
 pub fn send_subvolume<W: Write>(
     fs: &Filesystem,
     sv: &Subvolume,
     out: &mut Writer<W>,
     opts: &SendOptions,
 ) -> Result<StreamStats, SendError> {
-    send_with(fs, sv, None, out, opts, &mut NoClones)
-}
-
-/// [`send_subvolume`] asking `clones` for clone sources.
-pub fn send_subvolume_with<W: Write>(
-    fs: &Filesystem,
-    sv: &Subvolume,
-    out: &mut Writer<W>,
-    opts: &SendOptions,
-    clones: &mut dyn CloneSearch,
-) -> Result<StreamStats, SendError> {
-    send_with(fs, sv, None, out, opts, clones)
+    send_with(fs, sv, None, &[], out, opts)
 }
 
 /// Writes an incremental stream of `sv` against `parent` to `out`: SNAPSHOT
@@ -269,7 +273,7 @@ pub fn send_incremental<W: Write>(
     out: &mut Writer<W>,
     opts: &SendOptions,
 ) -> Result<StreamStats, SendError> {
-    send_with(fs, sv, Some(parent), out, opts, &mut NoClones)
+    send_with(fs, sv, Some(parent), &[], out, opts)
 }
 
 /// The uuid a receiver knows a subvolume by: its received uuid when set.
@@ -299,6 +303,23 @@ pub fn check_parent(parent: &Subvolume) -> Result<(), SendError> {
     Ok(())
 }
 
+/// Whether `src` can be a clone source: alive and read-only.
+pub fn check_clone_source(src: &Subvolume) -> Result<(), SendError> {
+    if src.is_dead() {
+        return Err(SendError::Dead {
+            name: src.path_lossy(),
+            id: src.id,
+        });
+    }
+    if !src.is_readonly() {
+        return Err(SendError::CloneSourceNotReadOnly {
+            name: src.path_lossy(),
+            id: src.id,
+        });
+    }
+    Ok(())
+}
+
 /// Whether `sv` and `parent` share an origin (one is a snapshot of the
 /// other, or both of the same subvolume); an unrelated parent still gives
 /// a correct stream, only a larger one.
@@ -310,15 +331,17 @@ pub fn related(sv: &Subvolume, parent: &Subvolume) -> bool {
         || sv.uuid == parent.uuid
 }
 
-/// A full (`parent` None) or incremental stream of `sv`, asking `clones`
-/// for clone sources.
+/// A full (`parent` None) or incremental stream of `sv`. Shared extents
+/// are cloned from what the receiver has: what was sent before, the parent
+/// and the clone sources `sources` (`btrfs send -c`), which must be
+/// read-only and received before this stream.
 pub fn send_with<W: Write>(
     fs: &Filesystem,
     sv: &Subvolume,
     parent: Option<&Subvolume>,
+    sources: &[Subvolume],
     out: &mut Writer<W>,
     opts: &SendOptions,
-    clones: &mut dyn CloneSearch,
 ) -> Result<StreamStats, SendError> {
     let proto = match opts.proto {
         0 | 1 => 1,
@@ -333,10 +356,9 @@ pub fn send_with<W: Write>(
         .as_ref()
         .map(|l| Bytes::from(l.name.as_slice()))
         .ok_or(SendError::Unnamed { id: sv.id })?;
-    let root = Root {
-        uuid: stream_uuid(sv),
-        ctransid: sv.ctransid,
-    };
+    for c in sources {
+        check_clone_source(c)?;
+    }
     let subvol = label(sv);
     let before = out.bytes_written();
     out.start_stream(proto).map_err(|e| match e {
@@ -352,13 +374,13 @@ pub fn send_with<W: Write>(
     let first = match parent {
         None => Cmd::Subvol {
             path: name,
-            uuid: root.uuid,
-            ctransid: root.ctransid,
+            uuid: stream_uuid(sv),
+            ctransid: sv.ctransid,
         },
         Some(p) => Cmd::Snapshot {
             path: name,
-            uuid: root.uuid,
-            ctransid: root.ctransid,
+            uuid: stream_uuid(sv),
+            ctransid: sv.ctransid,
             clone_uuid: stream_uuid(p),
             clone_ctransid: p.ctransid,
         },
@@ -373,8 +395,8 @@ pub fn send_with<W: Write>(
                 return;
             }
             let (r, pos) = {
-                let mut walk =
-                    Walk::new(fs, tree, parent_tree, root, &mut em, clones, V1_WRITE_SIZE);
+                let clones = Clones::new(fs, sv, parent, sources, !opts.no_clones);
+                let mut walk = Walk::new(fs, tree, parent_tree, &mut em, clones, V1_WRITE_SIZE);
                 let r = walk.run();
                 (r, walk.position())
             };

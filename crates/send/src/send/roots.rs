@@ -25,7 +25,7 @@ const INODE_CACHE: usize = 8192;
 const REF_CACHE: usize = 8192;
 
 /// What the walk needs of an inode item (the kernel's btrfs_inode_info).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct InodeInfo {
     pub(crate) gen: u64,
     pub(crate) size: u64,
