@@ -286,11 +286,13 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
             Ok(stats) => {
                 if args.verbose > 0 {
                     eprintln!(
-                        "{}: {} commands, {} bytes ({} of file data), {} inodes, {} truncates in {:.2?}",
+                        "{}: {} commands, {} bytes ({} of file data, {} cloned in {} CLONEs), {} inodes, {} truncates in {:.2?}",
                         label(sv),
                         stats.commands,
                         stats.bytes,
                         stats.data_bytes,
+                        stats.cloned_bytes,
+                        stats.clones,
                         stats.files,
                         stats.truncates,
                         started.elapsed()

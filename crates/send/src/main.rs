@@ -39,7 +39,7 @@ struct Args {
     #[arg(long, value_name = "N", conflicts_with = "parent")]
     parent_id: Option<u64>,
 
-    /// A subvolume the receiver has (repeatable); without -p, the parent is picked among them as btrfs send does
+    /// A read-only subvolume the receiver has, to clone shared data from (repeatable); without -p, the parent is picked among them as btrfs send does
     #[arg(short = 'c', long = "clone-src", value_name = "SUBVOL")]
     clone_src: Vec<String>,
 

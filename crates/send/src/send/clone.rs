@@ -269,7 +269,9 @@ impl<'fs> Clones<'fs> {
                     if c_end <= want {
                         continue;
                     }
-                    let offset = c.file_off + (want - c.data_off);
+                    let Some(offset) = c.file_off.checked_add(want - c.data_off) else {
+                        continue;
+                    };
                     if is_send && c.ino == q.ino {
                         // Only from what the receiver already has of this file.
                         if offset.saturating_add(extent_len) > q.next_write {
@@ -292,9 +294,14 @@ impl<'fs> Clones<'fs> {
                     let Some(info) = info.filter(|i| i.nlink > 0) else {
                         continue;
                     };
-                    let covers = self.usable(
-                        q,
-                        extent_len,
+                    let range = Range {
+                        file_off: q.file_off,
+                        len: extent_len,
+                        size: q.size,
+                    };
+                    let covers = usable(
+                        &range,
+                        self.sectorsize,
                         (c_end - want).min(extent_len),
                         offset,
                         info.size,
@@ -318,42 +325,6 @@ impl<'fs> Clones<'fs> {
             }
         }
         Ok(best.map(|b| b.1))
-    }
-
-    /// How many bytes of the range `q` (`extent_len` long) a clone from
-    /// `offset` of a file of `src_size` bytes, whose extent item covers
-    /// `covers` of them, really clones under the rules of
-    /// send_write_or_clone and clone_range.
-    fn usable(
-        &self,
-        q: &Query<'_, '_>,
-        extent_len: u64,
-        covers: u64,
-        offset: u64,
-        src_size: u64,
-    ) -> u64 {
-        if offset >= src_size {
-            return 0;
-        }
-        let end = q.file_off + extent_len;
-        // An unaligned range end is cloned only when it is EOF in both files.
-        let eof_in_both = end == q.size && offset + extent_len == src_size;
-        if !end.is_multiple_of(self.sectorsize) && !eof_in_both {
-            return 0;
-        }
-        // One sector from offset 0 may be inline at the receiver (fstests 149).
-        if offset == 0 && extent_len == self.sectorsize {
-            return 0;
-        }
-        let covers = covers.min(src_size - offset);
-        // The source's unaligned EOF block cannot go into the middle of a file.
-        if offset + covers == src_size
-            && !src_size.is_multiple_of(MAX_SECTOR)
-            && q.file_off + covers < q.size
-        {
-            return covers / MAX_SECTOR * MAX_SECTOR;
-        }
-        covers
     }
 
     /// The items of every clone root pointing into the extent of `q`.
@@ -578,6 +549,41 @@ impl<'fs> Clones<'fs> {
     }
 }
 
+/// A range of the file being sent: from `file_off`, `len` bytes, in a file of `size`.
+struct Range {
+    file_off: u64,
+    len: u64,
+    size: u64,
+}
+
+/// How many bytes of `r` a clone from `offset` of a file of `src_size`
+/// bytes, whose extent item covers `covers` of them, really clones under
+/// the rules of the kernel's send_write_or_clone and clone_range.
+fn usable(r: &Range, sectorsize: u64, covers: u64, offset: u64, src_size: u64) -> u64 {
+    if offset >= src_size {
+        return 0;
+    }
+    let end = r.file_off + r.len;
+    // An unaligned range end is cloned only when it is EOF in both files.
+    let eof_in_both = end == r.size && offset.saturating_add(r.len) == src_size;
+    if !end.is_multiple_of(sectorsize) && !eof_in_both {
+        return 0;
+    }
+    // One sector from offset 0 may be inline at the receiver (fstests 149).
+    if offset == 0 && r.len == sectorsize {
+        return 0;
+    }
+    let covers = covers.min(src_size - offset);
+    // The source's unaligned EOF block cannot go into the middle of a file.
+    if offset + covers == src_size
+        && !src_size.is_multiple_of(MAX_SECTOR)
+        && r.file_off + covers < r.size
+    {
+        return covers / MAX_SECTOR * MAX_SECTOR;
+    }
+    covers
+}
+
 /// Adds `item` to `out` when it is a file extent item of the same kind
 /// pointing into the extent at `bytenr`; says whether it was.
 fn push_if_ours(
@@ -598,4 +604,78 @@ fn push_if_ours(
         len: fe.num_bytes(),
     });
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{usable, Range};
+
+    const S: u64 = 4096;
+    const K: u64 = 1024;
+
+    fn r(file_off: u64, len: u64, size: u64) -> Range {
+        Range {
+            file_off,
+            len,
+            size,
+        }
+    }
+
+    #[test]
+    fn aligned_ranges_clone_what_the_source_item_covers() {
+        assert_eq!(
+            usable(&r(0, 128 * K, 1 << 20), S, 128 * K, 128 * K, 1 << 20),
+            128 * K
+        );
+        assert_eq!(
+            usable(&r(0, 128 * K, 1 << 20), S, 64 * K, 128 * K, 1 << 20),
+            64 * K
+        );
+    }
+
+    #[test]
+    fn nothing_past_the_source_eof() {
+        assert_eq!(
+            usable(&r(0, 128 * K, 1 << 20), S, 128 * K, 512 * K, 512 * K),
+            0
+        );
+        // Cut at the source's EOF (64 KiB aligned, so the cut part is cloned).
+        assert_eq!(
+            usable(&r(0, 128 * K, 1 << 20), S, 128 * K, 448 * K, 512 * K),
+            64 * K
+        );
+    }
+
+    #[test]
+    fn an_unaligned_end_needs_eof_in_both_files() {
+        // 10,000-byte files: the clone ends at both EOFs.
+        assert_eq!(usable(&r(0, 10_000, 10_000), S, 10_000, 0, 10_000), 10_000);
+        // The source is larger: its range does not end at its EOF.
+        assert_eq!(usable(&r(0, 10_000, 10_000), S, 10_000, 0, 20_000), 0);
+    }
+
+    #[test]
+    fn never_one_sector_from_offset_zero() {
+        assert_eq!(usable(&r(8 * S, S, 1 << 20), S, S, 0, 1 << 20), 0);
+        assert_eq!(usable(&r(8 * S, S, 1 << 20), S, S, S, 1 << 20), S);
+    }
+
+    #[test]
+    fn the_unaligned_eof_block_of_the_source_stays_out_of_the_middle() {
+        // Source of 100 KiB: cloning its last 60 KiB into the middle of a
+        // 1 MiB file would end at its unaligned EOF; only whole 64 KiB pieces go.
+        assert_eq!(
+            usable(&r(0, 100 * K, 1 << 20), S, 100 * K, 0, 100 * K),
+            64 * K
+        );
+        assert_eq!(
+            usable(&r(0, 60 * K, 1 << 20), S, 60 * K, 40 * K, 100 * K),
+            0
+        );
+        // At the destination's EOF it may.
+        assert_eq!(
+            usable(&r(0, 100 * K, 100 * K), S, 100 * K, 0, 100 * K),
+            100 * K
+        );
+    }
 }

@@ -88,7 +88,10 @@ impl Walk<'_, '_> {
             Some(src) if end.is_multiple_of(self.sectorsize) => Some(src),
             // An unaligned clone is valid when it ends at i_size in both files;
             // a larger destination is cut first so the clone ends at its EOF.
-            Some(src) if end == self.cur.size && src.offset + len == self.source_size(&src)? => {
+            Some(src)
+                if end == self.cur.size
+                    && src.offset.saturating_add(len) == self.source_size(&src)? =>
+            {
                 if self.parent.is_some() {
                     let path = self.cur_path(self.cur.ino, self.cur.gen)?;
                     self.push(Cmd::Truncate { path, size: offset })?;

@@ -121,6 +121,10 @@ pub struct StreamStats {
     pub files: u64,
     /// TRUNCATE commands.
     pub truncates: u64,
+    /// CLONE commands.
+    pub clones: u64,
+    /// File data bytes in CLONE commands (sent as references, not data).
+    pub cloned_bytes: u64,
 }
 
 /// The writer's end: encodes and writes what the walk sends.
@@ -165,8 +169,13 @@ impl<W: Write> Sink<'_, W> {
                     self.stats.data_bytes += data.len() as u64;
                 }
                 other => {
-                    if matches!(other, Cmd::Truncate { .. }) {
-                        self.stats.truncates += 1;
+                    match other {
+                        Cmd::Truncate { .. } => self.stats.truncates += 1,
+                        Cmd::Clone { len, .. } => {
+                            self.stats.clones += 1;
+                            self.stats.cloned_bytes += len;
+                        }
+                        _ => {}
                     }
                     self.put(&other.as_command(), other)?;
                     if matches!(other, Cmd::End) {
