@@ -1,13 +1,18 @@
+# shellcheck shell=bash
 # Shared set-up for the benchmark scripts; source it, do not run it.
 #
 #   BENCH=name.sh; . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 #
 # Gives: REPO, root check, LC_ALL=C, umask 022, log/die, need_pkg,
-# build_rsend (sets RSEND; honours CARGO_TARGET_DIR), maxrss,
-# machine_line, and a scratch directory TMP (mktemp -d under TMPDIR) whose
-# mounts and loop devices are undone on any exit: call scratch_dir, then
-# register mount points with `scratch_mount MNT` and images with
-# `scratch_image IMG` (every loop device of a registered image is detached).
+# build_rsend and build_rdump (set RSEND / RDUMP; honour CARGO_TARGET_DIR),
+# maxrss, machine_line, time_pairs (the alternating A B A B timer), and a
+# scratch directory TMP (mktemp -d under TMPDIR) whose mounts and loop
+# devices are undone on any exit: call scratch_dir, then register mount
+# points with `scratch_mount MNT` and images with `scratch_image IMG`
+# (every loop device of a registered image is detached). loop_mount and
+# loop_umount attach and mount an image (registering both),
+# build_cached_image makes an image once through a loop mount and keeps it,
+# warm_cache reads a sparse file's data into the page cache.
 # A script may set CLEANUP_HOOK to a function run on exit after the
 # unmounts and detaches, before TMP is removed.
 
@@ -34,10 +39,11 @@ need_pkg() { # need_pkg COMMAND PACKAGE
     fi
 }
 
-# build_rsend [PACKAGE]: cargo build --release -p PACKAGE (default rsend) as
-# the invoking user (so target/ does not become root-owned); sets RSEND.
-build_rsend() {
-    local pkg=${1:-rsend} target=${CARGO_TARGET_DIR:-$REPO/target}
+# cargo_release PACKAGE: cargo build --release -p PACKAGE as the invoking
+# user (so target/ does not become root-owned); sets TARGET_DIR.
+cargo_release() {
+    local pkg=$1
+    TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
     log "building $pkg (release)"
     if [[ -n ${SUDO_USER:-} && $SUDO_USER != root ]]; then
         sudo -u "$SUDO_USER" -H bash -lc \
@@ -45,8 +51,21 @@ build_rsend() {
     else
         (cd "$REPO" && cargo build --release -p "$pkg") >&2
     fi
-    RSEND="$target/release/rsend"
+}
+
+# build_rsend [PACKAGE]: cargo build --release -p PACKAGE (default rsend);
+# sets RSEND.
+build_rsend() {
+    cargo_release "${1:-rsend}"
+    RSEND="$TARGET_DIR/release/rsend"
     [[ -x $RSEND ]] || die "$RSEND was not built"
+}
+
+# build_rdump: builds rdump (package rsend-dump); sets RDUMP.
+build_rdump() {
+    cargo_release rsend-dump
+    RDUMP="$TARGET_DIR/release/rdump"
+    [[ -x $RDUMP ]] || die "$RDUMP was not built"
 }
 
 # maxrss FILE: "Maximum resident set size" (KiB) from a /usr/bin/time -v report
@@ -77,6 +96,7 @@ _scratch_cleanup() {
             losetup -d "$dev"
         done
     done
+    _drop_partial
     [[ -n $CLEANUP_HOOK ]] && "$CLEANUP_HOOK"
     if [[ -n $TMP && -d $TMP ]]; then
         if grep -qF " $TMP/" /proc/self/mounts; then
@@ -94,4 +114,127 @@ scratch_dir() { # scratch_dir PREFIX: sets TMP
     trap _scratch_cleanup EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
+}
+
+# loop_mount IMG MNT [ro]: attach IMG (read-only with "ro") and mount it on
+# MNT (-o ro, or -o noatime); both registered for cleanup. Sets LOOP.
+loop_mount() {
+    local img=$1 mnt=$2 mode=${3:-rw}
+    scratch_image "$img"
+    scratch_mount "$mnt"
+    if [[ $mode == ro ]]; then
+        LOOP=$(losetup -r --find --show "$img")
+        mount -o ro "$LOOP" "$mnt"
+    else
+        LOOP=$(losetup --find --show "$img")
+        mount -o noatime "$LOOP" "$mnt"
+    fi
+}
+
+# loop_umount MNT: unmount MNT and detach its loop device.
+loop_umount() {
+    local dev
+    dev=$(findmnt -n -o SOURCE --mountpoint "$1")
+    umount "$1"
+    losetup -d "$dev"
+}
+
+# build_cached_image IMG SIZE MNT BUILDER [ARGS...]: unless IMG exists (or
+# REBUILD is set), mkfs.btrfs a sparse SIZE image as IMG.partial, mount it on
+# MNT, run `BUILDER MNT ARGS...`, unmount and rename it to IMG. A failed
+# build leaves no IMG behind. Sets BUILD_SECONDS (wall time from mkfs to
+# the image on disk; 0 when cached).
+_PARTIAL=
+_drop_partial() { if [[ -n $_PARTIAL ]]; then rm -f "$_PARTIAL"; fi; }
+build_cached_image() {
+    local img=$1 size=$2 mnt=$3 t0
+    shift 3
+    BUILD_SECONDS=0
+    if [[ -f $img && -z ${REBUILD:-} ]]; then
+        log "cached image $img"
+        return
+    fi
+    _PARTIAL="$img.partial"
+    t0=$EPOCHREALTIME
+    rm -f "$_PARTIAL"
+    truncate -s "$size" "$_PARTIAL"
+    mkfs.btrfs -q -f "$_PARTIAL" >/dev/null
+    loop_mount "$_PARTIAL" "$mnt"
+    "$@" "$mnt"
+    btrfs filesystem sync "$mnt"
+    btrfs filesystem df "$mnt" | sed 's/^/   /' >&2
+    loop_umount "$mnt"
+    sync "$_PARTIAL" # this file only: a global sync waits for every other writer
+    rm -f "$img"
+    mv "$_PARTIAL" "$img"
+    _PARTIAL=
+    # shellcheck disable=SC2034 # read by the caller
+    BUILD_SECONDS=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+}
+
+# warm_cache FILE: read FILE's data into the page cache, skipping holes
+# (a sparse image's holes cost nothing to skip and seconds to read).
+warm_cache() {
+    python3 - "$1" <<'PY'
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+off, end = 0, os.fstat(fd).st_size
+while off < end:
+    try:
+        data = os.lseek(fd, off, os.SEEK_DATA)
+    except OSError:  # ENXIO: only a hole is left
+        break
+    hole = os.lseek(fd, data, os.SEEK_HOLE)
+    while data < hole:
+        data += len(os.pread(fd, min(8 << 20, hole - data), data))
+    off = hole
+PY
+}
+
+# time_pairs RUNS WARMUP OUT.json NAME1 CMD1 NAME2 CMD2: run CMD1, CMD2,
+# CMD1, CMD2, ... (WARMUP untimed pairs, then RUNS timed ones), standard
+# output to /dev/null; wall time from perf_counter, CPU time and peak RSS
+# from wait4. Writes to OUT.json median/min/max of each tool's wall time
+# (keys "kernel" for CMD1, "rsend" for CMD2), of the per-pair ratio
+# CMD2/CMD1 ("ratio") and of CPU times, CMD2's largest peak RSS
+# ("rsend_maxrss_kib") and every run under its NAME. The commands are split
+# with shlex.
+time_pairs() {
+    python3 - "$@" <<'PY'
+import json, os, shlex, statistics, sys, time
+runs, warmup, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+cmds = [(sys.argv[4], shlex.split(sys.argv[5])), (sys.argv[6], shlex.split(sys.argv[7]))]
+null = os.open("/dev/null", os.O_WRONLY)
+def run(argv):
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(null, 1)
+        os.execvp(argv[0], argv)
+    t = time.perf_counter()
+    _, status, ru = os.wait4(pid, 0)
+    wall = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{argv} failed: {status}")
+    return wall, ru.ru_utime, ru.ru_stime, ru.ru_maxrss
+res = {name: [] for name, _ in cmds}
+for i in range(warmup + runs):
+    for name, argv in cmds:
+        r = run(argv)
+        if i >= warmup:
+            res[name].append(r)
+(ka, ra) = (res[cmds[0][0]], res[cmds[1][0]])
+ratios = [r[0] / k[0] for k, r in zip(ka, ra)]
+def stats(xs):
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+summary = {
+    "kernel": stats([k[0] for k in ka]), "rsend": stats([r[0] for r in ra]),
+    "ratio": stats(ratios),
+    "cpu_ratio": stats([(r[1] + r[2]) / (k[1] + k[2]) for k, r in zip(ka, ra)]),
+    "kernel_cpu": stats([k[1] + k[2] for k in ka]), "rsend_cpu": stats([r[1] + r[2] for r in ra]),
+    "kernel_sys": stats([k[2] for k in ka]), "rsend_user": stats([r[1] for r in ra]),
+    "rsend_maxrss_kib": max(r[3] for r in ra),
+    "runs": res,
+}
+json.dump(summary, open(out, "w"), indent=1)
+PY
 }

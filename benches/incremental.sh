@@ -37,7 +37,7 @@
 # Timing: the image is attached read-only (losetup -r) and mounted -o ro
 # for the kernel; rsend reads the same image file at the same time (both
 # share its page cache). Both streams are made once and compared (bytes,
-# cmp). Then a python harness runs the pairs alternately, wall time from
+# cmp). Then time_pairs (common.sh) runs the pairs alternately, wall time from
 # perf_counter and peak RSS from wait4; per pair the ratio rsend/kernel.
 # Reported: median (min-max) of each tool's time and of the ratio;
 # /usr/bin/time -v gives rsend's peak RSS once more.
@@ -150,47 +150,6 @@ build_image() { # build_image N
     log "$n files: tree written in $((t1 - t0)) s, change + snapshots $((t2 - t1)) s"
 }
 
-# ---------------------------------------------------------------------------
-# the alternating timer
-
-PAIRS_PY='
-import json, os, shlex, statistics, sys, time
-runs, warmup, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-cmds = [(sys.argv[4], shlex.split(sys.argv[5])), (sys.argv[6], shlex.split(sys.argv[7]))]
-null = os.open("/dev/null", os.O_WRONLY)
-def run(argv):
-    pid = os.fork()
-    if pid == 0:
-        os.dup2(null, 1)
-        os.execvp(argv[0], argv)
-    t = time.perf_counter()
-    _, status, ru = os.wait4(pid, 0)
-    wall = time.perf_counter() - t
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"{argv} failed: {status}")
-    return wall, ru.ru_utime, ru.ru_stime, ru.ru_maxrss
-res = {name: [] for name, _ in cmds}
-for i in range(warmup + runs):
-    for name, argv in cmds:
-        r = run(argv)
-        if i >= warmup:
-            res[name].append(r)
-(ka, ra) = (res[cmds[0][0]], res[cmds[1][0]])
-ratios = [r[0] / k[0] for k, r in zip(ka, ra)]
-def stats(xs):
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
-summary = {
-    "kernel": stats([k[0] for k in ka]), "rsend": stats([r[0] for r in ra]),
-    "ratio": stats(ratios),
-    "cpu_ratio": stats([(r[1] + r[2]) / (k[1] + k[2]) for k, r in zip(ka, ra)]),
-    "kernel_cpu": stats([k[1] + k[2] for k in ka]), "rsend_cpu": stats([r[1] + r[2] for r in ra]),
-    "kernel_sys": stats([k[2] for k in ka]), "rsend_user": stats([r[1] for r in ra]),
-    "rsend_maxrss_kib": max(r[3] for r in ra),
-    "runs": res,
-}
-json.dump(summary, open(out, "w"), indent=1)
-'
-
 ROWS=()
 DETAIL=()
 LOAD=()
@@ -215,7 +174,7 @@ bench_tree() { # bench_tree N
 
     log "$n files: $WARMUP + $RUNS alternating pairs"
     j="$TMP/incr-$n.json"
-    python3 -c "$PAIRS_PY" "$RUNS" "$WARMUP" "$j" \
+    time_pairs "$RUNS" "$WARMUP" "$j" \
         kernel "btrfs send -q -p '$MNT/s0' '$MNT/s1'" \
         rsend "'$RSEND' -q -d '$img' -p s0 -f /dev/null s1"
     LOAD+=("$n: $(cut -d' ' -f1-3 /proc/loadavg)")
