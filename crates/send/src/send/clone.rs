@@ -43,6 +43,8 @@ const REF_BATCH: usize = 1 << 16;
 /// Bits of the filter of extents already sent (a full send without other
 /// clone roots asks the extent tree only about extents it may have sent).
 const SEEN_BITS: usize = 1 << 24;
+/// Shared leaves kept indexed (a few hundred file extent items each).
+const CACHE_LEAVES: usize = 1024;
 /// Extent entries cached (the list of items of each).
 const CACHE_EXTENTS: usize = 4096;
 /// The largest sector size a receiving filesystem may have.
@@ -60,6 +62,10 @@ pub(crate) struct CloneRoot<'fs> {
     /// Lookups in it (not used for the send snapshot: the walk has its own).
     pub(crate) lookup: Lookup<'fs>,
 }
+
+/// (extent bytenr, inode, file offset minus extent offset) of every file
+/// extent item of one leaf, sorted.
+type LeafIndex = Arc<[(u64, u64, u64)]>;
 
 /// A file extent item of a clone root that points into an extent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -131,6 +137,9 @@ pub(crate) struct Clones<'fs> {
     pub(crate) roots: Vec<CloneRoot<'fs>>,
     cache: LruCache<u64, Arc<Resolved>>,
     cached_items: usize,
+    /// Shared leaves read for SHARED_DATA_REFs: (extent, inode, base) of
+    /// their file extent items, sorted.
+    leaves: LruCache<u64, LeafIndex>,
     sectorsize: u64,
     /// Extents sent so far (a Bloom-like bit filter), for full sends with
     /// no clone root but the send snapshot.
@@ -187,6 +196,7 @@ impl<'fs> Clones<'fs> {
             fs,
             cache: LruCache::new(NonZeroUsize::new(CACHE_EXTENTS).unwrap_or(NonZeroUsize::MIN)),
             cached_items: 0,
+            leaves: LruCache::new(NonZeroUsize::new(CACHE_LEAVES).unwrap_or(NonZeroUsize::MIN)),
             sectorsize: fs.sectorsize() as u64,
             seen: (search && only_send && parent.is_none()).then(|| vec![0u64; SEEN_BITS / 64]),
             roots: if search { roots } else { Vec::new() },
@@ -447,28 +457,50 @@ impl<'fs> Clones<'fs> {
     }
 
     /// The (inode, base) pairs of the items of the leaf at `leaf` that
-    /// point into the extent at `bytenr` (a SHARED_DATA_REF).
-    fn leaf_pairs(&self, leaf: u64, bytenr: u64, pairs: &mut BTreeSet<(u64, u64)>) -> Result<()> {
-        let block = self.fs.tree_block(&Expect {
-            logical: leaf,
-            generation: None,
-            level: 0,
-            first_key: None,
-            tree: objectid::EXTENT_TREE,
-        })?;
-        for slot in 0..block.nritems() {
-            let Some(item) = Item::at(&block, slot) else {
-                break;
-            };
-            if item.key.item_type != key_type::EXTENT_DATA {
-                continue;
+    /// point into the extent at `bytenr` (a SHARED_DATA_REF). Each leaf is
+    /// read and indexed by extent once while it stays in the cache: a leaf
+    /// of an old snapshot is named by the backrefs of every extent in it.
+    fn leaf_pairs(
+        &mut self,
+        leaf: u64,
+        bytenr: u64,
+        pairs: &mut BTreeSet<(u64, u64)>,
+    ) -> Result<()> {
+        let index = match self.leaves.get(&leaf) {
+            Some(ix) => ix.clone(),
+            None => {
+                let block = self.fs.tree_block(&Expect {
+                    logical: leaf,
+                    generation: None,
+                    level: 0,
+                    first_key: None,
+                    tree: objectid::EXTENT_TREE,
+                })?;
+                let mut ix = Vec::new();
+                for slot in 0..block.nritems() {
+                    let Some((key, data)) = block.item(slot) else {
+                        break;
+                    };
+                    if key.item_type != key_type::EXTENT_DATA {
+                        continue;
+                    }
+                    let Ok(fe) = FileExtentItem::parse(data) else {
+                        continue;
+                    };
+                    if fe.kind() != ExtentKind::Inline && fe.disk_bytenr() != 0 {
+                        let base = key.offset.wrapping_sub(fe.offset());
+                        ix.push((fe.disk_bytenr(), key.objectid, base));
+                    }
+                }
+                ix.sort_unstable();
+                let ix: LeafIndex = ix.into();
+                self.leaves.put(leaf, ix.clone());
+                ix
             }
-            let Ok(fe) = FileExtentItem::parse(item.data()) else {
-                continue;
-            };
-            if fe.kind() != ExtentKind::Inline && fe.disk_bytenr() == bytenr {
-                pairs.insert((item.key.objectid, item.key.offset.wrapping_sub(fe.offset())));
-            }
+        };
+        let from = index.partition_point(|e| e.0 < bytenr);
+        for &(_, ino, base) in index[from..].iter().take_while(|e| e.0 == bytenr) {
+            pairs.insert((ino, base));
         }
         Ok(())
     }
