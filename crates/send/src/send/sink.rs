@@ -154,7 +154,8 @@ impl<W: Write> Sink<'_, W> {
 
     /// Writes one batch.
     pub(crate) fn write(&mut self, b: Batch) -> Result<(), SendError> {
-        let before = self.stats.data_bytes;
+        // Cloned bytes count as sent: the totals of a full send are file bytes.
+        let before = self.stats.data_bytes + self.stats.cloned_bytes;
         for c in b.cmds {
             match &c {
                 Cmd::Write { path, offset, data } => {
@@ -191,7 +192,10 @@ impl<W: Write> Sink<'_, W> {
         }
         self.stats.files += b.files;
         if let Some(p) = self.progress {
-            p.advance(self.stats.data_bytes - before, b.files);
+            p.advance(
+                self.stats.data_bytes + self.stats.cloned_bytes - before,
+                b.files,
+            );
         }
         Ok(())
     }
