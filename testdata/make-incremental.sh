@@ -339,8 +339,9 @@ second btrfs, and every received snapshot matched its manifest, hard-link groups
   streams replayed the same way must give them too.
 - \`crates/send/tests/incremental_kernel.rs\` (root): the image mounted read-only, the
   sender under test's streams received by \`btrfs receive\` and by rreceive onto ext4 and
-  btrfs; its streams against the kernel's; the chain. \`RSEND_SCENARIO_LIVE=1\` builds the
-  image from scenarios.sh on the running kernel instead.
+  btrfs; its streams against the kernel's; the chain; on btrfs, the clone scenarios'
+  extents shared in the source must be shared after the receive (crates/send/tests/common/sharing.rs).
+  \`RSEND_SCENARIO_LIVE=1\` builds the image from scenarios.sh on the running kernel instead.
 
 ## Scenarios
 

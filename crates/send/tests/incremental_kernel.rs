@@ -21,7 +21,12 @@
 //!   kernel's `btrfs send -p`: bytes, TRUNCATE count, byte-identical or not,
 //!   printed as a table; the sender may not need more bytes or TRUNCATEs;
 //! - the chain: chain.0 in full and five incrementals in a row, received by
-//!   every receiver, each snapshot equal to its source.
+//!   every receiver, each snapshot equal to its source;
+//! - the clone scenarios ([`CLONE_SCENARIOS`]) received onto btrfs by
+//!   `btrfs receive` and rreceive: every pair of blocks that share an extent
+//!   in the source (within NAME.p for the full stream; within NAME.c and
+//!   across NAME.c and NAME.p for the incremental) must share one at the
+//!   destination (common/sharing.rs), but for [`SHARING_EXCEPTIONS`].
 //!
 //! THE SENDER is [`full_stream`] and [`incremental_stream`]:
 //! `RSEND_SCENARIO_SENDER=kernel` makes them run `btrfs send` on the
@@ -34,6 +39,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -41,7 +47,11 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use common::receivers::{
+    listing, manifest_of_tree, output_file, recent, rreceive_bin, without_xattrs,
+};
 use common::scenarios::{self, only_root_mtime_differs, Manifest, SizeReport};
+use common::sharing::{self, Exception, Sharing, TreeBlocks, RULE_SAME_FILE, RULE_UNALIGNED_END};
 use testkit::{ext4_image, kernel_available, run, Attached, BtrfsImage, LoopImage};
 
 // ---------------------------------------------------------------------------
@@ -201,37 +211,8 @@ impl Source {
     }
 }
 
-/// Runs `cmd`, which writes the file `out`; its contents, or the failure.
-fn output_file(cmd: &mut Command, out: &Path) -> Result<Vec<u8>, String> {
-    let _ = std::fs::remove_file(out);
-    let o = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if !o.status.success() {
-        return Err(format!(
-            "{cmd:?} failed with {}: {}",
-            o.status,
-            String::from_utf8_lossy(&o.stderr).trim_end()
-        ));
-    }
-    let data = std::fs::read(out).map_err(|e| format!("{}: {e}", out.display()));
-    let _ = std::fs::remove_file(out);
-    data
-}
-
 fn shell_quote(p: &Path) -> String {
     format!("'{}'", p.display().to_string().replace('\'', r"'\''"))
-}
-
-fn manifest_py() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/manifest.py")
-}
-
-/// testdata/manifest.py --links of the tree at `dir`.
-fn manifest_of_tree(dir: &Path) -> Manifest {
-    let out = run(Command::new("python3")
-        .arg(manifest_py())
-        .arg("--links")
-        .arg(dir));
-    Manifest::parse(&String::from_utf8_lossy(&out.stdout))
 }
 
 // ---------------------------------------------------------------------------
@@ -333,113 +314,8 @@ impl Dests {
     }
 }
 
-/// The rreceive binary: `$RRECEIVE_BIN`, else the workspace's
-/// target/<profile>/rreceive next to this test's own directory, built
-/// first with this test's cargo and profile when it is missing or older
-/// than the sources it is made of.
-fn rreceive_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("RRECEIVE_BIN") {
-        return PathBuf::from(p);
-    }
-    // This test runs from <target>/<profile>/deps/.
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test binary in <target>/<profile>/deps")
-        .to_owned();
-    let bin = profile_dir.join("rreceive");
-    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
-    let newest_source = [
-        "crates/receive",
-        "crates/stream",
-        "crates/compress",
-        "crates/dump",
-    ]
-    .iter()
-    .map(|c| newest_mtime(&ws.join(c)))
-    .chain([newest_mtime(&ws.join("Cargo.lock"))])
-    .max()
-    .flatten();
-    if built.is_none() || newest_source > built {
-        let cargo = std::env::var_os("CARGO")
-            .or_else(|| option_env!("CARGO").map(Into::into))
-            .unwrap_or_else(|| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-q", "-p", "rreceive", "--bin", "rreceive"])
-            .current_dir(&ws)
-            .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap());
-        if profile_dir.file_name() == Some(OsStr::new("release")) {
-            cmd.arg("--release");
-        }
-        let ok = cmd.status().is_ok_and(|s| s.success());
-        assert!(
-            ok && bin.exists(),
-            "cannot build {} ({cmd:?}); build it with `cargo build --release -p rreceive` \
-             or point RRECEIVE_BIN at one",
-            bin.display()
-        );
-    }
-    bin
-}
-
-/// The newest modification time of any file under `p`.
-fn newest_mtime(p: &Path) -> Option<std::time::SystemTime> {
-    let md = std::fs::symlink_metadata(p).ok()?;
-    if !md.is_dir() {
-        return md.modified().ok();
-    }
-    std::fs::read_dir(p)
-        .ok()?
-        .flatten()
-        .filter(|e| e.file_name() != "target")
-        .filter_map(|e| newest_mtime(&e.path()))
-        .max()
-}
-
 // ---------------------------------------------------------------------------
 // Comparing trees
-
-/// `m` without the xattrs `r` cannot keep.
-fn without_ignored_xattrs(m: &Manifest, r: Receiver) -> Manifest {
-    let rows = m
-        .rows
-        .iter()
-        .map(|row| {
-            let mut cols: Vec<&str> = row.split('\t').collect();
-            if cols.len() < 13 || cols[12] == "-" {
-                return row.clone();
-            }
-            let kept: Vec<&str> = cols[12]
-                .split(';')
-                .filter(|x| !r.ignores_xattr(x.split('=').next().unwrap_or("")))
-                .collect();
-            let joined = if kept.is_empty() {
-                "-".to_owned()
-            } else {
-                kept.join(";")
-            };
-            cols[12] = &joined;
-            cols.join("\t")
-        })
-        .collect();
-    Manifest {
-        rows,
-        skipped: m.skipped.clone(),
-        links: m.links.clone(),
-    }
-}
-
-/// Whether a manifest time (`SEC.NSEC`) is within the last hour: the time
-/// of the receive.
-fn recent(t: &str) -> bool {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64();
-    t.parse::<f64>().is_ok_and(|t| (now - t).abs() < 3600.0)
-}
 
 /// The tree `r` made at `got` against snapshot `want`: Ok(None) when equal,
 /// Ok(Some(note)) for the kernel's known root-mtime fault (only forgiven
@@ -448,8 +324,9 @@ fn compare_received(want: &Manifest, got: &Path, r: Receiver) -> Result<Option<S
     if !got.is_dir() {
         return Err(format!("{} was not made", got.display()));
     }
-    let want = without_ignored_xattrs(want, r);
-    let have = without_ignored_xattrs(&manifest_of_tree(got), r);
+    let ignore = |x: &str| r.ignores_xattr(x);
+    let want = without_xattrs(want, ignore);
+    let have = without_xattrs(&manifest_of_tree(got), ignore);
     match Manifest::difference(&want, &have) {
         None => Ok(None),
         Some(_) if sender() == Sender::Kernel && only_root_mtime_differs(&want, &have, recent) => {
@@ -457,22 +334,6 @@ fn compare_received(want: &Manifest, got: &Path, r: Receiver) -> Result<Option<S
         }
         Some(d) => Err(d),
     }
-}
-
-/// `find DIR` (at most 40 lines), for failure messages.
-fn listing(dir: &Path) -> String {
-    let out = Command::new("find")
-        .arg(dir)
-        .args(["-printf", "    %y %m %P\\n"])
-        .output();
-    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
-    let text = text.unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    let mut s = lines[..lines.len().min(40)].join("\n");
-    if lines.len() > 40 {
-        s.push_str(&format!("\n    ... {} more", lines.len() - 40));
-    }
-    s
 }
 
 /// Writes `stream` to a file in `dir` for the receivers to read.
@@ -716,4 +577,183 @@ fn five_incrementals_in_a_row_received_onto_btrfs_and_ext4_give_every_snapshot()
         println!("known kernel faults:\n{}", notes.join("\n"));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+// ---------------------------------------------------------------------------
+// Extent sharing of the clone scenarios
+
+/// The scenarios whose snapshots share extents (reflinks, clones within a
+/// file, dedupe): their received snapshots must share them too.
+const CLONE_SCENARIOS: &[&str] = &[
+    "btrfs_094_clone_into_new_file",
+    "btrfs_097_clone_to_lower_offset",
+    "btrfs_108_reflink_then_overwrite_and_punch",
+    "btrfs_109_compressed_reflink",
+    "btrfs_117_reflink_deep_path",
+    "btrfs_130_one_extent_many_refs",
+    "btrfs_149_clone_one_sector",
+    "btrfs_189_clone_unaligned_eof",
+    "btrfs_200_intra_file_clone",
+    "btrfs_203_self_clone_grown_file",
+    "btrfs_229_overlapping_self_clones",
+    "btrfs_283_reflinks_share_best_source",
+    "btrfs_319_reflink_unaligned_eof",
+    "btrfs_322_truncate_to_zero_then_reflink",
+];
+
+/// Blocks of those scenarios that share in the source but that the kernel
+/// writes by its rules (see crates/send/tests/clone_kernel.rs for the
+/// rules at work in testdata/clone).
+const SHARING_EXCEPTIONS: &[Exception] = &[
+    Exception {
+        scenario: "btrfs_189_clone_unaligned_eof",
+        snapshot: "btrfs_189_clone_unaligned_eof.c",
+        path: "bar",
+        start: 655360,
+        end: 729088,
+        rule: RULE_UNALIGNED_END,
+    },
+    Exception {
+        scenario: "btrfs_203_self_clone_grown_file",
+        snapshot: "btrfs_203_self_clone_grown_file.c",
+        path: "foobar",
+        start: 524288,
+        end: 655360,
+        rule: RULE_SAME_FILE,
+    },
+];
+
+/// `sharing::check` of both sends of scenario `name` (full NAME.p, then
+/// NAME.p -> NAME.c) received under `dest`.
+fn scenario_sharing(
+    src: &Source,
+    dest: &Path,
+    name: &str,
+    exceptions: &[Exception],
+) -> Result<Vec<Sharing>, String> {
+    let (p, c) = (format!("{name}.p"), format!("{name}.c"));
+    let maps = |root: &Path| -> Result<BTreeMap<String, TreeBlocks>, String> {
+        [&p, &c]
+            .into_iter()
+            .map(|s| sharing::tree_blocks(&root.join(s)).map(|t| (s.clone(), t)))
+            .collect()
+    };
+    let (src_blocks, dst_blocks) = (maps(&src.mnt)?, maps(dest)?);
+    Ok(vec![
+        sharing::check(&p, &[], &src_blocks, &dst_blocks, exceptions)?,
+        sharing::check(&c, &[p.as_str()], &src_blocks, &dst_blocks, exceptions)?,
+    ])
+}
+
+#[test]
+fn clone_scenarios_received_onto_btrfs_keep_every_shared_extent_shared() {
+    let test = "clone_scenarios_received_onto_btrfs_keep_every_shared_extent_shared";
+    if !kernel_available(test) {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let names: Vec<String> = scenarios::names()
+        .into_iter()
+        .filter(|n| CLONE_SCENARIOS.contains(&n.as_str()))
+        .collect();
+    if names.is_empty() {
+        println!("RSEND_SCENARIOS leaves the clone scenarios out");
+        return;
+    }
+    let src = Source::open();
+    // btrfs receive finds parents by received uuid anywhere on its
+    // filesystem: one of its own, so it cannot pick rreceive's copy.
+    let btrfs_receive = Dests::new();
+    let rreceive = Dests::new();
+    let streams = tempfile::tempdir().unwrap();
+    let mut table = Vec::new();
+    let mut failures = Vec::new();
+    let mut needed = std::collections::BTreeSet::new();
+    for name in &names {
+        let (p, c) = (format!("{name}.p"), format!("{name}.c"));
+        let steps = match (full_stream(&src, &p), incremental_stream(&src, &p, &c)) {
+            (Ok(f), Ok(i)) => [
+                stream_file(streams.path(), &format!("{name}.full"), &f),
+                stream_file(streams.path(), &format!("{name}.incr"), &i),
+            ],
+            (f, i) => {
+                for e in [f.err(), i.err()].into_iter().flatten() {
+                    failures.push(format!("{name}: send: {e}"));
+                }
+                continue;
+            }
+        };
+        let exceptions: Vec<(usize, Exception)> = SHARING_EXCEPTIONS
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.scenario == name.as_str())
+            .map(|(i, e)| (i, *e))
+            .collect();
+        let local: Vec<Exception> = exceptions.iter().map(|(_, e)| *e).collect();
+        let mut row = format!("{name:<45}");
+        for (r, dests) in [
+            (Receiver::BtrfsReceive, &btrfs_receive),
+            (Receiver::RreceiveBtrfs, &rreceive),
+        ] {
+            let dest = dests.dir(r, name);
+            let received = steps
+                .iter()
+                .try_for_each(|f| dests.receive(r, f, &dest))
+                .and_then(|()| scenario_sharing(&src, &dest, name, &local));
+            match received {
+                Ok(per_send) => {
+                    let mut total = Sharing::default();
+                    for (k, sh) in per_send.iter().enumerate() {
+                        if !sh.lost.is_empty() {
+                            failures.push(format!(
+                                "{} {name} {}: {} kept; sharing lost at: {}",
+                                r.label(),
+                                ["full", "incremental"][k],
+                                sh.summary(),
+                                sh.lost.join("; ")
+                            ));
+                        }
+                        needed.extend(sh.needed.iter().map(|&i| exceptions[i].0));
+                        total.add(sh);
+                    }
+                    row.push_str(&format!(" {:<40}", total.summary()));
+                }
+                Err(e) => {
+                    failures.push(format!("{} {name}: {e}", r.label()));
+                    row.push_str(&format!(" {:<40}", "FAIL"));
+                }
+            }
+        }
+        table.push(row);
+    }
+    println!(
+        "sender: {:?}; source-shared blocks of the sent snapshots still shared after the receive\n{:<45} {:<40} {:<40}\n{}",
+        sender(),
+        "scenario",
+        "btrfs-receive",
+        "rreceive-btrfs",
+        table.join("\n")
+    );
+    for (i, e) in SHARING_EXCEPTIONS.iter().enumerate() {
+        if !names.iter().any(|n| n == e.scenario) {
+            continue;
+        }
+        if needed.contains(&i) {
+            println!(
+                "exception {}/{} [{}, {}): {}",
+                e.snapshot, e.path, e.start, e.end, e.rule
+            );
+        } else if sender() == Sender::Kernel {
+            failures.push(format!(
+                "exception {}/{} [{}, {}) ({}) is stale: the kernel keeps those blocks shared",
+                e.snapshot, e.path, e.start, e.end, e.rule
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "extent sharing lost (the kernel as the sender keeps all of it but the exceptions; \
+         rsend has no clone search yet?):\n{}",
+        failures.join("\n")
+    );
 }

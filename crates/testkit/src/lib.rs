@@ -3,6 +3,9 @@
 //! [`kernel_available`] decides whether such a test can run here and prints
 //! one line when it cannot. [`BtrfsImage`] is a loop-mounted scratch btrfs
 //! that is unmounted and detached when dropped, also when the test fails.
+//! [`fiemap`] maps a file's extents (its one `unsafe` call is the ioctl).
+
+pub mod fiemap;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

@@ -4,8 +4,11 @@
 
 #![allow(dead_code)]
 
+pub mod clone;
 pub mod model;
+pub mod receivers;
 pub mod scenarios;
+pub mod sharing;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

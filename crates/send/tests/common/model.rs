@@ -12,7 +12,8 @@
 //!
 //! An incremental stream is replayed onto the model of its parent
 //! ([`Model::replay_onto`]): its SNAPSHOT must name the parent's uuid and
-//! ctransid, and CLONEs may read from either subvolume.
+//! ctransid, and CLONEs may read from either subvolume, or from other
+//! subvolumes received before ([`Model::replay_with`], for `-c` sources).
 //!
 //! Times change only by UTIMES, unless replayed with
 //! [`Times::LikeAFilesystem`]: then, as on a real filesystem, every entry
@@ -124,6 +125,17 @@ impl Model {
     /// Replays `stream`, a full stream when `parent` is None, else an
     /// incremental one onto `parent`, with times changing as `times` says.
     pub fn replay_as(stream: &[u8], parent: Option<&Model>, times: Times) -> Result<Model, String> {
+        Self::replay_with(stream, parent, &[], times)
+    }
+
+    /// Like [`Model::replay_as`], and CLONEs may also read from `sources`
+    /// (the other subvolumes the receiver has), found by their uuid.
+    pub fn replay_with(
+        stream: &[u8],
+        parent: Option<&Model>,
+        sources: &[&Model],
+        times: Times,
+    ) -> Result<Model, String> {
         let mut m = match parent {
             Some(p) => {
                 let mut m = p.clone();
@@ -151,7 +163,7 @@ impl Model {
                     c.kind()
                 ));
             }
-            m.apply(&c, parent)
+            m.apply(&c, parent, sources)
                 .map_err(|e| format!("command #{n} {:?}: {e}", c.kind()))?;
         }
         if !ended {
@@ -253,7 +265,12 @@ impl Model {
         false
     }
 
-    fn apply(&mut self, c: &Command<'_>, parent: Option<&Model>) -> Result<(), String> {
+    fn apply(
+        &mut self,
+        c: &Command<'_>,
+        parent: Option<&Model>,
+        sources: &[&Model],
+    ) -> Result<(), String> {
         match c {
             Command::Subvol {
                 path,
@@ -427,16 +444,20 @@ impl Model {
                 ..
             } => {
                 // The source is this subvolume as received so far, or the
-                // parent as it was (an incremental stream clones from both).
+                // parent or another subvolume received before, as they were.
                 let (s, n) = (*clone_offset as usize, *len as usize);
                 let range = |src: &[u8]| {
                     src.get(s..s + n)
                         .map(<[u8]>::to_vec)
                         .ok_or_else(|| "clone source range beyond its end".to_string())
                 };
+                let other = parent
+                    .into_iter()
+                    .chain(sources.iter().copied())
+                    .find(|p| p.uuid == *clone_uuid);
                 let bytes = if *clone_uuid == self.uuid {
                     range(self.file(clone_path)?)?
-                } else if let Some(p) = parent.filter(|p| p.uuid == *clone_uuid) {
+                } else if let Some(p) = other {
                     match &p.nodes[p.lookup(clone_path)?].kind {
                         Kind::File(d) => range(d)?,
                         _ => return Err("clone source is not a regular file".into()),

@@ -1,0 +1,162 @@
+//! For the tests that receive streams with the real `btrfs receive` and
+//! with rreceive: the rreceive binary, manifests of received trees, running
+//! a sender into a file.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::scenarios::Manifest;
+
+/// The rreceive binary: `$RRECEIVE_BIN`, else the workspace's
+/// target/<profile>/rreceive next to this test's own directory, built
+/// first with this test's cargo and profile when it is missing or older
+/// than the sources it is made of.
+pub fn rreceive_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("RRECEIVE_BIN") {
+        return PathBuf::from(p);
+    }
+    // This test runs from <target>/<profile>/deps/.
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary in <target>/<profile>/deps")
+        .to_owned();
+    let bin = profile_dir.join("rreceive");
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
+    let newest_source = [
+        "crates/receive",
+        "crates/stream",
+        "crates/compress",
+        "crates/dump",
+    ]
+    .iter()
+    .map(|c| newest_mtime(&ws.join(c)))
+    .chain([newest_mtime(&ws.join("Cargo.lock"))])
+    .max()
+    .flatten();
+    if built.is_none() || newest_source > built {
+        let cargo = std::env::var_os("CARGO")
+            .or_else(|| option_env!("CARGO").map(Into::into))
+            .unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-q", "-p", "rreceive", "--bin", "rreceive"])
+            .current_dir(&ws)
+            .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap());
+        if profile_dir.file_name() == Some(OsStr::new("release")) {
+            cmd.arg("--release");
+        }
+        let ok = cmd.status().is_ok_and(|s| s.success());
+        assert!(
+            ok && bin.exists(),
+            "cannot build {} ({cmd:?}); build it with `cargo build --release -p rreceive` \
+             or point RRECEIVE_BIN at one",
+            bin.display()
+        );
+    }
+    bin
+}
+
+/// The newest modification time of any file under `p`.
+fn newest_mtime(p: &Path) -> Option<std::time::SystemTime> {
+    let md = std::fs::symlink_metadata(p).ok()?;
+    if !md.is_dir() {
+        return md.modified().ok();
+    }
+    std::fs::read_dir(p)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name() != "target")
+        .filter_map(|e| newest_mtime(&e.path()))
+        .max()
+}
+
+/// testdata/manifest.py.
+pub fn manifest_py() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/manifest.py")
+}
+
+/// testdata/manifest.py --links of the tree at `dir`.
+pub fn manifest_of_tree(dir: &Path) -> Manifest {
+    let out = testkit::run(
+        Command::new("python3")
+            .arg(manifest_py())
+            .arg("--links")
+            .arg(dir),
+    );
+    Manifest::parse(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// `m` without the xattrs `ignore` names.
+pub fn without_xattrs(m: &Manifest, ignore: impl Fn(&str) -> bool) -> Manifest {
+    let rows = m
+        .rows
+        .iter()
+        .map(|row| {
+            let mut cols: Vec<&str> = row.split('\t').collect();
+            if cols.len() < 13 || cols[12] == "-" {
+                return row.clone();
+            }
+            let kept: Vec<&str> = cols[12]
+                .split(';')
+                .filter(|x| !ignore(x.split('=').next().unwrap_or("")))
+                .collect();
+            let joined = if kept.is_empty() {
+                "-".to_owned()
+            } else {
+                kept.join(";")
+            };
+            cols[12] = &joined;
+            cols.join("\t")
+        })
+        .collect();
+    Manifest {
+        rows,
+        skipped: m.skipped.clone(),
+        links: m.links.clone(),
+    }
+}
+
+/// Whether a manifest time (`SEC.NSEC`) is within the last hour: the time
+/// of the receive.
+pub fn recent(t: &str) -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    t.parse::<f64>().is_ok_and(|t| (now - t).abs() < 3600.0)
+}
+
+/// Runs `cmd`, which writes the file `out`; its contents, or the failure.
+pub fn output_file(cmd: &mut Command, out: &Path) -> Result<Vec<u8>, String> {
+    let _ = std::fs::remove_file(out);
+    let o = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if !o.status.success() {
+        return Err(format!(
+            "{cmd:?} failed with {}: {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim_end()
+        ));
+    }
+    let data = std::fs::read(out).map_err(|e| format!("{}: {e}", out.display()));
+    let _ = std::fs::remove_file(out);
+    data
+}
+
+/// `find DIR` (at most 40 lines), for failure messages.
+pub fn listing(dir: &Path) -> String {
+    let out = Command::new("find")
+        .arg(dir)
+        .args(["-printf", "    %y %m %P\\n"])
+        .output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let text = text.unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut s = lines[..lines.len().min(40)].join("\n");
+    if lines.len() > 40 {
+        s.push_str(&format!("\n    ... {} more", lines.len() - 40));
+    }
+    s
+}
