@@ -654,7 +654,7 @@ fn rsend_streams_keep_every_shared_extent_shared() {
     assert!(
         failures.is_empty(),
         "rsend's streams lose extent sharing the kernel's keep ({kept} of {blocks} source-shared \
-         blocks kept over all scenarios and both btrfs receivers; rsend has no clone search yet?):\n{}",
+         blocks kept over all scenarios and both btrfs receivers):\n{}",
         failures
             .iter()
             .map(|s| s.as_str())
@@ -706,8 +706,7 @@ fn rsend_streams_are_no_larger_than_the_kernels() {
     println!("{}", rows.join("\n"));
     assert!(
         larger.is_empty(),
-        "rsend's streams are larger than the kernel's (the kernel clones shared extents; \
-         rsend has no clone search yet?):\n{}",
+        "rsend's streams are larger than the kernel's:\n{}",
         larger.join("\n")
     );
 }

@@ -752,8 +752,7 @@ fn clone_scenarios_received_onto_btrfs_keep_every_shared_extent_shared() {
     }
     assert!(
         failures.is_empty(),
-        "extent sharing lost (the kernel as the sender keeps all of it but the exceptions; \
-         rsend has no clone search yet?):\n{}",
+        "extent sharing lost (the kernel as the sender keeps all of it but the exceptions):\n{}",
         failures.join("\n")
     );
 }

@@ -516,13 +516,25 @@ impl<'fs> Clones<'fs> {
         per_root: &mut [RootCands],
         budget: &mut usize,
     ) -> Result<()> {
-        // Per inode, the union of [base, base + span): each item is read once.
-        let mut ranges: Vec<(u64, u64, u64)> = Vec::new();
+        // Per inode, the union of [base, base + span): each item is read
+        // once. A base is the item's offset minus its extent offset, which
+        // wraps below zero for an item that starts before its extent would.
+        let mut spans: Vec<(u64, u64, u64)> = Vec::with_capacity(pairs.len());
         for &(ino, base) in pairs {
-            let end = base.saturating_add(span);
+            match base.checked_add(span) {
+                Some(end) => spans.push((ino, base, end)),
+                None => {
+                    spans.push((ino, 0, base.wrapping_add(span)));
+                    spans.push((ino, base, u64::MAX));
+                }
+            }
+        }
+        spans.sort_unstable();
+        let mut ranges: Vec<(u64, u64, u64)> = Vec::new();
+        for (ino, from, end) in spans {
             match ranges.last_mut() {
-                Some((i, _, e)) if *i == ino && base <= *e => *e = (*e).max(end),
-                _ => ranges.push((ino, base, end)),
+                Some((i, _, e)) if *i == ino && from <= *e => *e = (*e).max(end),
+                _ => ranges.push((ino, from, end)),
             }
         }
         for rc in per_root.iter_mut() {

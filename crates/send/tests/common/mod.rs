@@ -306,7 +306,7 @@ pub fn ro_snapshots(f: &Fixture) -> Vec<u64> {
         .unwrap_or_default()
 }
 
-/// rsend's full stream of `sv` (library call, no clone search).
+/// rsend's full stream of `sv` (library call, clone search within `sv`).
 pub fn rsend_stream(fs: &Filesystem, sv: &Subvolume) -> Result<Vec<u8>, String> {
     let mut w = btrfs_stream::Writer::new(Vec::new());
     rsend::send::send_subvolume(fs, sv, &mut w, &rsend::send::SendOptions::default())

@@ -248,18 +248,15 @@ fn last_before_end(s: &[u8]) -> Option<(btrfs_stream::CommandKind, Vec<u8>, usiz
 }
 
 /// A sender's incremental streams against the kernel's, scenario by
-/// scenario: bytes and TRUNCATEs must not be more than the kernel's. Two
-/// known exceptions are reported, not failed: one trailing UTIMES of the
+/// scenario: bytes and TRUNCATEs must not be more than the kernel's. One
+/// known exception is reported, not failed: one trailing UTIMES of the
 /// subvolume root that the kernel leaves out (so `btrfs receive` keeps the
-/// root's times; the rest of the stream must still be no larger), and
-/// scenarios whose kernel stream clones (clone search is not in rsend yet;
-/// only the trees are checked there).
+/// root's times; the rest of the stream must still be no larger).
 #[derive(Default)]
 pub struct SizeReport {
     rows: Vec<String>,
     identical: usize,
     root_times: Vec<String>,
-    clones: Vec<String>,
     larger: Vec<String>,
 }
 
@@ -297,11 +294,7 @@ impl SizeReport {
             ours.len(),
             kernel.len()
         );
-        if count(kernel, K::Clone) > 0 {
-            self.clones.push(line);
-        } else {
-            self.larger.push(line);
-        }
+        self.larger.push(line);
     }
 
     /// Prints the table and the exceptions; the scenarios that are larger
@@ -326,11 +319,6 @@ impl SizeReport {
             "{} larger only by a root UTIMES the kernel leaves out: {}",
             self.root_times.len(),
             self.root_times.join(", ")
-        );
-        println!(
-            "{} larger where the kernel clones (no clone search yet):\n{}",
-            self.clones.len(),
-            self.clones.join("\n")
         );
         self.larger
     }
