@@ -23,60 +23,12 @@
 # also on failure.
 set -euo pipefail
 
-if [[ $EUID -ne 0 ]]; then
-    echo "make-clone.sh: must run as root" >&2
-    exit 1
-fi
-
-export LC_ALL=C TZ=UTC
-umask 022
-
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-OUT="$HERE/clone"
-MANIFEST_PY="$HERE/manifest.py"
+# shellcheck source=fixture-lib.sh
+source "$HERE/fixture-lib.sh"
+fixture_setup make-clone.sh "$HERE/clone"
 IMG_SIZE=${IMG_SIZE:-256M}
-MKFS_ARGS=(-q -f)
 MOUNT_OPTS=noatime
-
-TMP=$(mktemp -d /tmp/make-clone.XXXXXX)
-STAGE="$TMP/out"
-RAW="$TMP/streams"   # the streams uncompressed
-mkdir -p "$STAGE/image" "$STAGE/streams" "$STAGE/manifests" "$RAW"
-MOUNTS=()
-
-our_loops() {
-    losetup -l -n -O NAME,BACK-FILE 2>/dev/null | while read -r dev back; do
-        case $back in "$TMP"/*) echo "$dev" ;; esac
-    done
-}
-
-cleanup() {
-    local rc=$? i m dev
-    set +e
-    cd /
-    for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
-        m=${MOUNTS[i]}
-        mountpoint -q "$m" && { umount "$m" 2>/dev/null || umount -l "$m"; }
-    done
-    for dev in $(our_loops); do losetup -d "$dev"; done
-    if [[ -n ${KEEP_STAGE:-} ]]; then
-        mkdir -p "$KEEP_STAGE" && cp -r "$STAGE"/. "$KEEP_STAGE"/ &&
-            echo "make-clone.sh: outputs copied to $KEEP_STAGE" >&2
-    fi
-    if grep -qF " $TMP/" /proc/self/mounts; then
-        echo "make-clone.sh: WARNING: something is still mounted under $TMP, not removing it" >&2
-    else
-        rm -rf "$TMP"
-    fi
-    [[ $rc -eq 0 ]] || echo "make-clone.sh: FAILED (exit $rc); $OUT left unchanged" >&2
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-log() { echo "== $*" >&2; }
-die() { echo "make-clone.sh: ERROR: $*" >&2; exit 1; }
 
 # shellcheck source=clone/scenarios.sh
 source "$OUT/scenarios.sh"
@@ -90,51 +42,11 @@ done
 FULL_RUN=1
 [[ -z ${ONLY:-} ]] || FULL_RUN=0
 
-# new_fs NAME: a fresh btrfs on a loop device (left in $NEW_DEV) at $TMP/NAME.
-new_fs() {
-    local img="$TMP/$1.img" mnt="$TMP/$1"
-    truncate -s "$IMG_SIZE" "$img"
-    mkfs.btrfs "${MKFS_ARGS[@]}" "$img" >/dev/null
-    NEW_DEV=$(losetup --find --show "$img")
-    mkdir "$mnt"
-    mount -o "$MOUNT_OPTS" "$NEW_DEV" "$mnt"
-    MOUNTS+=("$mnt")
-}
-
 # The snapshot a send sends: its last word.
 send_snap() { local w; read -r -a w <<<"$1"; echo "${w[-1]}"; }
 
 # Every snapshot a send names (-p, -c and the one sent).
 send_snaps() { local w; read -r -a w <<<"$1"; printf '%s\n' "${w[@]}" | grep -v '^-'; }
-
-# Bytes, bytes cloned, bytes written and command counts of a stream file.
-STREAM_PY='
-import sys, struct, collections
-NAMES = {1:"subvol",2:"snapshot",3:"mkfile",4:"mkdir",5:"mknod",6:"mkfifo",7:"mksock",
-  8:"symlink",9:"rename",10:"link",11:"unlink",12:"rmdir",13:"set_xattr",14:"remove_xattr",
-  15:"write",16:"clone",17:"truncate",18:"chmod",19:"chown",20:"utimes",21:"end",
-  22:"update_extent",23:"fallocate",24:"fileattr",25:"encoded_write",26:"enable_verity"}
-d = open(sys.argv[1], "rb").read()
-if d[:13] != b"btrfs-stream\0":
-    raise SystemExit("bad magic")
-pos, counts, cloned, written = 17, collections.Counter(), 0, 0
-while True:
-    ln, cmd = struct.unpack_from("<IH", d, pos)
-    counts[NAMES.get(cmd, "cmd%d" % cmd)] += 1
-    body, a = d[pos + 10:pos + 10 + ln], 0
-    while a < len(body):
-        t, l = struct.unpack_from("<HH", body, a)
-        v = body[a + 4:a + 4 + l]
-        if cmd == 16 and t == 24:    # CLONE_LEN
-            cloned += struct.unpack("<Q", v)[0]
-        if cmd == 15 and t == 19:    # DATA
-            written += l
-        a += 4 + l
-    pos += 10 + ln
-    if cmd == 21:
-        break
-print("%d\t%d\t%d\t%s" % (len(d), cloned, written, " ".join("%s=%d" % kv for kv in sorted(counts.items()))))
-'
 
 log "kernel $(uname -r), $(btrfs --version | head -n1)"
 new_fs src
@@ -213,7 +125,7 @@ for n in "${SELECTED[@]}"; do
                 parent=${BY_UUID[$pu]:-?$pu}
                 ;;
         esac
-        TSV_ROWS+=("$n	$k	$send	$parent	$(python3 -c "$STREAM_PY" "$f")")
+        TSV_ROWS+=("$n	$k	$send	$parent	$(stream_stats "$f")")
     done <<<"${CLONE_SENDS[$n]}"
 done
 
@@ -231,35 +143,6 @@ done
 log "btrfs receive of every scenario's streams in order, compared with the manifests"
 new_fs dst
 DST="$TMP/dst"
-FINDINGS=()
-KERNEL_NOTES=()
-# compare SNAP RECEIVED: data lines and hardlinks lines must be equal, except
-# that the kernel may leave the time of the receive as the root's mtime.
-compare() {
-    local want="$STAGE/manifests/$1.manifest" got="$TMP/recv.manifest" d
-    python3 "$MANIFEST_PY" --links "$2" >"$got"
-    d=$(diff <(grep -v '^# \(manifest\|skipped\)' "$want") <(grep -v '^# \(manifest\|skipped\)' "$got") || true)
-    [[ -n $d ]] || return 0
-    if python3 - "$want" "$got" <<'PY'
-import sys, time
-def rows(p):
-    return [l.rstrip("\n").split("\t") for l in open(p) if not l.startswith("# manifest") and not l.startswith("# skipped")]
-w, g = rows(sys.argv[1]), rows(sys.argv[2])
-diff = [(a, b) for a, b in zip(w, g) if a != b]
-ok = len(w) == len(g) and len(diff) == 1
-if ok:
-    a, b = diff[0]
-    recent = abs(float(b[7]) - time.time()) < 3600
-    ok = a[0] == "2e" and a[:7] == b[:7] and a[8:] == b[8:] and recent
-sys.exit(0 if ok else 1)
-PY
-    then
-        KERNEL_NOTES+=("$1	root mtime left at the time of the receive")
-    else
-        FINDINGS+=("$1: the tree btrfs receive made from the kernel's streams differs from the snapshot:"$'\n'"$d")
-        echo "$d" | head -n 20 >&2
-    fi
-}
 for n in "${SELECTED[@]}"; do
     mkdir "$DST/$n"
     k=0
@@ -274,52 +157,22 @@ for n in "${SELECTED[@]}"; do
         fi
     done <<<"${CLONE_SENDS[$n]}"
 done
-if [[ ${#FINDINGS[@]} -gt 0 ]]; then
-    printf '%s\n' "${FINDINGS[@]}" >&2
-    die "${#FINDINGS[@]} receives failed or differ from their snapshots (see above)"
-fi
+fixture_no_findings "receives failed or differ from their snapshots (see above)"
 
 log "kernel.tsv, kernel-findings.tsv"
 {
     echo "# scenario	send	args	parent	bytes	clone_bytes	write_bytes	commands"
     printf '%s\n' "${TSV_ROWS[@]}"
 } >"$STAGE/kernel.tsv"
-{
-    echo "# snapshot	what btrfs receive of the kernel's streams got wrong (the rest of the tree matched)"
-    [[ ${#KERNEL_NOTES[@]} -eq 0 ]] || printf '%s\n' "${KERNEL_NOTES[@]}"
-} >"$STAGE/kernel-findings.tsv"
-
-log "compress the streams"
-for f in "$RAW"/*.stream; do
-    zstd -q -19 --long -T1 -f "$f" -o "$STAGE/streams/$(basename "$f").zst"
-done
+fixture_write_kernel_findings
+fixture_compress_streams
 
 log "unmount, check and compress the image"
 umount "$SRC"
 losetup -d "$SRC_DEV"
 cp --sparse=always "$TMP/src.img" "$TMP/image.img"
-COPY_DEV=$(losetup -r --find --show "$TMP/image.img")
-GEN=$(btrfs inspect-internal dump-super "$COPY_DEV" | awk '$1 == "generation" {print $2}')
-FSID=$(btrfs inspect-internal dump-super "$COPY_DEV" | awk '$1 == "fsid" {print $2}')
-btrfs check --readonly --check-data-csum "$COPY_DEV" >"$TMP/check.log" 2>&1 ||
-    { cat "$TMP/check.log" >&2; die "btrfs check of the image failed"; }
-losetup -d "$COPY_DEV"
-zstd -q -19 --long -T1 -f "$TMP/image.img" -o "$STAGE/image/dev1.img.zst"
-zstd -q -d --long=27 -c "$STAGE/image/dev1.img.zst" | cmp - "$TMP/image.img" || die "zstd round trip differs"
-{
-    echo "devices=1"
-    echo "mkfs=mkfs.btrfs ${MKFS_ARGS[*]} dev1.img (dev1.img: a sparse file of $IMG_SIZE)"
-    echo "mount=$MOUNT_OPTS"
-    echo "state=unmounted cleanly"
-    echo "csum=crc32c"
-    echo "nodesize=16384"
-    echo "sectorsize=4096"
-    echo "generation=$GEN"
-    echo "fsid=$FSID"
-    echo "scenarios=${#SELECTED[@]}"
-    echo "kernel=$(uname -r)"
-    echo "btrfs_progs=$(btrfs --version | head -n1)"
-} >"$STAGE/image/INFO"
+fixture_image "$TMP/image.img" image
+fixture_write_info "state=unmounted cleanly"
 
 if [[ $FULL_RUN == 0 ]]; then
     log "trial run of ${#SELECTED[@]} scenarios passed; testdata/clone left alone"
@@ -328,21 +181,9 @@ if [[ $FULL_RUN == 0 ]]; then
 fi
 
 log "README.md"
-human() { numfmt --to=iec --suffix=B "$1"; }
 {
+    fixture_readme_head "clone scenarios made by the real kernel" xfsprogs "about a minute"
     cat <<EOF
-# testdata/clone: clone scenarios made by the real kernel
-
-Generated by \`testdata/make-clone.sh\` from \`scenarios.sh\` (the one hand-written file
-here) -- do not edit the rest by hand. Regenerate with
-
-    sudo testdata/make-clone.sh
-
-(\`sudo ONLY="name ..." testdata/make-clone.sh\` is a trial run of some scenarios that
-leaves this directory alone). Needs root, loop devices, btrfs in the kernel, btrfs-progs >=
-6.9.1, python3, zstd, xfsprogs. Runtime: about a minute.
-
-Generated with kernel \`$(uname -r)\`, \`$(btrfs --version | head -n1)\`.
 
 ## How it is made
 
@@ -417,10 +258,7 @@ EOF
             END { printf "| `%s` | %s | %s | %s | %s | %s |\n", n, doc, s, b, c, w }' "$STAGE/kernel.tsv"
     done
     echo
-    echo "Total size of testdata/clone: $(du -sb "$STAGE" "$OUT/scenarios.sh" | awk '{s += $1} END {print s}' | numfmt --to=iec --suffix=B) (image $(human "$(stat -c %s "$STAGE/image/dev1.img.zst")"))."
+    fixture_readme_total
 } >"$STAGE/README.md"
 
-log "replace $OUT"
-rm -rf "$OUT/image" "$OUT/streams" "$OUT/manifests" "$OUT/kernel.tsv" "$OUT/kernel-findings.tsv" "$OUT/README.md"
-cp -r "$STAGE/image" "$STAGE/streams" "$STAGE/manifests" "$STAGE/kernel.tsv" "$STAGE/kernel-findings.tsv" "$STAGE/README.md" "$OUT/"
-log "done: $(du -sh "$OUT" | cut -f1) in $OUT"
+fixture_replace

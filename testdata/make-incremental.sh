@@ -23,60 +23,14 @@
 # on failure.  KEEP_STAGE=DIR copies the outputs (also of a failed run) to DIR.
 set -euo pipefail
 
-if [[ $EUID -ne 0 ]]; then
-    echo "make-incremental.sh: must run as root" >&2
-    exit 1
-fi
-
-export LC_ALL=C TZ=UTC
-umask 022
-
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-OUT="$HERE/incremental"
-MANIFEST_PY="$HERE/manifest.py"
+# shellcheck source=fixture-lib.sh
+source "$HERE/fixture-lib.sh"
+fixture_setup make-incremental.sh "$HERE/incremental"
 IMG_SIZE=${IMG_SIZE:-512M}
-MKFS_ARGS=(-q -f)
-
-TMP=$(mktemp -d /tmp/make-incremental.XXXXXX)
-STAGE="$TMP/out"
-mkdir -p "$STAGE/image" "$STAGE/streams" "$STAGE/manifests" "$TMP/notes" "$TMP/streams"
-RAW="$TMP/streams"   # the streams uncompressed
-MOUNTS=()
-
-our_loops() {
-    losetup -l -n -O NAME,BACK-FILE 2>/dev/null | while read -r dev back; do
-        case $back in "$TMP"/*) echo "$dev" ;; esac
-    done
-}
-
-cleanup() {
-    local rc=$? i m dev
-    set +e
-    cd /
-    release_held 2>/dev/null
-    for ((i = ${#MOUNTS[@]} - 1; i >= 0; i--)); do
-        m=${MOUNTS[i]}
-        mountpoint -q "$m" && { umount "$m" 2>/dev/null || umount -l "$m"; }
-    done
-    for dev in $(our_loops); do losetup -d "$dev"; done
-    if [[ -n ${KEEP_STAGE:-} ]]; then
-        mkdir -p "$KEEP_STAGE" && cp -r "$STAGE"/. "$KEEP_STAGE"/ &&
-            echo "make-incremental.sh: outputs copied to $KEEP_STAGE" >&2
-    fi
-    if grep -qF " $TMP/" /proc/self/mounts; then
-        echo "make-incremental.sh: WARNING: something is still mounted under $TMP, not removing it" >&2
-    else
-        rm -rf "$TMP"
-    fi
-    [[ $rc -eq 0 ]] || echo "make-incremental.sh: FAILED (exit $rc); $OUT left unchanged" >&2
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-log() { echo "== $*" >&2; }
-die() { echo "make-incremental.sh: ERROR: $*" >&2; exit 1; }
+mkdir -p "$TMP/notes"
+# Files held open by the scenarios (scenarios.sh) are let go on exit.
+FIXTURE_BEFORE_CLEANUP=release_held
 
 # shellcheck source=incremental/scenarios.sh
 source "$OUT/scenarios.sh"
@@ -88,37 +42,7 @@ for n in "${SELECTED[@]}"; do
 done
 FULL_RUN=1
 [[ -z ${ONLY:-} ]] || FULL_RUN=0
-
-# new_fs NAME: a fresh btrfs on a loop device (left in $NEW_DEV) at $TMP/NAME.
-new_fs() {
-    local img="$TMP/$1.img" mnt="$TMP/$1"
-    truncate -s "$IMG_SIZE" "$img"
-    mkfs.btrfs "${MKFS_ARGS[@]}" "$img" >/dev/null
-    NEW_DEV=$(losetup --find --show "$img")
-    mkdir "$mnt"
-    mount -o "$SCENARIO_MOUNT_OPTS" "$NEW_DEV" "$mnt"
-    MOUNTS+=("$mnt")
-}
-
-# Command counts of a stream file (first stream only): "NAME COUNT" lines.
-STREAM_PY='
-import sys, struct, collections
-NAMES = {1:"subvol",2:"snapshot",3:"mkfile",4:"mkdir",5:"mknod",6:"mkfifo",7:"mksock",
-  8:"symlink",9:"rename",10:"link",11:"unlink",12:"rmdir",13:"set_xattr",14:"remove_xattr",
-  15:"write",16:"clone",17:"truncate",18:"chmod",19:"chown",20:"utimes",21:"end",
-  22:"update_extent",23:"fallocate",24:"fileattr",25:"encoded_write",26:"enable_verity"}
-d = open(sys.argv[1], "rb").read()
-if d[:13] != b"btrfs-stream\0":
-    raise SystemExit("bad magic")
-pos, counts = 17, collections.Counter()
-while True:
-    ln, cmd = struct.unpack_from("<IH", d, pos)
-    counts[NAMES.get(cmd, "cmd%d" % cmd)] += 1
-    pos += 10 + ln
-    if cmd == 21:
-        break
-print(" ".join("%s=%d" % kv for kv in sorted(counts.items())))
-'
+MOUNT_OPTS=$SCENARIO_MOUNT_OPTS
 
 log "kernel $(uname -r), $(btrfs --version | head -n1)"
 new_fs src
@@ -164,36 +88,6 @@ cd /
 log "btrfs receive of every stream onto a fresh btrfs, compared with the manifests"
 new_fs dst
 DST="$TMP/dst"
-FINDINGS=()       # fatal: the manifests would not describe what a receive gives
-KERNEL_NOTES=()   # "SNAP<TAB>note": known kernel behaviour, recorded in kernel-findings.tsv
-# compare SNAP RECEIVED: data lines and hardlinks lines must be equal, except
-# that the kernel may leave the time of the receive as the root's mtime (it
-# creates orphans at the root without sending the root's times again).
-compare() {
-    local want="$STAGE/manifests/$1.manifest" got="$TMP/recv.manifest" d
-    python3 "$MANIFEST_PY" --links "$2" >"$got"
-    d=$(diff <(grep -v '^# \(manifest\|skipped\)' "$want") <(grep -v '^# \(manifest\|skipped\)' "$got") || true)
-    [[ -n $d ]] || return 0
-    if python3 - "$want" "$got" <<'PY'
-import sys, time
-def rows(p):
-    return [l.rstrip("\n").split("\t") for l in open(p) if not l.startswith("# manifest") and not l.startswith("# skipped")]
-w, g = rows(sys.argv[1]), rows(sys.argv[2])
-diff = [(a, b) for a, b in zip(w, g) if a != b]
-ok = len(w) == len(g) and len(diff) == 1
-if ok:
-    a, b = diff[0]
-    recent = abs(float(b[7]) - time.time()) < 3600
-    ok = a[0] == "2e" and a[:7] == b[:7] and a[8:] == b[8:] and recent
-sys.exit(0 if ok else 1)
-PY
-    then
-        KERNEL_NOTES+=("$1	root mtime left at the time of the receive")
-    else
-        FINDINGS+=("$1: the tree btrfs receive made from the kernel's streams differs from the snapshot:"$'\n'"$d")
-        echo "$d" | head -n 20 >&2
-    fi
-}
 for n in "${SELECTED[@]}"; do
     mkdir "$DST/$n"
     btrfs receive -q -f "$RAW/$n.full.stream" "$DST/$n" ||
@@ -213,57 +107,26 @@ if [[ $FULL_RUN == 1 ]]; then
         compare "chain.$k" "$DST/chain/chain.$k"
     done
 fi
-if [[ ${#FINDINGS[@]} -gt 0 ]]; then
-    printf '%s\n' "${FINDINGS[@]}" >&2
-    die "${#FINDINGS[@]} received trees differ from their snapshots (see above)"
-fi
+fixture_no_findings "received trees differ from their snapshots (see above)"
 
 log "kernel.tsv, kernel-findings.tsv"
-{
-    echo "# snapshot	what btrfs receive of the kernel's streams got wrong (the rest of the tree matched)"
-    [[ ${#KERNEL_NOTES[@]} -eq 0 ]] || printf '%s\n' "${KERNEL_NOTES[@]}"
-} >"$STAGE/kernel-findings.tsv"
+fixture_write_kernel_findings
 {
     echo "# stream	bytes	commands (counts of the first stream, from its headers)"
     for f in "$RAW"/*.stream; do
-        printf '%s\t%s\t%s\n' "$(basename "$f" .stream)" "$(stat -c %s "$f")" "$(python3 -c "$STREAM_PY" "$f")"
+        printf '%s\t%s\n' "$(basename "$f" .stream)" "$(stream_stats "$f" | cut -f1,4)"
     done
 } >"$STAGE/kernel.tsv"
 
-log "compress the streams"
-for f in "$RAW"/*.stream; do
-    zstd -q -19 --long -T1 -f "$f" -o "$STAGE/streams/$(basename "$f").zst"
-done
+fixture_compress_streams
 
 log "copy the image (frozen, the held files still open), check and compress it"
 scenario_image_copy "$SRC" "$TMP/src.img" "$TMP/image.img"
 umount "$SRC"
 losetup -d "$SRC_DEV"
-COPY_DEV=$(losetup -r --find --show "$TMP/image.img")
-GEN=$(btrfs inspect-internal dump-super "$COPY_DEV" | awk '$1 == "generation" {print $2}')
-FSID=$(btrfs inspect-internal dump-super "$COPY_DEV" | awk '$1 == "fsid" {print $2}')
-LOGROOT=$(btrfs inspect-internal dump-super "$COPY_DEV" | awk '$1 == "log_root" {print $2}')
-[[ $LOGROOT == 0 ]] || die "the copy has a log tree (log_root $LOGROOT)"
-btrfs check --readonly --check-data-csum "$COPY_DEV" >"$TMP/check.log" 2>&1 ||
-    { cat "$TMP/check.log" >&2; die "btrfs check of the copy failed"; }
-losetup -d "$COPY_DEV"
-zstd -q -19 --long -T1 -f "$TMP/image.img" -o "$STAGE/image/dev1.img.zst"
-zstd -q -d --long=27 -c "$STAGE/image/dev1.img.zst" | cmp - "$TMP/image.img" || die "zstd round trip differs"
-{
-    echo "devices=1"
-    echo "mkfs=mkfs.btrfs ${MKFS_ARGS[*]} dev1.img (dev1.img: a sparse file of $IMG_SIZE)"
-    echo "mount=$SCENARIO_MOUNT_OPTS"
-    echo "state=copied while frozen (fsfreeze), not unmounted: read-only snapshots keep inodes with no links and orphan items"
-    echo "log_root=$LOGROOT"
-    echo "csum=crc32c"
-    echo "nodesize=16384"
-    echo "sectorsize=4096"
-    echo "generation=$GEN"
-    echo "fsid=$FSID"
-    echo "scenarios=${#SELECTED[@]}"
-    echo "kernel=$(uname -r)"
-    echo "btrfs_progs=$(btrfs --version | head -n1)"
-} >"$STAGE/image/INFO"
+fixture_image "$TMP/image.img" copy no-log-tree
+fixture_write_info "state=copied while frozen (fsfreeze), not unmounted: read-only snapshots keep inodes with no links and orphan items" \
+    "log_root=$LOGROOT"
 
 if [[ $FULL_RUN == 0 ]]; then
     log "trial run of ${#SELECTED[@]} scenarios passed; testdata/incremental left alone"
@@ -271,25 +134,14 @@ if [[ $FULL_RUN == 0 ]]; then
 fi
 
 log "README.md"
-human() { numfmt --to=iec --suffix=B "$1"; }
 stat_of() { awk -F'\t' -v s="$1" '$1 == s {print $2}' "$STAGE/kernel.tsv"; }
 count_of() {
     awk -F'\t' -v s="$1" -v c="$2" '$1 == s { n = split($3, a, " "); for (i = 1; i <= n; i++) { split(a[i], kv, "="); if (kv[1] == c) { print kv[2]; exit } } print 0 }' "$STAGE/kernel.tsv"
 }
 {
+    fixture_readme_head "incremental-send scenarios made by the real kernel" \
+        "xfsprogs, attr, acl, libcap2-bin, e2fsprogs" "about three minutes"
     cat <<EOF
-# testdata/incremental: incremental-send scenarios made by the real kernel
-
-Generated by \`testdata/make-incremental.sh\` from \`scenarios.sh\` (the one hand-written file
-here) -- do not edit the rest by hand. Regenerate with
-
-    sudo testdata/make-incremental.sh
-
-(\`sudo ONLY="name ..." testdata/make-incremental.sh\` is a trial run of some scenarios that
-leaves this directory alone). Needs root, loop devices, btrfs in the kernel, btrfs-progs >=
-6.9.1, python3, zstd, xfsprogs, attr, acl, libcap2-bin, e2fsprogs. Runtime: about three minutes.
-
-Generated with kernel \`$(uname -r)\`, \`$(btrfs --version | head -n1)\`.
 
 ## How it is made
 
@@ -373,10 +225,7 @@ EOF
         echo "| \`chain.$k.incr\` | $(stat_of "chain.$k.incr") | $(count_of "chain.$k.incr" truncate) |"
     done
     echo
-    echo "Total size of testdata/incremental: $(du -sb "$STAGE" "$OUT/scenarios.sh" | awk '{s += $1} END {print s}' | numfmt --to=iec --suffix=B) (image $(human "$(stat -c %s "$STAGE/image/dev1.img.zst")"))."
+    fixture_readme_total
 } >"$STAGE/README.md"
 
-log "replace $OUT"
-rm -rf "$OUT/image" "$OUT/streams" "$OUT/manifests" "$OUT/kernel.tsv" "$OUT/kernel-findings.tsv" "$OUT/README.md"
-cp -r "$STAGE/image" "$STAGE/streams" "$STAGE/manifests" "$STAGE/kernel.tsv" "$STAGE/kernel-findings.tsv" "$STAGE/README.md" "$OUT/"
-log "done: $(du -sh "$OUT" | cut -f1) in $OUT"
+fixture_replace
