@@ -31,13 +31,11 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use common::clone::{self, received_name, Send};
-use common::receivers::{listing, manifest_of_tree, recent, rreceive_bin, without_xattrs};
-use common::scenarios::{only_root_mtime_differs, Manifest};
+use common::receivers::{listing, rreceive_bin, Receiver};
 use common::sharing::{
     self, Exception, Sharing, TreeBlocks, RULE_149, RULE_COMPRESSED, RULE_EOF, RULE_ITEM_START,
 };
@@ -112,37 +110,15 @@ fn senders() -> Vec<Sender> {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Receiver {
-    BtrfsReceive,
-    RreceiveBtrfs,
-    RreceiveExt4,
-}
-
 const RECEIVERS: [Receiver; 3] = [
     Receiver::BtrfsReceive,
     Receiver::RreceiveBtrfs,
     Receiver::RreceiveExt4,
 ];
 
-impl Receiver {
-    fn label(self) -> &'static str {
-        match self {
-            Receiver::BtrfsReceive => "btrfs-receive",
-            Receiver::RreceiveBtrfs => "rreceive-btrfs",
-            Receiver::RreceiveExt4 => "rreceive-ext4",
-        }
-    }
-
-    /// Whether it keeps extents shared (so sharing is checked).
-    fn shares(self) -> bool {
-        self != Receiver::RreceiveExt4
-    }
-
-    fn ignores_xattr(self, name: &str) -> bool {
-        name.starts_with("user.rreceive.")
-            || (self == Receiver::RreceiveExt4 && name.starts_with("btrfs."))
-    }
+/// Whether `r` keeps extents shared (so sharing is checked).
+fn shares(r: Receiver) -> bool {
+    r != Receiver::RreceiveExt4
 }
 
 /// Fresh destinations for one sender. `btrfs receive` finds parents and
@@ -168,7 +144,7 @@ impl Dests {
     fn dir(&self, r: Receiver, scenario: &str) -> PathBuf {
         let root = match r {
             Receiver::BtrfsReceive => self.btrfs_receive.mnt(),
-            Receiver::RreceiveBtrfs => self.rreceive_btrfs.mnt(),
+            Receiver::RreceiveBtrfs | Receiver::RreceiveBtrfsPlain => self.rreceive_btrfs.mnt(),
             Receiver::RreceiveExt4 => self.ext4.mnt(),
         };
         let d = root.join(scenario);
@@ -177,30 +153,7 @@ impl Dests {
     }
 
     fn receive(&self, r: Receiver, file: &Path, dest: &Path) -> Result<(), String> {
-        let mut cmd = match r {
-            Receiver::BtrfsReceive => {
-                let mut c = Command::new("btrfs");
-                c.args(["receive", "-q"]);
-                c
-            }
-            _ => {
-                let mut c = Command::new(&self.rreceive);
-                c.arg("-q");
-                c
-            }
-        };
-        cmd.arg("-f").arg(file).arg(dest);
-        let o = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-        if o.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} failed with {}: {}",
-                r.label(),
-                o.status,
-                String::from_utf8_lossy(&o.stderr).trim_end()
-            ))
-        }
+        r.receive(&self.rreceive, file, dest)
     }
 }
 
@@ -293,30 +246,6 @@ fn block_maps(
         .collect()
 }
 
-/// The tree `r` made at `got` against snapshot `snap`: Ok(None) when equal,
-/// Ok(Some(note)) for the kernel's known root-mtime fault (kernel streams
-/// only), Err(first difference) otherwise.
-fn compare_received(
-    snap: &str,
-    got: &Path,
-    r: Receiver,
-    sender: Sender,
-) -> Result<Option<String>, String> {
-    if !got.is_dir() {
-        return Err(format!("{} was not made", got.display()));
-    }
-    let ignore = |x: &str| r.ignores_xattr(x);
-    let want = without_xattrs(&clone::manifest(snap), ignore);
-    let have = without_xattrs(&manifest_of_tree(got), ignore);
-    match Manifest::difference(&want, &have) {
-        None => Ok(None),
-        Some(_) if sender == Sender::Kernel && only_root_mtime_differs(&want, &have, recent) => {
-            Ok(Some("root mtime = time of the receive".into()))
-        }
-        Some(d) => Err(d),
-    }
-}
-
 /// Sends scenario `name` with `sender`, receives it with every receiver,
 /// checks trees and sharing.
 fn check_scenario(
@@ -390,7 +319,11 @@ fn check_scenario(
                 break;
             }
             let got = dest.join(received_name(s.snapshot()));
-            match compare_received(s.snapshot(), &got, r, sender) {
+            match r.compare_received(
+                &clone::manifest(s.snapshot()),
+                &got,
+                sender == Sender::Kernel,
+            ) {
                 Ok(None) => {}
                 Ok(Some(note)) => {
                     out.notes.push(format!("{what}: {note}"));
@@ -408,7 +341,7 @@ fn check_scenario(
             }
         }
         out.status.push(status);
-        if !r.shares() || status == "FAIL" {
+        if !shares(r) || status == "FAIL" {
             continue;
         }
         let dst_blocks = match block_maps(&dest, &snaps, true) {
@@ -522,9 +455,13 @@ fn results() -> &'static Results {
     }
 }
 
-/// The outcomes of `sender`, or None (with a line saying so) when
-/// RSEND_SCENARIO_SENDER leaves it out.
-fn outcomes(sender: Sender) -> Option<&'static [Outcome]> {
+/// The outcomes of `sender` for test `test`, or None (with a line saying
+/// so) when the kernel cannot run the test or RSEND_SCENARIO_SENDER leaves
+/// the sender out.
+fn outcomes(test: &str, sender: Sender) -> Option<&'static [Outcome]> {
+    if !kernel_available(test) {
+        return None;
+    }
     let r = results().by_sender.get(&sender).map(Vec::as_slice);
     if r.is_none() {
         println!("RSEND_SCENARIO_SENDER leaves {sender:?} out");
@@ -567,12 +504,10 @@ fn print_table(sender: Sender, outs: &[Outcome]) {
 
 #[test]
 fn kernel_streams_received_in_order_give_every_snapshot_and_keep_every_shared_extent_shared() {
-    let test =
-        "kernel_streams_received_in_order_give_every_snapshot_and_keep_every_shared_extent_shared";
-    if !kernel_available(test) {
-        return;
-    }
-    let Some(outs) = outcomes(Sender::Kernel) else {
+    let Some(outs) = outcomes(
+        "kernel_streams_received_in_order_give_every_snapshot_and_keep_every_shared_extent_shared",
+        Sender::Kernel,
+    ) else {
         return;
     };
     print_table(Sender::Kernel, outs);
@@ -608,33 +543,27 @@ fn kernel_streams_received_in_order_give_every_snapshot_and_keep_every_shared_ex
 
 #[test]
 fn rsend_streams_received_in_order_give_every_snapshot() {
-    let test = "rsend_streams_received_in_order_give_every_snapshot";
-    if !kernel_available(test) {
-        return;
-    }
-    let Some(outs) = outcomes(Sender::Rsend) else {
+    let Some(outs) = outcomes(
+        "rsend_streams_received_in_order_give_every_snapshot",
+        Sender::Rsend,
+    ) else {
         return;
     };
     print_table(Sender::Rsend, outs);
-    let failures: Vec<&String> = outs.iter().flat_map(|o| &o.tree_failures).collect();
-    assert!(
-        failures.is_empty(),
-        "{}",
-        failures
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    let failures: Vec<&str> = outs
+        .iter()
+        .flat_map(|o| &o.tree_failures)
+        .map(String::as_str)
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
 fn rsend_streams_keep_every_shared_extent_shared() {
-    let test = "rsend_streams_keep_every_shared_extent_shared";
-    if !kernel_available(test) {
-        return;
-    }
-    let Some(outs) = outcomes(Sender::Rsend) else {
+    let Some(outs) = outcomes(
+        "rsend_streams_keep_every_shared_extent_shared",
+        Sender::Rsend,
+    ) else {
         return;
     };
     let mut lines = Vec::new();
@@ -650,26 +579,25 @@ fn rsend_streams_keep_every_shared_extent_shared() {
         "rsend: source-shared blocks still shared after the receive\n{}",
         lines.join("\n")
     );
-    let failures: Vec<&String> = outs.iter().flat_map(|o| &o.sharing_failures).collect();
+    let failures: Vec<&str> = outs
+        .iter()
+        .flat_map(|o| &o.sharing_failures)
+        .map(String::as_str)
+        .collect();
     assert!(
         failures.is_empty(),
         "rsend's streams lose extent sharing the kernel's keep ({kept} of {blocks} source-shared \
          blocks kept over all scenarios and both btrfs receivers):\n{}",
-        failures
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
+        failures.join("\n")
     );
 }
 
 #[test]
 fn rsend_streams_are_no_larger_than_the_kernels() {
-    let test = "rsend_streams_are_no_larger_than_the_kernels";
-    if !kernel_available(test) {
-        return;
-    }
-    let Some(outs) = outcomes(Sender::Rsend) else {
+    let Some(outs) = outcomes(
+        "rsend_streams_are_no_larger_than_the_kernels",
+        Sender::Rsend,
+    ) else {
         return;
     };
     let mut rows = vec![format!(

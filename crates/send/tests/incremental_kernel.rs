@@ -47,10 +47,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use common::receivers::{
-    listing, manifest_of_tree, output_file, recent, rreceive_bin, without_xattrs,
-};
-use common::scenarios::{self, only_root_mtime_differs, Manifest, SizeReport};
+use common::receivers::{listing, manifest_of_tree, output_file, rreceive_bin, Receiver};
+use common::scenarios::{self, Manifest, SizeReport};
 use common::sharing::{self, Exception, Sharing, TreeBlocks, RULE_SAME_FILE, RULE_UNALIGNED_END};
 use testkit::{ext4_image, kernel_available, run, Attached, BtrfsImage, LoopImage};
 
@@ -218,41 +216,12 @@ fn shell_quote(p: &Path) -> String {
 // ---------------------------------------------------------------------------
 // The receivers
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Receiver {
-    /// `btrfs receive` onto btrfs.
-    BtrfsReceive,
-    /// rreceive onto ext4 (directories).
-    RreceiveExt4,
-    /// rreceive onto btrfs (subvolumes and snapshots).
-    RreceiveBtrfs,
-    /// `rreceive --plain` onto btrfs (directories).
-    RreceiveBtrfsPlain,
-}
-
 const RECEIVERS: [Receiver; 4] = [
     Receiver::BtrfsReceive,
     Receiver::RreceiveExt4,
     Receiver::RreceiveBtrfs,
     Receiver::RreceiveBtrfsPlain,
 ];
-
-impl Receiver {
-    fn label(self) -> &'static str {
-        match self {
-            Receiver::BtrfsReceive => "btrfs-receive",
-            Receiver::RreceiveExt4 => "rreceive-ext4",
-            Receiver::RreceiveBtrfs => "rreceive-btrfs",
-            Receiver::RreceiveBtrfsPlain => "rreceive-plain",
-        }
-    }
-
-    /// Whether xattr `name` is one the receiver cannot or need not keep.
-    fn ignores_xattr(self, name: &str) -> bool {
-        name.starts_with("user.rreceive.")
-            || (self == Receiver::RreceiveExt4 && name.starts_with("btrfs."))
-    }
-}
 
 /// The destination filesystems: one btrfs for the three btrfs receivers
 /// (a directory each), one ext4 (ea_inode: xattr values up to 64 KiB).
@@ -284,57 +253,12 @@ impl Dests {
 
     /// Receives the stream in `file` into `dest` with `r`.
     fn receive(&self, r: Receiver, file: &Path, dest: &Path) -> Result<(), String> {
-        let mut cmd = match r {
-            Receiver::BtrfsReceive => {
-                let mut c = Command::new("btrfs");
-                c.args(["receive", "-q"]);
-                c
-            }
-            _ => {
-                let mut c = Command::new(&self.rreceive);
-                c.arg("-q");
-                if r == Receiver::RreceiveBtrfsPlain {
-                    c.arg("--plain");
-                }
-                c
-            }
-        };
-        cmd.arg("-f").arg(file).arg(dest);
-        let o = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-        if o.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} failed with {}: {}",
-                r.label(),
-                o.status,
-                String::from_utf8_lossy(&o.stderr).trim_end()
-            ))
-        }
+        r.receive(&self.rreceive, file, dest)
     }
 }
 
 // ---------------------------------------------------------------------------
-// Comparing trees
-
-/// The tree `r` made at `got` against snapshot `want`: Ok(None) when equal,
-/// Ok(Some(note)) for the kernel's known root-mtime fault (only forgiven
-/// when the kernel is the sender), Err(first difference) otherwise.
-fn compare_received(want: &Manifest, got: &Path, r: Receiver) -> Result<Option<String>, String> {
-    if !got.is_dir() {
-        return Err(format!("{} was not made", got.display()));
-    }
-    let ignore = |x: &str| r.ignores_xattr(x);
-    let want = without_xattrs(want, ignore);
-    let have = without_xattrs(&manifest_of_tree(got), ignore);
-    match Manifest::difference(&want, &have) {
-        None => Ok(None),
-        Some(_) if sender() == Sender::Kernel && only_root_mtime_differs(&want, &have, recent) => {
-            Ok(Some("root mtime = time of the receive".into()))
-        }
-        Some(d) => Err(d),
-    }
-}
+// Receiving and comparing trees
 
 /// Writes `stream` to a file in `dir` for the receivers to read.
 fn stream_file(dir: &Path, name: &str, stream: &[u8]) -> PathBuf {
@@ -361,10 +285,10 @@ fn receive_and_compare(
             failures.push(format!("{what}: {e}"));
             return "FAIL";
         }
-        match compare_received(
+        match r.compare_received(
             &src.expected(snap),
             &dest.join(OsStr::from_bytes(snap.as_bytes())),
-            r,
+            sender() == Sender::Kernel,
         ) {
             Ok(None) => {}
             Ok(Some(note)) => {

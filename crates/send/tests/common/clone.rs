@@ -3,7 +3,6 @@
 //! the kernel's stream of every send, a manifest of every snapshot,
 //! kernel.tsv). See testdata/clone/README.md.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::scenarios::Manifest;
@@ -139,16 +138,11 @@ pub fn manifest(snap: &str) -> Manifest {
 
 /// The kernel's stream of `send`, decoded.
 pub fn kernel_stream(send: &Send) -> Vec<u8> {
-    let p = dir()
-        .join("streams")
-        .join(format!("{}.stream.zst", send.name()));
-    let f = std::fs::File::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    let mut out = Vec::new();
-    zstd::stream::read::Decoder::new(f)
-        .expect("zstd decoder")
-        .read_to_end(&mut out)
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    out
+    super::read_zst(
+        &dir()
+            .join("streams")
+            .join(format!("{}.stream.zst", send.name())),
+    )
 }
 
 /// Decompresses the clone image into `into` (sparse); returns its path.

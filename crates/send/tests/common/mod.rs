@@ -86,6 +86,17 @@ pub fn fixtures() -> Vec<Fixture> {
     out
 }
 
+/// The whole of the zstd file `p`, decoded.
+pub fn read_zst(p: &Path) -> Vec<u8> {
+    let f = std::fs::File::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let mut out = Vec::new();
+    zstd::stream::read::Decoder::new(f)
+        .expect("zstd decoder")
+        .read_to_end(&mut out)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    out
+}
+
 /// Decompresses a .zst image, leaving runs of zero blocks as holes.
 pub fn decompress_sparse(src: &Path, dst: &Path) {
     let input = std::fs::File::open(src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));

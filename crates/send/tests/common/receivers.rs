@@ -1,12 +1,100 @@
 //! For the tests that receive streams with the real `btrfs receive` and
-//! with rreceive: the rreceive binary, manifests of received trees, running
-//! a sender into a file.
+//! with rreceive: the receivers, the rreceive binary, manifests of received
+//! trees and comparing them, running a sender into a file.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::scenarios::Manifest;
+use super::scenarios::{only_root_mtime_differs, Manifest};
+
+/// A receiver a test runs its streams through; each test picks its own set
+/// and its own destinations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Receiver {
+    /// `btrfs receive` onto btrfs.
+    BtrfsReceive,
+    /// rreceive onto ext4 (directories).
+    RreceiveExt4,
+    /// rreceive onto btrfs (subvolumes and snapshots).
+    RreceiveBtrfs,
+    /// `rreceive --plain` onto btrfs (directories).
+    RreceiveBtrfsPlain,
+}
+
+impl Receiver {
+    pub fn label(self) -> &'static str {
+        match self {
+            Receiver::BtrfsReceive => "btrfs-receive",
+            Receiver::RreceiveExt4 => "rreceive-ext4",
+            Receiver::RreceiveBtrfs => "rreceive-btrfs",
+            Receiver::RreceiveBtrfsPlain => "rreceive-plain",
+        }
+    }
+
+    /// Whether xattr `name` is one the receiver cannot or need not keep.
+    pub fn ignores_xattr(self, name: &str) -> bool {
+        name.starts_with("user.rreceive.")
+            || (self == Receiver::RreceiveExt4 && name.starts_with("btrfs."))
+    }
+
+    /// Receives the stream in `file` into `dest` (`rreceive`: the rreceive
+    /// binary, for the rreceive receivers).
+    pub fn receive(self, rreceive: &Path, file: &Path, dest: &Path) -> Result<(), String> {
+        let mut cmd = match self {
+            Receiver::BtrfsReceive => {
+                let mut c = Command::new("btrfs");
+                c.args(["receive", "-q"]);
+                c
+            }
+            _ => {
+                let mut c = Command::new(rreceive);
+                c.arg("-q");
+                if self == Receiver::RreceiveBtrfsPlain {
+                    c.arg("--plain");
+                }
+                c
+            }
+        };
+        cmd.arg("-f").arg(file).arg(dest);
+        let o = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} failed with {}: {}",
+                self.label(),
+                o.status,
+                String::from_utf8_lossy(&o.stderr).trim_end()
+            ))
+        }
+    }
+
+    /// The tree it made at `got` against the manifest `want`: Ok(None) when
+    /// equal, Ok(Some(note)) for the kernel's known root-mtime fault (only
+    /// forgiven when `kernel_sent`, the kernel being the sender),
+    /// Err(first difference) otherwise.
+    pub fn compare_received(
+        self,
+        want: &Manifest,
+        got: &Path,
+        kernel_sent: bool,
+    ) -> Result<Option<String>, String> {
+        if !got.is_dir() {
+            return Err(format!("{} was not made", got.display()));
+        }
+        let ignore = |x: &str| self.ignores_xattr(x);
+        let want = without_xattrs(want, ignore);
+        let have = without_xattrs(&manifest_of_tree(got), ignore);
+        match Manifest::difference(&want, &have) {
+            None => Ok(None),
+            Some(_) if kernel_sent && only_root_mtime_differs(&want, &have, recent) => {
+                Ok(Some("root mtime = time of the receive".into()))
+            }
+            Some(d) => Err(d),
+        }
+    }
+}
 
 /// The rreceive binary: `$RRECEIVE_BIN`, else the workspace's
 /// target/<profile>/rreceive next to this test's own directory, built

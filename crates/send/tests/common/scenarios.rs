@@ -3,7 +3,6 @@
 //! made of them with the real kernel (one image, the kernel's streams, a
 //! manifest of every snapshot). See testdata/incremental/README.md.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::hex;
@@ -150,14 +149,7 @@ impl Manifest {
 /// The committed kernel stream `streams/<name>.stream.zst`, decoded
 /// (`NAME.full`, `NAME.incr`, `chain.0.full`, `chain.N.incr`).
 pub fn kernel_stream(name: &str) -> Vec<u8> {
-    let p = dir().join("streams").join(format!("{name}.stream.zst"));
-    let f = std::fs::File::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    let mut out = Vec::new();
-    zstd::stream::read::Decoder::new(f)
-        .expect("zstd decoder")
-        .read_to_end(&mut out)
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    out
+    super::read_zst(&dir().join("streams").join(format!("{name}.stream.zst")))
 }
 
 /// Decompresses the scenario image into `into` (sparse); returns its path.
