@@ -21,17 +21,6 @@ use common::model::{Model, Times};
 use common::scenarios::Manifest;
 use common::{manifest_of, source_link_groups};
 
-/// What a replayed model lists, as a manifest.
-fn model_manifest(m: &Model) -> Manifest {
-    let mut rows = m.manifest();
-    rows.sort();
-    Manifest {
-        rows,
-        skipped: Vec::new(),
-        links: m.link_groups(),
-    }
-}
-
 /// Replays the streams of one scenario in order (`streams[i]` is the
 /// stream of `sends[i]`); the first difference or error, per send.
 fn replay_in_order(sends: &[Send], streams: &[Vec<u8>], failures: &mut Vec<String>) {
@@ -53,7 +42,7 @@ fn replay_in_order(sends: &[Send], streams: &[Vec<u8>], failures: &mut Vec<Strin
         match Model::replay_with(stream, parent, &sources, Times::LikeAFilesystem) {
             Ok(m) => {
                 if let Some(d) =
-                    Manifest::difference(&clone::manifest(s.snapshot()), &model_manifest(&m))
+                    Manifest::difference(&clone::manifest(s.snapshot()), &m.as_manifest())
                 {
                     failures.push(format!("{what}: {d}"));
                 }

@@ -20,17 +20,6 @@ use common::model::{Model, Times, RECEIVE_TIME};
 use common::scenarios::{self, kernel_stream, only_root_mtime_differs, Manifest, SizeReport};
 use common::{manifest_of, rsend_stream, source_link_groups};
 
-/// What a replayed model lists, as a manifest.
-fn model_manifest(m: &Model) -> Manifest {
-    let mut rows = m.manifest();
-    rows.sort();
-    Manifest {
-        rows,
-        skipped: Vec::new(),
-        links: m.link_groups(),
-    }
-}
-
 /// Every (parent, child, stream name) the suite checks: the scenarios'
 /// NAME.p -> NAME.c, then the chain's steps.
 fn pairs() -> Vec<(String, String, String)> {
@@ -83,7 +72,7 @@ fn kernel_streams_replayed_in_memory_give_the_parent_then_the_child() {
                     check(
                         &format!("{full} replayed"),
                         &Manifest::committed(&parent),
-                        &model_manifest(&m),
+                        &m.as_manifest(),
                         &mut failures,
                     );
                     m
@@ -97,7 +86,7 @@ fn kernel_streams_replayed_in_memory_give_the_parent_then_the_child() {
         let incr = format!("{name}.incr");
         match replay(&kernel_stream(&incr), Some(&base)) {
             Ok(m) => {
-                let (want, got) = (Manifest::committed(&child), model_manifest(&m));
+                let (want, got) = (Manifest::committed(&child), m.as_manifest());
                 // The kernel's known fault (orphans made at the root after
                 // its last UTIMES) shows here exactly where btrfs receive
                 // showed it when the fixture was made.
@@ -200,7 +189,7 @@ fn rsend_full_streams_of_every_snapshot_replay_to_it() {
             Ok(m) => check(
                 &format!("rsend {snap}"),
                 &Manifest::committed(&snap),
-                &model_manifest(&m),
+                &m.as_manifest(),
                 &mut failures,
             ),
             Err(e) => failures.push(format!("rsend {snap}: {e}")),
@@ -253,7 +242,7 @@ fn rsend_incremental_streams_replayed_onto_the_parent_give_the_child() {
             Ok(m) => check(
                 &format!("rsend -p {parent} {child} replayed"),
                 &Manifest::committed(&child),
-                &model_manifest(&m),
+                &m.as_manifest(),
                 &mut failures,
             ),
             Err(e) => failures.push(format!("rsend -p {parent} {child}: {e}")),

@@ -589,6 +589,17 @@ impl Model {
         rows.into_iter().map(|(_, l)| l).collect()
     }
 
+    /// What the model lists, as a manifest (rows sorted).
+    pub fn as_manifest(&self) -> super::scenarios::Manifest {
+        let mut rows = self.manifest();
+        rows.sort();
+        super::scenarios::Manifest {
+            rows,
+            skipped: Vec::new(),
+            links: self.link_groups(),
+        }
+    }
+
     /// Hard-link groups: the sorted paths of every inode with several names.
     pub fn link_groups(&self) -> Vec<Vec<Vec<u8>>> {
         let mut by_node: BTreeMap<usize, Vec<Vec<u8>>> = BTreeMap::new();
