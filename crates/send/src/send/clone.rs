@@ -25,6 +25,7 @@ use lru::LruCache;
 
 use super::cmd::Bytes;
 use super::roots::{InodeInfo, Lookup};
+use super::stream_uuid;
 use btrfs_disk::block::Expect;
 use btrfs_disk::error::{Error, Result};
 use btrfs_disk::fs::Filesystem;
@@ -145,15 +146,6 @@ pub(crate) struct Clones<'fs> {
     /// no clone root but the send snapshot.
     seen: Option<Vec<u64>>,
     pub(crate) stats: CloneStats,
-}
-
-fn stream_uuid(sv: &Subvolume) -> Uuid {
-    let u = if sv.received_uuid.is_nil() {
-        sv.uuid
-    } else {
-        sv.received_uuid
-    };
-    Uuid::from_bytes(*u.as_bytes())
 }
 
 fn seen_bits(bytenr: u64) -> [usize; 2] {

@@ -277,7 +277,7 @@ pub fn send_incremental<W: Write>(
 }
 
 /// The uuid a receiver knows a subvolume by: its received uuid when set.
-fn stream_uuid(sv: &Subvolume) -> Uuid {
+pub(crate) fn stream_uuid(sv: &Subvolume) -> Uuid {
     let u = if sv.received_uuid.is_nil() {
         sv.uuid
     } else {
