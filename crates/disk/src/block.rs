@@ -175,14 +175,24 @@ impl Block {
     }
 }
 
+/// The generation a block must have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Generation {
+    /// Exactly this one: what a parent pointer or root item records.
+    Exactly(u64),
+    /// At most this one: a block reached through an extent backref (no
+    /// parent records its generation) of a tree read as of this generation.
+    /// A newer block was written after that commit, over the one meant.
+    AtMost(u64),
+}
+
 /// What a block read from a parent pointer (or a root) must look like.
 #[derive(Clone, Copy, Debug)]
 pub struct Expect {
     /// Logical address.
     pub logical: u64,
-    /// Generation the parent records; `None` for a block reached through
-    /// an extent backref, where no parent records one.
-    pub generation: Option<u64>,
+    /// The generation it must have.
+    pub generation: Generation,
     /// Level the parent implies.
     pub level: u8,
     /// The parent's key for it (none for a root).
@@ -275,11 +285,20 @@ pub(crate) fn validate(
 
 /// Checks what the parent says about a validated block.
 pub(crate) fn check_expect(b: &Block, e: &Expect) -> std::result::Result<(), BlockError> {
-    if let Some(expected) = e.generation.filter(|&g| g != b.generation()) {
-        return Err(BlockError::WrongGeneration {
-            found: b.generation(),
-            expected,
-        });
+    match e.generation {
+        Generation::Exactly(expected) if expected != b.generation() => {
+            return Err(BlockError::WrongGeneration {
+                found: b.generation(),
+                expected,
+            });
+        }
+        Generation::AtMost(newest) if b.generation() > newest => {
+            return Err(BlockError::NewerThanCommit {
+                found: b.generation(),
+                newest,
+            });
+        }
+        _ => {}
     }
     if b.level() != e.level {
         return Err(BlockError::WrongLevel {
@@ -311,6 +330,8 @@ impl Block {
 /// The most recent hit is remembered for a fast repeat lookup; evicting or
 /// removing another entry keeps it, only removing that very entry drops it.
 pub(crate) struct BlockCache {
+    /// Blocks kept whatever the bound (the root blocks of trees being read).
+    pinned: std::collections::HashMap<u64, Arc<[u8]>>,
     lru: lru::LruCache<u64, Arc<[u8]>>,
     bytes: usize,
     cap: usize,
@@ -320,6 +341,7 @@ pub(crate) struct BlockCache {
 impl BlockCache {
     pub(crate) fn new(cap_bytes: usize) -> BlockCache {
         BlockCache {
+            pinned: std::collections::HashMap::new(),
             lru: lru::LruCache::unbounded(),
             bytes: 0,
             cap: cap_bytes,
@@ -327,7 +349,21 @@ impl BlockCache {
         }
     }
 
+    /// Keeps `data` at `logical` until [`BlockCache::unpin`]; returns
+    /// whether it was not pinned already.
+    pub(crate) fn pin(&mut self, logical: u64, data: Arc<[u8]>) -> bool {
+        self.pinned.insert(logical, data).is_none()
+    }
+
+    /// Stops keeping the block at `logical`.
+    pub(crate) fn unpin(&mut self, logical: u64) {
+        self.pinned.remove(&logical);
+    }
+
     pub(crate) fn get(&mut self, logical: u64) -> Option<Arc<[u8]>> {
+        if let Some(v) = self.pinned.get(&logical) {
+            return Some(v.clone());
+        }
         if let Some((k, v)) = &self.last {
             if *k == logical {
                 return Some(v.clone());
@@ -381,6 +417,45 @@ mod tests {
 
     fn arc(n: usize) -> Arc<[u8]> {
         Arc::from(vec![0u8; n])
+    }
+
+    #[test]
+    fn a_newer_block_than_expected_is_told_apart_from_a_stale_or_damaged_one() {
+        use crate::error::{MirrorFault, MirrorRefusal, TreeBlockError};
+        let mut data = vec![0u8; 4096];
+        data[0x50..0x58].copy_from_slice(&9u64.to_le_bytes());
+        let b = Block::from_validated(Arc::from(data));
+        let e = |generation| Expect {
+            logical: 4096,
+            generation,
+            level: 0,
+            first_key: None,
+            tree: 7,
+        };
+        let check = |g| check_expect(&b, &e(g));
+        assert!(check(Generation::Exactly(9)).is_ok());
+        assert!(check(Generation::AtMost(9)).is_ok());
+        assert!(check(Generation::AtMost(12)).is_ok());
+        let newer = check(Generation::Exactly(5)).unwrap_err();
+        assert!(newer.is_overwritten(), "{newer}");
+        let newer = check(Generation::AtMost(8)).unwrap_err();
+        assert!(newer.is_overwritten(), "{newer}");
+        let older = check(Generation::Exactly(12)).unwrap_err();
+        assert!(!older.is_overwritten(), "a lost write is damage: {older}");
+        let csum = BlockError::CsumMismatch { csum: "crc32c" };
+        assert!(!csum.is_overwritten());
+        // One copy written over is enough; the error says where.
+        let refuse = |mirror, b| MirrorRefusal {
+            mirror,
+            reason: MirrorFault::Invalid(b),
+        };
+        let err = |v| crate::Error::BadTreeBlock {
+            logical: 4096,
+            tree: 7,
+            reason: TreeBlockError::Mirrors(v),
+        };
+        assert!(err(vec![refuse(1, csum), refuse(2, newer)]).is_overwritten());
+        assert!(!err(vec![refuse(1, csum), refuse(2, older)]).is_overwritten());
     }
 
     #[test]

@@ -377,6 +377,41 @@ impl ChunkMap {
         Ok(())
     }
 
+    /// Adds a chunk unless it overlaps one already present; returns whether it was added.
+    pub fn insert_if_free(&mut self, chunk: Chunk) -> bool {
+        let (start, end) = (chunk.logical, chunk.end());
+        if self.overlapping(start, end).next().is_some() {
+            return false;
+        }
+        self.chunks.insert(start, chunk);
+        true
+    }
+
+    /// Adds a chunk, dropping every chunk it overlaps (a newer chunk tree
+    /// replaces what an older one said).
+    pub fn replace(&mut self, chunk: Chunk) {
+        let gone: Vec<u64> = self.overlapping(chunk.logical, chunk.end()).collect();
+        for l in gone {
+            self.chunks.remove(&l);
+        }
+        self.chunks.insert(chunk.logical, chunk);
+    }
+
+    /// Starts of the chunks overlapping `[start, end)`.
+    fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = u64> + '_ {
+        let before = self
+            .chunks
+            .range(..start)
+            .next_back()
+            .filter(|(_, c)| c.end() > start)
+            .map(|(l, _)| *l);
+        before.into_iter().chain(
+            self.chunks
+                .range(start..end.max(start + 1))
+                .map(|(l, _)| *l),
+        )
+    }
+
     /// The chunk containing `logical`.
     pub fn lookup(&self, logical: u64) -> Option<&Chunk> {
         let (_, c) = self.chunks.range(..=logical).next_back()?;
@@ -586,6 +621,30 @@ mod tests {
             b[o + 8..o + 16].copy_from_slice(&((i as u64 + 1) << 32).to_le_bytes());
         }
         Chunk::parse(1 << 40, &b).unwrap().0
+    }
+
+    /// A single-profile chunk at `logical` of `len` bytes.
+    fn at(logical: u64, len: u64) -> Chunk {
+        Chunk {
+            logical,
+            length: len,
+            ..chunk(0, 1, 1)
+        }
+    }
+
+    #[test]
+    fn a_newer_chunk_tree_replaces_what_it_overlaps_and_keeps_the_rest() {
+        let mut m = ChunkMap::new();
+        m.insert(at(0, 100)).unwrap();
+        m.insert(at(100, 100)).unwrap();
+        m.insert(at(300, 100)).unwrap();
+        assert!(!m.insert_if_free(at(150, 10)), "overlaps the second");
+        assert!(!m.insert_if_free(at(50, 100)), "overlaps two");
+        assert!(m.insert_if_free(at(200, 100)), "fits the gap");
+        m.replace(at(50, 100));
+        let starts: Vec<u64> = m.iter().map(|c| c.logical).collect();
+        assert_eq!(starts, vec![50, 200, 300]);
+        assert!(m.lookup(10).is_none() && m.lookup(149).is_some());
     }
 
     #[test]

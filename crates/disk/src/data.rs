@@ -444,6 +444,10 @@ impl Filesystem {
     ///
     /// Returns the csums back to back (csum_size each) and which sectors have one.
     pub fn data_csums(&self, start: u64, len: u64) -> Result<(Vec<u8>, Vec<bool>)> {
+        self.with_retry(|| self.data_csums_once(start, len))
+    }
+
+    fn data_csums_once(&self, start: u64, len: u64) -> Result<(Vec<u8>, Vec<bool>)> {
         let ss = self.sectorsize() as u64;
         let cs = self.csum_type().size();
         let n = len.div_ceil(ss) as usize;

@@ -146,6 +146,11 @@ impl Device {
     pub fn superblock(&self) -> &Superblock {
         &self.superblock
     }
+    /// The superblock as the device holds it now: on a mounted filesystem,
+    /// that of the newest commit (chosen as at open, without notes).
+    pub fn read_superblock(&self) -> Result<Superblock> {
+        self.io.choose_superblock(&mut Vec::new())
+    }
     /// Whether reads bypass the page cache with O_DIRECT.
     pub fn is_direct(&self) -> bool {
         matches!(self.io.source, Source::Direct(_))

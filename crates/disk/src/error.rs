@@ -737,6 +737,15 @@ pub enum BlockError {
         /// The parent's.
         expected: u64,
     },
+    /// Newer than the commit its tree is read as of (see
+    /// [`crate::block::Generation::AtMost`]).
+    #[error("generation {found}, newer than the commit {newest} its tree is read at")]
+    NewerThanCommit {
+        /// The block's generation.
+        found: u64,
+        /// The newest it may have.
+        newest: u64,
+    },
     /// Another level than the parent implies.
     #[error("level {found} where {expected} was expected")]
     WrongLevel {
@@ -848,6 +857,47 @@ impl Error {
     /// item at `key` of tree `tree` (for `map_err`).
     pub fn bad_item(tree: u64, key: Key) -> impl FnOnce(ItemError) -> Error {
         move |reason| Error::BadItem { tree, key, reason }
+    }
+
+    /// Whether this is a tree block that a newer commit wrote over the one
+    /// meant: a copy whose checksum holds but whose generation is newer than
+    /// the parent pointer says. On a mounted filesystem that is a block its
+    /// tree freed and the kernel reused; the tree must be read again from a
+    /// newer commit.
+    pub fn is_overwritten(&self) -> bool {
+        matches!(self, Error::BadTreeBlock { reason, .. } if reason.is_overwritten())
+    }
+
+    /// The tree the failed block belongs to, for a tree block error.
+    pub fn tree_block_tree(&self) -> Option<u64> {
+        match self {
+            Error::BadTreeBlock { tree, .. } => Some(*tree),
+            _ => None,
+        }
+    }
+}
+
+impl TreeBlockError {
+    /// Whether some copy is a newer block written over the one meant.
+    pub fn is_overwritten(&self) -> bool {
+        match self {
+            TreeBlockError::Mirrors(v) => v
+                .iter()
+                .any(|m| matches!(&m.reason, MirrorFault::Invalid(b) if b.is_overwritten())),
+            TreeBlockError::Invalid(b) => b.is_overwritten(),
+            _ => false,
+        }
+    }
+}
+
+impl BlockError {
+    /// Whether the block is valid but newer than the one meant.
+    pub fn is_overwritten(&self) -> bool {
+        match *self {
+            BlockError::WrongGeneration { found, expected } => found > expected,
+            BlockError::NewerThanCommit { .. } => true,
+            _ => false,
+        }
     }
 }
 

@@ -2,11 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use uuid::Uuid;
 
-use crate::block::{check_expect, validate, Block, BlockCache, BlockSource, Expect};
+use crate::block::{check_expect, validate, Block, BlockCache, BlockSource, Expect, Generation};
 use crate::chunk::{parse_sys_chunk_array, raid56, Chunk, ChunkMap, Profile};
 use crate::csum::CsumType;
 use crate::device::Device;
@@ -21,6 +22,10 @@ use crate::tree::{Item, Tree};
 
 /// Default size of the tree block cache.
 pub const DEFAULT_CACHE_BYTES: usize = 256 << 20;
+
+/// How many times one lookup in a tree the running kernel rewrites is
+/// started again from a newer commit before its error stands.
+pub const MAX_RETRIES: u32 = 16;
 
 /// How serious a [`Notice`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,19 +99,72 @@ pub struct RootLocation {
     pub level: u8,
 }
 
+/// The commit the trees that change at every commit (root, chunk,
+/// checksum, extent, UUID trees) are read as of.
+#[derive(Clone, Copy, Debug)]
+struct View {
+    /// Counts the views installed: 0 at open, then one per newer commit.
+    epoch: u64,
+    /// The superblock generation.
+    generation: u64,
+    root: RootLocation,
+    chunk_root: RootLocation,
+    uuid_tree_generation: u64,
+    csum: Option<RootLocation>,
+    extent: Option<RootLocation>,
+    uuid: Option<RootLocation>,
+}
+
+impl View {
+    /// The view of `sb` before its global roots are looked up.
+    fn of(sb: &Superblock, epoch: u64) -> View {
+        View {
+            epoch,
+            generation: sb.generation(),
+            root: RootLocation {
+                bytenr: sb.root(),
+                generation: sb.generation(),
+                level: sb.root_level(),
+            },
+            chunk_root: RootLocation {
+                bytenr: sb.chunk_root(),
+                generation: sb.chunk_root_generation(),
+                level: sb.chunk_root_level(),
+            },
+            uuid_tree_generation: sb.uuid_tree_generation(),
+            csum: None,
+            extent: None,
+            uuid: None,
+        }
+    }
+}
+
 /// A btrfs filesystem read straight from its devices or image files.
+///
+/// On a mounted filesystem the kernel rewrites the global trees at every
+/// commit and reuses the blocks they leave. A lookup in one of them that
+/// meets a block written over ([`Error::is_overwritten`]) is started again
+/// from the newest commit ([`Filesystem::with_retry`]); the trees of
+/// read-only snapshots do not change and are read as they are.
 pub struct Filesystem {
     devices: BTreeMap<u64, Device>,
     missing: Vec<(u64, Uuid)>,
     sb: Superblock,
-    chunks: ChunkMap,
+    chunks: RwLock<Arc<ChunkMap>>,
     cache: Mutex<BlockCache>,
     notice: NoticeSink,
     pub(crate) decoded: Mutex<Option<(u64, Arc<Vec<u8>>)>>,
     pub(crate) csum_run: Mutex<Option<CsumRun>>,
-    csum_root: Option<RootLocation>,
-    extent_root: Option<RootLocation>,
-    uuid_root: Option<RootLocation>,
+    view: Mutex<View>,
+    refreshing: Mutex<()>,
+    retries: AtomicU64,
+}
+
+/// The devices a chunk tree lists: (devid, device uuid).
+type DevItems = Vec<(u64, Uuid)>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl std::fmt::Debug for Filesystem {
@@ -214,39 +272,203 @@ impl Filesystem {
                 ),
             );
         }
-        let mut chunks = ChunkMap::new();
-        for c in parse_sys_chunk_array(sb.sys_chunk_array()).map_err(|e| Error::NoSuperblock {
-            path: main_path.clone(),
-            reason: NoSuperblockReason::SysChunkArray(e),
-        })? {
-            let logical = c.logical;
-            chunks
-                .insert(c)
-                .map_err(|reason| Error::BadChunk { logical, reason })?;
-        }
+        let view = View::of(&sb, 0);
         let mut fs = Filesystem {
             devices,
             missing: Vec::new(),
-            sb,
-            chunks,
+            sb: sb.clone(),
+            chunks: RwLock::new(Arc::new(ChunkMap::new())),
             cache: Mutex::new(BlockCache::new(opts.cache_bytes.max(1 << 20))),
             notice: opts.notice.clone(),
             decoded: Mutex::new(None),
             csum_run: Mutex::new(None),
-            csum_root: None,
-            extent_root: None,
-            uuid_root: None,
+            view: Mutex::new(view),
+            refreshing: Mutex::new(()),
+            retries: AtomicU64::new(0),
         };
-        fs.load_chunk_tree()?;
+        let dev_items = fs.load_retrying(sb, 0)?;
+        fs.missing = dev_items
+            .into_iter()
+            .filter(|(devid, uuid)| {
+                fs.devices
+                    .get(devid)
+                    .is_none_or(|d| d.superblock().dev_uuid() != *uuid)
+            })
+            .collect();
         fs.check_devices();
-        fs.extent_root = fs.find_root(objectid::EXTENT_TREE)?;
-        fs.csum_root = fs.find_root(objectid::CSUM_TREE)?;
-        fs.uuid_root = fs.find_root(objectid::UUID_TREE)?;
         Ok(fs)
     }
 
-    fn load_chunk_tree(&mut self) -> Result<()> {
-        let tree = self.chunk_tree();
+    /// Reads the chunk tree and the global roots of `sb` and reads as of it
+    /// from then on (view `epoch`), reading a newer superblock again while
+    /// the kernel overwrites what an older one points to. Returns the
+    /// devices the chunk tree lists.
+    fn load_retrying(&self, mut sb: Superblock, epoch: u64) -> Result<DevItems> {
+        let mut left = MAX_RETRIES;
+        loop {
+            match self.load_view(&sb, epoch) {
+                Err(e) if e.is_overwritten() && left > 0 => {
+                    left -= 1;
+                    let newer = self.newest_superblock()?;
+                    if newer.generation() <= sb.generation() {
+                        return Err(e);
+                    }
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    sb = newer;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Installs the view of `sb`: its chunk map and global roots.
+    fn load_view(&self, sb: &Superblock, epoch: u64) -> Result<DevItems> {
+        let sys = parse_sys_chunk_array(sb.sys_chunk_array()).map_err(|e| Error::NoSuperblock {
+            path: self.sb_path(),
+            reason: NoSuperblockReason::SysChunkArray(e),
+        })?;
+        // The chunk tree lives in the system chunks: those go in first.
+        {
+            let mut map = (*self.chunk_map()).clone();
+            for c in &sys {
+                map.replace(c.clone());
+            }
+            self.set_chunk_map(map);
+        }
+        let mut view = View::of(sb, epoch);
+        let (found, dev_items) = self.read_chunk_tree(view.chunk_root)?;
+        let mut map = ChunkMap::new();
+        for c in sys.into_iter().chain(found) {
+            let logical = c.logical;
+            map.insert(c)
+                .map_err(|reason| Error::BadChunk { logical, reason })?;
+        }
+        // Chunks the newer tree no longer has stay mapped for the reads
+        // still under way as of an older commit.
+        for c in self.chunk_map().iter() {
+            map.insert_if_free(c.clone());
+        }
+        self.set_chunk_map(map);
+        let rt = self.tree_at(objectid::ROOT_TREE, view.root);
+        view.extent = find_root_in(&rt, objectid::EXTENT_TREE)?.map(|(_, l, _)| l);
+        view.csum = find_root_in(&rt, objectid::CSUM_TREE)?.map(|(_, l, _)| l);
+        view.uuid = find_root_in(&rt, objectid::UUID_TREE)?.map(|(_, l, _)| l);
+        *lock(&self.view) = view;
+        Ok(dev_items)
+    }
+
+    fn sb_path(&self) -> std::path::PathBuf {
+        self.devices
+            .values()
+            .next()
+            .map(|d| d.path().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// The newest valid superblock of the devices, read now.
+    fn newest_superblock(&self) -> Result<Superblock> {
+        let fsid = self.sb.fsid();
+        let mut best: Option<Superblock> = None;
+        let mut first_err = None;
+        for d in self.devices.values() {
+            match d.read_superblock() {
+                Ok(sb) if sb.fsid() == fsid => {
+                    if best
+                        .as_ref()
+                        .is_none_or(|b| sb.generation() > b.generation())
+                    {
+                        best = Some(sb);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        best.ok_or_else(|| first_err.unwrap_or(Error::NoDevices))
+    }
+
+    /// Reads as of the newest commit on the devices, when there is a newer
+    /// one than the view's; returns whether there was.
+    pub fn refresh(&self) -> Result<bool> {
+        let _one = lock(&self.refreshing);
+        self.refresh_locked()
+    }
+
+    fn refresh_locked(&self) -> Result<bool> {
+        let seen = self.view();
+        let sb = self.newest_superblock()?;
+        if sb.generation() <= seen.generation {
+            return Ok(false);
+        }
+        self.load_retrying(sb, seen.epoch + 1)?;
+        Ok(true)
+    }
+
+    /// Runs `op`, a lookup in trees the kernel may rewrite while we read
+    /// (root, chunk, checksum, extent and UUID trees, a writable
+    /// subvolume's tree), and runs it again as of a newer commit when it
+    /// meets a block written over, up to [`MAX_RETRIES`] times. Any other
+    /// error, or one that a newer commit does not cure, is returned.
+    pub fn with_retry<T>(&self, mut op: impl FnMut() -> Result<T>) -> Result<T> {
+        let mut left = MAX_RETRIES;
+        loop {
+            let epoch = self.epoch();
+            match op() {
+                Err(e) if e.is_overwritten() && left > 0 => {
+                    left -= 1;
+                    let newer = {
+                        let _one = lock(&self.refreshing);
+                        self.epoch() != epoch || self.refresh_locked()?
+                    };
+                    if !newer {
+                        return Err(e);
+                    }
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// How many lookups were started again as of a newer commit since open.
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+
+    /// Counts the commits read as of: 0 at open, one more per newer one.
+    pub fn epoch(&self) -> u64 {
+        self.view().epoch
+    }
+
+    /// The generation of the commit the global trees are read as of.
+    pub fn generation(&self) -> u64 {
+        self.view().generation
+    }
+
+    fn view(&self) -> View {
+        *lock(&self.view)
+    }
+
+    /// The chunk map now in use.
+    fn chunk_map(&self) -> Arc<ChunkMap> {
+        self.chunks
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_chunk_map(&self, map: ChunkMap) {
+        *self
+            .chunks
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(map);
+    }
+
+    /// The chunks and device items of the chunk tree rooted at `root`.
+    fn read_chunk_tree(&self, root: RootLocation) -> Result<(Vec<Chunk>, DevItems)> {
+        let tree = self.tree_at(objectid::CHUNK_TREE, root);
         let mut found = Vec::new();
         let mut dev_items = Vec::new();
         for item in tree.range(Key::MIN, Key::MAX) {
@@ -269,21 +491,7 @@ impl Filesystem {
                 _ => {}
             }
         }
-        for c in found {
-            let logical = c.logical;
-            self.chunks
-                .insert(c)
-                .map_err(|reason| Error::BadChunk { logical, reason })?;
-        }
-        self.missing = dev_items
-            .into_iter()
-            .filter(|(devid, uuid)| {
-                self.devices
-                    .get(devid)
-                    .is_none_or(|d| d.superblock().dev_uuid() != *uuid)
-            })
-            .collect();
-        Ok(())
+        Ok((found, dev_items))
     }
 
     fn check_devices(&self) {
@@ -299,7 +507,8 @@ impl Filesystem {
         (self.notice)(&Notice { kind, message });
     }
 
-    /// The authoritative superblock (highest generation among the devices).
+    /// The authoritative superblock at open (highest generation among the
+    /// devices); [`Filesystem::generation`] is the commit read as of now.
     pub fn superblock(&self) -> &Superblock {
         &self.sb
     }
@@ -320,8 +529,8 @@ impl Filesystem {
         self.sb.sectorsize() as usize
     }
     /// The chunk map.
-    pub fn chunks(&self) -> &ChunkMap {
-        &self.chunks
+    pub fn chunks(&self) -> Arc<ChunkMap> {
+        self.chunk_map()
     }
     /// The opened devices by devid.
     pub fn devices(&self) -> impl Iterator<Item = (u64, &Device)> {
@@ -334,37 +543,29 @@ impl Filesystem {
 
     /// The root tree.
     pub fn root_tree(&self) -> Tree<'_> {
-        Tree::new(
-            self,
-            objectid::ROOT_TREE,
-            self.sb.root(),
-            self.sb.generation(),
-            self.sb.root_level(),
-        )
+        self.tree_at(objectid::ROOT_TREE, self.view().root)
     }
     /// The chunk tree.
     pub fn chunk_tree(&self) -> Tree<'_> {
-        Tree::new(
-            self,
-            objectid::CHUNK_TREE,
-            self.sb.chunk_root(),
-            self.sb.chunk_root_generation(),
-            self.sb.chunk_root_level(),
-        )
+        self.tree_at(objectid::CHUNK_TREE, self.view().chunk_root)
     }
     /// The checksum tree, if the filesystem has one.
     pub fn csum_tree(&self) -> Option<Tree<'_>> {
-        self.csum_root.map(|r| self.tree_at(objectid::CSUM_TREE, r))
+        self.view()
+            .csum
+            .map(|r| self.tree_at(objectid::CSUM_TREE, r))
     }
     /// The extent tree.
     pub fn extent_tree(&self) -> Option<Tree<'_>> {
-        self.extent_root
+        self.view()
+            .extent
             .map(|r| self.tree_at(objectid::EXTENT_TREE, r))
     }
     /// The UUID tree, when present and as new as the filesystem.
     pub fn uuid_tree(&self) -> Option<Tree<'_>> {
-        self.uuid_root
-            .filter(|_| self.sb.uuid_tree_generation() == self.sb.generation())
+        let v = self.view();
+        v.uuid
+            .filter(|_| v.uuid_tree_generation == v.generation)
             .map(|r| self.tree_at(objectid::UUID_TREE, r))
     }
     /// The tree `id` rooted at `r`.
@@ -391,26 +592,14 @@ impl Filesystem {
 
     /// The last ROOT_ITEM of `id`: its key, root location and the item.
     pub(crate) fn find_root_item(&self, id: u64) -> Result<Option<(Key, RootLocation, Item)>> {
-        let rt = self.root_tree();
-        let Some(item) = rt.search_le(&Key::new(id, key_type::ROOT_ITEM, u64::MAX))? else {
-            return Ok(None);
-        };
-        if item.key.objectid != id || item.key.item_type != key_type::ROOT_ITEM {
-            return Ok(None);
-        }
-        let ri =
-            RootItem::parse(item.data()).map_err(Error::bad_item(objectid::ROOT_TREE, item.key))?;
-        let loc = RootLocation {
-            bytenr: ri.bytenr(),
-            generation: ri.generation(),
-            level: ri.level(),
-        };
-        Ok(Some((item.key, loc, item)))
+        self.with_retry(|| find_root_in(&self.root_tree(), id))
     }
 
     /// How many ways there are to read `logical` (copies or parity rebuilds).
     pub fn num_copies(&self, logical: u64) -> u32 {
-        self.chunks.lookup(logical).map_or(1, Chunk::num_copies)
+        self.chunk_map()
+            .lookup(logical)
+            .map_or(1, Chunk::num_copies)
     }
 
     fn stripe_device(&self, chunk: &Chunk, stripe: usize) -> Result<&Device> {
@@ -432,15 +621,13 @@ impl Filesystem {
     /// On RAID5/6, mirror 1 reads the data strips, mirror 2 rebuilds them from
     /// P and mirror 3 (RAID6) from Q.
     pub fn read_logical(&self, logical: u64, buf: &mut [u8], mirror: u32) -> Result<()> {
+        let chunks = self.chunk_map();
         let mut done = 0usize;
         while done < buf.len() {
             let l = logical
                 .checked_add(done as u64)
                 .ok_or(Error::Unmapped { logical })?;
-            let chunk = self
-                .chunks
-                .lookup(l)
-                .ok_or(Error::Unmapped { logical: l })?;
+            let chunk = chunks.lookup(l).ok_or(Error::Unmapped { logical: l })?;
             let want = (buf.len() - done) as u64;
             let bad = |reason| Error::BadChunk {
                 logical: chunk.logical,
@@ -541,18 +728,21 @@ impl Filesystem {
     }
 
     /// Reads a tree block, validated against `e`; tries every copy and reports repairs.
+    ///
+    /// A block that only an exact generation identifies comes from the
+    /// cache when it is there. When every copy fails and one failed its
+    /// checksum, all are read once more: a block the kernel was writing
+    /// just then reads whole the second time (and then shows it is newer).
     pub fn tree_block(&self, e: &Expect) -> Result<Block> {
-        if let Some(data) = self.cache_get(e.logical) {
-            let b = Block::from_validated(data);
-            if check_expect(&b, e).is_ok() {
-                return Ok(b);
+        if matches!(e.generation, Generation::Exactly(_)) {
+            if let Some(data) = self.cache_get(e.logical) {
+                let b = Block::from_validated(data);
+                if check_expect(&b, e).is_ok() {
+                    return Ok(b);
+                }
+                self.cache_remove(e.logical);
             }
-            self.cache_remove(e.logical);
         }
-        let nodesize = self.nodesize();
-        let fsid = self.sb.metadata_fsid();
-        let copies = self.num_copies(e.logical);
-        let mut why = Vec::new();
         if !e.logical.is_multiple_of(self.sectorsize() as u64) || e.logical == 0 {
             return Err(Error::BadTreeBlock {
                 logical: e.logical,
@@ -560,6 +750,45 @@ impl Filesystem {
                 reason: TreeBlockError::Unaligned,
             });
         }
+        let why = match self.read_copies(e) {
+            Ok(b) => return Ok(b),
+            Err(why) => why,
+        };
+        let torn = why.iter().any(|m| {
+            matches!(
+                m.reason,
+                MirrorFault::Invalid(crate::error::BlockError::CsumMismatch { .. })
+            )
+        });
+        let reason = TreeBlockError::Mirrors(why);
+        if torn && !reason.is_overwritten() {
+            match self.read_copies(e) {
+                Ok(b) => return Ok(b),
+                Err(again) => {
+                    let again = TreeBlockError::Mirrors(again);
+                    if again.is_overwritten() {
+                        return Err(Error::BadTreeBlock {
+                            logical: e.logical,
+                            tree: e.tree,
+                            reason: again,
+                        });
+                    }
+                }
+            }
+        }
+        Err(Error::BadTreeBlock {
+            logical: e.logical,
+            tree: e.tree,
+            reason,
+        })
+    }
+
+    /// Reads every copy of the block `e` until one is valid; the refusals otherwise.
+    fn read_copies(&self, e: &Expect) -> std::result::Result<Block, Vec<MirrorRefusal>> {
+        let nodesize = self.nodesize();
+        let fsid = self.sb.metadata_fsid();
+        let copies = self.num_copies(e.logical);
+        let mut why = Vec::new();
         for mirror in 1..=copies {
             // Read straight into the block's shared buffer (one allocation, no copy).
             let mut buf: Arc<[u8]> = std::iter::repeat_n(0u8, nodesize).collect();
@@ -594,11 +823,27 @@ impl Filesystem {
                 Err(reason) => why.push(MirrorRefusal { mirror, reason }),
             }
         }
-        Err(Error::BadTreeBlock {
-            logical: e.logical,
-            tree: e.tree,
-            reason: TreeBlockError::Mirrors(why),
-        })
+        Err(why)
+    }
+
+    /// Keeps the root block of `tree` in memory until [`Filesystem::unpin`]:
+    /// a snapshot taken of a read-only subvolume copies its root block to a
+    /// new place, and the old one may be reused while it is still being read.
+    /// Returns whether it was not pinned already (only then unpin it).
+    pub fn pin_root(&self, tree: &Tree<'_>) -> Result<bool> {
+        let b = self.tree_block(&Expect {
+            logical: tree.root,
+            generation: Generation::Exactly(tree.generation),
+            level: tree.level,
+            first_key: None,
+            tree: tree.id,
+        })?;
+        Ok(lock(&self.cache).pin(tree.root, b.bytes_arc()))
+    }
+
+    /// Stops keeping the root block of `tree`.
+    pub fn unpin(&self, tree: &Tree<'_>) {
+        lock(&self.cache).unpin(tree.root);
     }
 
     fn cache_get(&self, logical: u64) -> Option<Arc<[u8]>> {
@@ -622,6 +867,13 @@ impl Filesystem {
     /// Returns the EXTENT_ITEM or METADATA_ITEM key and the refs, or `None`
     /// when the extent tree has no item for `bytenr`.
     pub fn extent_backrefs(
+        &self,
+        bytenr: u64,
+    ) -> Result<Option<(Key, Vec<crate::items::BackRef>)>> {
+        self.with_retry(|| self.extent_backrefs_once(bytenr))
+    }
+
+    fn extent_backrefs_once(
         &self,
         bytenr: u64,
     ) -> Result<Option<(Key, Vec<crate::items::BackRef>)>> {
@@ -655,6 +907,24 @@ impl Filesystem {
         }
         Ok(head.map(|k| (k, refs)))
     }
+}
+
+/// The last ROOT_ITEM of `id` in the root tree `rt`: its key, root location and the item.
+fn find_root_in(rt: &Tree<'_>, id: u64) -> Result<Option<(Key, RootLocation, Item)>> {
+    let Some(item) = rt.search_le(&Key::new(id, key_type::ROOT_ITEM, u64::MAX))? else {
+        return Ok(None);
+    };
+    if item.key.objectid != id || item.key.item_type != key_type::ROOT_ITEM {
+        return Ok(None);
+    }
+    let ri =
+        RootItem::parse(item.data()).map_err(Error::bad_item(objectid::ROOT_TREE, item.key))?;
+    let loc = RootLocation {
+        bytenr: ri.bytenr(),
+        generation: ri.generation(),
+        level: ri.level(),
+    };
+    Ok(Some((item.key, loc, item)))
 }
 
 impl BlockSource for Filesystem {

@@ -108,6 +108,10 @@ fn is_subvol_id(id: u64) -> bool {
 impl Filesystem {
     /// Subvolume `id` (5 is the top level), with its link and path.
     pub fn subvolume(&self, id: u64) -> Result<Subvolume> {
+        self.with_retry(|| self.subvolume_once(id))
+    }
+
+    fn subvolume_once(&self, id: u64) -> Result<Subvolume> {
         if !is_subvol_id(id) {
             return Err(Error::NoSubvolume(SubvolWanted::Id(id)));
         }
@@ -190,6 +194,10 @@ impl Filesystem {
     /// Every linked subvolume except the top level, by id, with paths — what
     /// `btrfs subvolume list` shows.
     pub fn subvolumes(&self) -> Result<Vec<Subvolume>> {
+        self.with_retry(|| self.subvolumes_once())
+    }
+
+    fn subvolumes_once(&self) -> Result<Vec<Subvolume>> {
         let rt = self.root_tree();
         let mut links: BTreeMap<u64, SubvolLink> = BTreeMap::new();
         let mut roots: BTreeMap<u64, Subvolume> = BTreeMap::new();
@@ -277,6 +285,10 @@ impl Filesystem {
     }
 
     fn uuid_tree_lookup(&self, u: &Uuid, item_type: u8) -> Result<Option<Vec<u64>>> {
+        self.with_retry(|| self.uuid_tree_lookup_once(u, item_type))
+    }
+
+    fn uuid_tree_lookup_once(&self, u: &Uuid, item_type: u8) -> Result<Option<Vec<u64>>> {
         let Some(t) = self.uuid_tree() else {
             return Ok(None);
         };

@@ -1,7 +1,7 @@
 //! Searching and iterating a tree: point lookups, ranges and cursors over
 //! blocks read through a [`BlockSource`].
 
-use crate::block::{Block, BlockSource, Expect};
+use crate::block::{Block, BlockSource, Expect, Generation};
 use crate::error::{Error, Result, TreeBlockError};
 use crate::key::Key;
 
@@ -88,7 +88,7 @@ impl<'fs> Tree<'fs> {
     pub fn root_block(&self) -> Result<Block> {
         self.src.tree_block(&Expect {
             logical: self.root,
-            generation: Some(self.generation),
+            generation: Generation::Exactly(self.generation),
             level: self.level,
             first_key: None,
             tree: self.id,
@@ -104,7 +104,7 @@ impl<'fs> Tree<'fs> {
         })?;
         self.src.tree_block(&Expect {
             logical: ptr.blockptr,
-            generation: Some(ptr.generation),
+            generation: Generation::Exactly(ptr.generation),
             level: node.level() - 1,
             first_key: Some(ptr.key),
             tree: self.id,

@@ -182,10 +182,19 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
     }
     // A send reads the tree once in order; a smaller block cache than the
     // reader's default keeps the peak RSS low at no measurable cost.
-    let opts = btrfs_disk::fs::Options {
+    let mut opts = btrfs_disk::fs::Options {
         cache_bytes: SEND_CACHE_BYTES,
         ..btrfs_disk::fs::Options::default()
     };
+    if args.quiet {
+        // Notes (such as "mounted; reading with O_DIRECT") would mail a cron job every night.
+        let all = opts.notice.clone();
+        opts.notice = std::sync::Arc::new(move |n: &btrfs_disk::Notice| {
+            if n.kind != btrfs_disk::NoticeKind::Note {
+                all(n);
+            }
+        });
+    }
     let fs = Filesystem::open_with(&args.devices, opts)?;
     let mut svs = Vec::new();
     for sel in &args.subvols {
@@ -266,6 +275,7 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
             no_clones: false,
         };
         let started = std::time::Instant::now();
+        let retries = fs.retries();
         let r = std::thread::scope(|s| {
             // The totals of a full send come from a metadata-only pre-walk;
             // an incremental one shows what it sent, without a total.
@@ -286,7 +296,7 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
             Ok(stats) => {
                 if args.verbose > 0 {
                     eprintln!(
-                        "{}: {} commands, {} bytes ({} of file data, {} cloned in {} CLONEs), {} inodes, {} truncates in {:.2?}",
+                        "{}: {} commands, {} bytes ({} of file data, {} cloned in {} CLONEs), {} inodes, {} truncates, {} retries in {:.2?}",
                         label(sv),
                         stats.commands,
                         stats.bytes,
@@ -295,8 +305,17 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
                         stats.clones,
                         stats.files,
                         stats.truncates,
+                        fs.retries() - retries,
                         started.elapsed()
                     );
+                    if fs.retries() > retries {
+                        eprintln!(
+                            "{}: the running filesystem rewrote tree blocks during the send; {} lookups were read again from newer commits (generation {} now)",
+                            label(sv),
+                            fs.retries() - retries,
+                            fs.generation()
+                        );
+                    }
                 }
             }
             Err(e) => {

@@ -12,6 +12,11 @@ use rsend::cli::SubvolSelector;
 #[command(name = "rsend", version)]
 struct Args {
     /// A device or image file of the filesystem; repeat for multi-device filesystems
+    ///
+    /// The filesystem may be mounted and in use: read-only snapshots are safe to send.
+    /// Trees the kernel rewrites meanwhile are read again from newer commits (-v counts
+    /// them); a snapshot deleted, made writable or changed during the send fails it
+    /// (exit code 1, no END).
     #[arg(short = 'd', long = "device", value_name = "PATH", required = true)]
     devices: Vec<PathBuf>,
 

@@ -56,7 +56,8 @@ fn info<'a>(f: &'a Fixture, k: &str) -> &'a str {
 
 /// Device path and physical offset of mirror `mirror` of `logical` (non-parity profiles).
 fn physical(fs: &Filesystem, devs: &[PathBuf], logical: u64, mirror: u32) -> (PathBuf, u64) {
-    let c = fs.chunks().lookup(logical).expect("mapped");
+    let chunks = fs.chunks();
+    let c = chunks.lookup(logical).expect("mapped");
     let m = c.map_mirror(logical, 1, mirror).expect("mirror");
     let devid = c.stripes[m.stripe].devid;
     (devs[(devid - 1) as usize].clone(), m.physical)

@@ -274,7 +274,8 @@ fn a_damaged_leaf_ends_the_stream_without_end_and_says_where() {
     let leaf = l[l.len() / 2];
     let phys = {
         let fs = Filesystem::open(&devs).unwrap();
-        let c = fs.chunks().lookup(leaf).unwrap();
+        let chunks = fs.chunks();
+        let c = chunks.lookup(leaf).unwrap();
         c.map_mirror(leaf, 1, 1).unwrap().physical
     };
     xor_byte(&devs[0], phys + 300);

@@ -129,7 +129,8 @@ impl BtrfsImage {
         me
     }
 
-    fn mount(&mut self, opts: &str) {
+    /// Mounts the filesystem again (after [`BtrfsImage::unmount`]) with `-o <opts>`.
+    pub fn mount(&mut self, opts: &str) {
         let dev = self.loopdev.clone().unwrap();
         let mut cmd = Command::new("mount");
         if !opts.is_empty() {
@@ -137,6 +138,17 @@ impl BtrfsImage {
         }
         run(cmd.arg(&dev).arg(&self.mnt));
         self.mounted = true;
+    }
+
+    /// Unmounts it; the loop device stays.
+    pub fn unmount(&mut self) {
+        run(Command::new("umount").arg(&self.mnt));
+        self.mounted = false;
+    }
+
+    /// The loop device the image is attached to.
+    pub fn loop_device(&self) -> &str {
+        self.loopdev.as_deref().unwrap_or_default()
     }
 
     /// Unmounts and mounts again with `opts`.

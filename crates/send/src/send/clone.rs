@@ -26,7 +26,7 @@ use lru::LruCache;
 use super::cmd::Bytes;
 use super::roots::{InodeInfo, Lookup};
 use super::stream_uuid;
-use btrfs_disk::block::Expect;
+use btrfs_disk::block::{Expect, Generation};
 use btrfs_disk::error::{Error, Result};
 use btrfs_disk::fs::Filesystem;
 use btrfs_disk::items::{
@@ -141,6 +141,12 @@ pub(crate) struct Clones<'fs> {
     /// Shared leaves read for SHARED_DATA_REFs: (extent, inode, base) of
     /// their file extent items, sorted.
     leaves: LruCache<u64, LeafIndex>,
+    /// The filesystem's view ([`Filesystem::epoch`]) the leaves were read
+    /// in: a newer commit may have put other leaves at their addresses.
+    leaves_epoch: u64,
+    /// The generation of the extent tree being read: a shared leaf it
+    /// names cannot be newer.
+    extent_generation: u64,
     sectorsize: u64,
     /// Extents sent so far (a Bloom-like bit filter), for full sends with
     /// no clone root but the send snapshot.
@@ -189,6 +195,8 @@ impl<'fs> Clones<'fs> {
             cache: LruCache::new(NonZeroUsize::new(CACHE_EXTENTS).unwrap_or(NonZeroUsize::MIN)),
             cached_items: 0,
             leaves: LruCache::new(NonZeroUsize::new(CACHE_LEAVES).unwrap_or(NonZeroUsize::MIN)),
+            leaves_epoch: fs.epoch(),
+            extent_generation: 0,
             sectorsize: fs.sectorsize() as u64,
             seen: (search && only_send && parent.is_none()).then(|| vec![0u64; SEEN_BITS / 64]),
             roots: if search { roots } else { Vec::new() },
@@ -330,14 +338,31 @@ impl<'fs> Clones<'fs> {
     }
 
     /// The items of every clone root pointing into the extent of `q`.
+    ///
+    /// On a mounted filesystem the extent tree changes under us: a lookup
+    /// that meets a block written over starts again from the newest commit.
+    /// What it finds is checked against the clone roots, which are
+    /// read-only and do not change, so any commit gives the same answer.
     fn resolve(&mut self, q: &Query<'_, '_>) -> Result<Option<Arc<Resolved>>> {
         let bytenr = q.fe.disk_bytenr();
         if let Some(r) = self.cache.get(&bytenr) {
             return Ok(Some(r.clone()));
         }
+        let fs = self.fs;
+        fs.with_retry(|| self.resolve_once(q))
+    }
+
+    fn resolve_once(&mut self, q: &Query<'_, '_>) -> Result<Option<Arc<Resolved>>> {
+        let bytenr = q.fe.disk_bytenr();
+        let epoch = self.fs.epoch();
+        if epoch != self.leaves_epoch {
+            self.leaves.clear();
+            self.leaves_epoch = epoch;
+        }
         let Some(extents) = self.fs.extent_tree() else {
             return Ok(None);
         };
+        self.extent_generation = extents.generation;
         let mut cursor = extents.cursor();
         let head = Key::new(bytenr, key_type::EXTENT_ITEM, 0);
         let Some(item) = cursor
@@ -463,7 +488,7 @@ impl<'fs> Clones<'fs> {
             None => {
                 let block = self.fs.tree_block(&Expect {
                     logical: leaf,
-                    generation: None,
+                    generation: Generation::AtMost(self.extent_generation),
                     level: 0,
                     first_key: None,
                     tree: objectid::EXTENT_TREE,

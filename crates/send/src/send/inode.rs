@@ -76,6 +76,8 @@ pub(crate) enum Stop {
     Read(Error),
     /// The trees are not what snapshots can look like.
     Bad(String),
+    /// A subvolume read changed on disk.
+    Changed(Box<super::SendError>),
 }
 
 impl From<Hangup> for Stop {
@@ -269,6 +271,12 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             self.send_utimes(dir, gen)?;
         }
         self.root_times_if_needed()?;
+        Ok(())
+    }
+
+    /// Ends the stream (after [`Walk::run`], once the subvolumes read are
+    /// known to be intact).
+    pub(crate) fn end(&mut self) -> Result<()> {
         self.out.push(Cmd::End)?;
         self.out.flush()?;
         Ok(())

@@ -159,6 +159,21 @@ pub enum SendError {
         #[source]
         source: WriteError,
     },
+    /// A subvolume being read changed on disk during the send.
+    #[error("{role}{name} (subvolume {id}) {change} during the send; the stream stops without END, so no receiver takes it as complete")]
+    Changed {
+        /// `""`, `"parent "` or `"clone source "`.
+        role: &'static str,
+        /// Its path.
+        name: String,
+        /// Its id.
+        id: u64,
+        /// What happened to it.
+        change: Change,
+        /// The read error it caused, if it caused one.
+        #[source]
+        cause: Option<Box<SendError>>,
+    },
     /// Writing the stream failed.
     #[error("writing the stream")]
     Output(#[source] std::io::Error),
@@ -168,6 +183,148 @@ pub enum SendError {
         /// The subvolume, as `path (subvolume id)`.
         subvol: String,
     },
+}
+
+/// The root blocks of the trees a send reads, kept in memory while it
+/// runs (see [`Filesystem::pin_root`]) and let go when it ends.
+struct Pins<'fs> {
+    fs: &'fs Filesystem,
+    trees: Vec<btrfs_disk::Tree<'fs>>,
+}
+
+impl Pins<'_> {
+    /// Pins the roots of `subvols`; false when one was written over (it
+    /// moved). A root that cannot be read otherwise is left to the walk,
+    /// which reports it with context.
+    fn pin(&mut self, subvols: &[Subvolume]) -> bool {
+        let mut moved = false;
+        for s in subvols {
+            let t = self.fs.fs_tree(s);
+            match self.fs.pin_root(&t) {
+                Ok(true) => self.trees.push(t),
+                Ok(false) => {}
+                Err(e) => moved |= e.is_overwritten(),
+            }
+        }
+        !moved
+    }
+}
+
+impl Drop for Pins<'_> {
+    fn drop(&mut self) {
+        for t in &self.trees {
+            self.fs.unpin(t);
+        }
+    }
+}
+
+/// How a read-only subvolume changed while it was being sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// It is gone, or it was unlinked.
+    Deleted,
+    /// It is being deleted (the kernel is freeing its tree).
+    BeingDeleted,
+    /// It is writable now.
+    Writable,
+    /// Its contents changed (it was made writable, changed, and made read-only again).
+    Modified,
+    /// Its tree moved to other blocks (a balance, or a snapshot taken of it).
+    Moved,
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Change::Deleted => "was deleted",
+            Change::BeingDeleted => "was deleted (the kernel is freeing it)",
+            Change::Writable => "was made writable",
+            Change::Modified => "was changed (made writable, modified and made read-only again)",
+            Change::Moved => {
+                "moved to other blocks (relocated by a balance, or its root copied by a snapshot of it)"
+            }
+        })
+    }
+}
+
+/// `sv` as the newest commit read has it, when only its root's place
+/// changed; else `sv` as it is (a real change is found before END).
+fn current(fs: &Filesystem, sv: &Subvolume) -> Subvolume {
+    match fs.subvolume(sv.id) {
+        Ok(now)
+            if now.uuid == sv.uuid
+                && now.ctransid == sv.ctransid
+                && now.flags == sv.flags
+                && !now.is_dead() =>
+        {
+            now
+        }
+        _ => sv.clone(),
+    }
+}
+
+/// How `sv` differs now, on disk, from when the send started, if it
+/// does. `moved` also reports a tree that moved to other blocks with the
+/// same contents (which only matters when reading it failed).
+fn changed(fs: &Filesystem, sv: &Subvolume, moved: bool) -> Result<Option<Change>, Error> {
+    let now = match fs.subvolume(sv.id) {
+        Ok(now) => now,
+        Err(Error::NoSubvolume(_)) => return Ok(Some(Change::Deleted)),
+        Err(e) => return Err(e),
+    };
+    Ok(
+        if now.uuid != sv.uuid || (now.link.is_none() && sv.link.is_some()) {
+            Some(Change::Deleted)
+        } else if now.is_dead() {
+            Some(Change::BeingDeleted)
+        } else if !now.is_readonly() {
+            Some(Change::Writable)
+        } else if now.ctransid != sv.ctransid {
+            Some(Change::Modified)
+        } else if moved && now.root != sv.root {
+            Some(Change::Moved)
+        } else {
+            None
+        },
+    )
+}
+
+/// Checks, as of the newest commit, that the subvolumes read (`reads`:
+/// role and subvolume) are as they were when the send began.
+fn check_intact(fs: &Filesystem, reads: &[(&'static str, &Subvolume)]) -> Result<(), SendError> {
+    fs.refresh()?;
+    for (role, sv) in reads {
+        if let Some(change) = changed(fs, sv, false)? {
+            return Err(SendError::Changed {
+                role,
+                name: sv.path_lossy(),
+                id: sv.id,
+                change,
+                cause: None,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The error to report for `failed`, a failed read of `reads`: the change
+/// of one of them that caused it, when one changed, else `failed` itself.
+fn explain(fs: &Filesystem, reads: &[(&'static str, &Subvolume)], failed: SendError) -> SendError {
+    if fs.refresh().is_err() {
+        return failed;
+    }
+    for (role, sv) in reads {
+        if let Ok(Some(change)) = changed(fs, sv, true) {
+            return SendError::Changed {
+                role,
+                name: sv.path_lossy(),
+                id: sv.id,
+                change,
+                cause: Some(Box::new(failed)),
+            };
+        }
+    }
+    failed
 }
 
 fn list_or_none(v: &[String]) -> String {
@@ -347,6 +504,39 @@ pub fn send_with<W: Write>(
         0 | 1 => 1,
         v => return Err(SendError::Proto(v)),
     };
+    // Their root blocks stay in memory while the send runs. On a mounted
+    // filesystem a root may have moved since the caller looked it up (a
+    // snapshot of a snapshot copies its root block, and the old one is
+    // reused): then all are looked up again as of the newest commit.
+    let mut pins = Pins {
+        fs,
+        trees: Vec::new(),
+    };
+    let mut subvols: Vec<Subvolume> = std::iter::once(sv)
+        .chain(parent)
+        .chain(sources)
+        .cloned()
+        .collect();
+    if !pins.pin(&subvols) {
+        drop(pins);
+        let _ = fs.refresh();
+        subvols = subvols.iter().map(|s| current(fs, s)).collect();
+        pins = Pins {
+            fs,
+            trees: Vec::new(),
+        };
+        pins.pin(&subvols);
+    }
+    let (sv, rest) = subvols
+        .split_first()
+        .ok_or(SendError::Unnamed { id: sv.id })?;
+    let (parent, sources) = match parent {
+        Some(_) => match rest.split_first() {
+            Some((p, s)) => (Some(p), s),
+            None => (None, rest),
+        },
+        None => (None, rest),
+    };
     check_sendable(sv)?;
     if let Some(p) = parent {
         check_parent(p)?;
@@ -394,33 +584,54 @@ pub fn send_with<W: Write>(
             if em.push(first).is_err() {
                 return;
             }
+            let mut reads = vec![("", sv)];
+            reads.extend(parent.map(|p| ("parent ", p)));
+            reads.extend(
+                sources
+                    .iter()
+                    .filter(|c| c.id != sv.id && parent.is_none_or(|p| p.id != c.id))
+                    .map(|c| ("clone source ", c)),
+            );
             let (r, pos) = {
                 let clones = Clones::new(fs, sv, parent, sources, !opts.no_clones);
                 let mut walk = Walk::new(fs, tree, parent_tree, &mut em, clones, V1_WRITE_SIZE);
-                let r = walk.run();
+                // No END before the subvolumes read are known to be intact.
+                let r = walk.run().and_then(|()| match check_intact(fs, &reads) {
+                    Ok(()) => walk.end(),
+                    Err(e) => Err(Stop::Changed(Box::new(e))),
+                });
                 (r, walk.position())
             };
             let pos = pos.map(|(ino, p)| (ino, String::from_utf8_lossy(&p).into_owned()));
             let e = match r {
                 Ok(()) | Err(Stop::Hangup) => return,
-                Err(Stop::Read(source)) => match pos {
-                    Some((ino, path)) => SendError::Inode {
+                Err(Stop::Changed(e)) => *e,
+                Err(Stop::Read(source)) => {
+                    let e = match pos {
+                        Some((ino, path)) => SendError::Inode {
+                            subvol: walk_label,
+                            ino,
+                            path: Some(path),
+                            source,
+                        },
+                        None => SendError::Subvol {
+                            subvol: walk_label,
+                            source,
+                        },
+                    };
+                    // A failed read of a subvolume that changed is told as that change.
+                    explain(fs, &reads, e)
+                }
+                Err(Stop::Bad(reason)) => explain(
+                    fs,
+                    &reads,
+                    SendError::Corrupt {
                         subvol: walk_label,
-                        ino,
-                        path: Some(path),
-                        source,
+                        ino: pos.as_ref().map(|p| p.0),
+                        path: pos.map(|p| p.1),
+                        reason,
                     },
-                    None => SendError::Subvol {
-                        subvol: walk_label,
-                        source,
-                    },
-                },
-                Err(Stop::Bad(reason)) => SendError::Corrupt {
-                    subvol: walk_label,
-                    ino: pos.as_ref().map(|p| p.0),
-                    path: pos.map(|p| p.1),
-                    reason,
-                },
+                ),
             };
             em.fail(e);
         });
