@@ -123,6 +123,12 @@ impl Filesystem {
         Ok(sv)
     }
 
+    /// Subvolume `id` as its ROOT_ITEM alone has it (no link or path);
+    /// `None` when the root tree has none.
+    pub fn subvolume_item(&self, id: u64) -> Result<Option<Subvolume>> {
+        self.subvolume_bare(id)
+    }
+
     fn subvolume_bare(&self, id: u64) -> Result<Option<Subvolume>> {
         let Some((key, loc, item)) = self.find_root_item(id)? else {
             return Ok(None);

@@ -250,14 +250,17 @@ impl std::fmt::Display for Change {
 /// `sv` as the newest commit read has it, when only its root's place
 /// changed; else `sv` as it is (a real change is found before END).
 fn current(fs: &Filesystem, sv: &Subvolume) -> Subvolume {
-    match fs.subvolume(sv.id) {
-        Ok(now)
+    match fs.subvolume_item(sv.id) {
+        Ok(Some(now))
             if now.uuid == sv.uuid
                 && now.ctransid == sv.ctransid
                 && now.flags == sv.flags
                 && !now.is_dead() =>
         {
-            now
+            Subvolume {
+                root: now.root,
+                ..sv.clone()
+            }
         }
         _ => sv.clone(),
     }
@@ -267,26 +270,24 @@ fn current(fs: &Filesystem, sv: &Subvolume) -> Subvolume {
 /// does. `moved` also reports a tree that moved to other blocks with the
 /// same contents (which only matters when reading it failed).
 fn changed(fs: &Filesystem, sv: &Subvolume, moved: bool) -> Result<Option<Change>, Error> {
-    let now = match fs.subvolume(sv.id) {
-        Ok(now) => now,
-        Err(Error::NoSubvolume(_)) => return Ok(Some(Change::Deleted)),
-        Err(e) => return Err(e),
+    // Deleting a subvolume unlinks it and sets its refs to 0 in one
+    // commit; its ROOT_ITEM goes once the kernel has freed its tree.
+    let Some(now) = fs.subvolume_item(sv.id)? else {
+        return Ok(Some(Change::Deleted));
     };
-    Ok(
-        if now.uuid != sv.uuid || (now.link.is_none() && sv.link.is_some()) {
-            Some(Change::Deleted)
-        } else if now.is_dead() {
-            Some(Change::BeingDeleted)
-        } else if !now.is_readonly() {
-            Some(Change::Writable)
-        } else if now.ctransid != sv.ctransid {
-            Some(Change::Modified)
-        } else if moved && now.root != sv.root {
-            Some(Change::Moved)
-        } else {
-            None
-        },
-    )
+    Ok(if now.uuid != sv.uuid {
+        Some(Change::Deleted)
+    } else if now.is_dead() {
+        Some(Change::BeingDeleted)
+    } else if !now.is_readonly() {
+        Some(Change::Writable)
+    } else if now.ctransid != sv.ctransid {
+        Some(Change::Modified)
+    } else if moved && now.root != sv.root {
+        Some(Change::Moved)
+    } else {
+        None
+    })
 }
 
 /// Checks, as of the newest commit, that the subvolumes read (`reads`:
