@@ -867,14 +867,6 @@ impl Error {
     pub fn is_overwritten(&self) -> bool {
         matches!(self, Error::BadTreeBlock { reason, .. } if reason.is_overwritten())
     }
-
-    /// The tree the failed block belongs to, for a tree block error.
-    pub fn tree_block_tree(&self) -> Option<u64> {
-        match self {
-            Error::BadTreeBlock { tree, .. } => Some(*tree),
-            _ => None,
-        }
-    }
 }
 
 impl TreeBlockError {

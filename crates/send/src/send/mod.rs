@@ -196,7 +196,7 @@ impl Pins<'_> {
     /// Pins the roots of `subvols`; false when one was written over (it
     /// moved). A root that cannot be read otherwise is left to the walk,
     /// which reports it with context.
-    fn pin(&mut self, subvols: &[Subvolume]) -> bool {
+    fn pin<'a>(&mut self, subvols: impl IntoIterator<Item = &'a Subvolume>) -> bool {
         let mut moved = false;
         for s in subvols {
             let t = self.fs.fs_tree(s);
@@ -208,13 +208,18 @@ impl Pins<'_> {
         }
         !moved
     }
+
+    /// Lets every pinned root go.
+    fn release(&mut self) {
+        for t in self.trees.drain(..) {
+            self.fs.unpin(&t);
+        }
+    }
 }
 
 impl Drop for Pins<'_> {
     fn drop(&mut self) {
-        for t in &self.trees {
-            self.fs.unpin(t);
-        }
+        self.release();
     }
 }
 
@@ -513,31 +518,25 @@ pub fn send_with<W: Write>(
         fs,
         trees: Vec::new(),
     };
-    let mut subvols: Vec<Subvolume> = std::iter::once(sv)
-        .chain(parent)
-        .chain(sources)
-        .cloned()
-        .collect();
-    if !pins.pin(&subvols) {
-        drop(pins);
+    let (mut sv_now, mut parent_now, mut sources_now) =
+        (sv.clone(), parent.cloned(), sources.to_vec());
+    if !pins.pin(
+        std::iter::once(&sv_now)
+            .chain(&parent_now)
+            .chain(&sources_now),
+    ) {
+        pins.release();
         let _ = fs.refresh();
-        subvols = subvols.iter().map(|s| current(fs, s)).collect();
-        pins = Pins {
-            fs,
-            trees: Vec::new(),
-        };
-        pins.pin(&subvols);
+        sv_now = current(fs, &sv_now);
+        parent_now = parent_now.map(|p| current(fs, &p));
+        sources_now = sources_now.iter().map(|c| current(fs, c)).collect();
+        pins.pin(
+            std::iter::once(&sv_now)
+                .chain(&parent_now)
+                .chain(&sources_now),
+        );
     }
-    let (sv, rest) = subvols
-        .split_first()
-        .ok_or(SendError::Unnamed { id: sv.id })?;
-    let (parent, sources) = match parent {
-        Some(_) => match rest.split_first() {
-            Some((p, s)) => (Some(p), s),
-            None => (None, rest),
-        },
-        None => (None, rest),
-    };
+    let (sv, parent, sources) = (&sv_now, parent_now.as_ref(), &sources_now[..]);
     check_sendable(sv)?;
     if let Some(p) = parent {
         check_parent(p)?;
