@@ -220,22 +220,135 @@ pub struct TreeStats {
     pub links: u64,
     /// Regular files whose data was shared by reflink.
     pub reflinked: u64,
+    /// Files hard-linked to the source's (`--link`).
+    pub shared: u64,
+}
+
+/// How a tree copy makes files other than directories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Share {
+    /// Copies (reflinks where the filesystem has them).
+    Copy,
+    /// Hard links to the source's inodes, except those with several names
+    /// in the tree: their names must stay a group of their own, so they
+    /// are copied.
+    Link,
+}
+
+/// A file or directory by device and inode number.
+pub type Id = (u64, u64);
+
+/// What a tree holds, for a copy to check it fits.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Usage {
+    /// Inodes (each hardlinked one once).
+    pub inodes: u64,
+    /// Bytes allocated to them.
+    pub bytes: u64,
+}
+
+/// Counts the inodes and allocated bytes beneath directory `src`.
+pub fn usage(src: BorrowedFd<'_>) -> io::Result<Usage> {
+    let mut u = Usage::default();
+    let mut seen = std::collections::HashSet::new();
+    usage_of(src, &mut u, &mut seen)?;
+    Ok(u)
+}
+
+fn usage_of(
+    dir: BorrowedFd<'_>,
+    u: &mut Usage,
+    seen: &mut std::collections::HashSet<Id>,
+) -> io::Result<()> {
+    for name in entries(dir)? {
+        let st = fstatat(
+            Some(dir.as_raw_fd()),
+            name.as_slice(),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        )?;
+        let kind = st.st_mode & libc::S_IFMT;
+        if kind != libc::S_IFDIR && st.st_nlink > 1 && !seen.insert((st.st_dev, st.st_ino)) {
+            continue;
+        }
+        u.inodes += 1;
+        u.bytes += st.st_blocks as u64 * 512;
+        if kind == libc::S_IFDIR {
+            let d = open_at(
+                dir,
+                &name,
+                OFlag::O_PATH | OFlag::O_DIRECTORY,
+                Mode::empty(),
+            )?;
+            usage_of(d.as_fd(), u, seen)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether files in directory `dir` can share data by reflink: tries it
+/// on two scratch files named `.rreceive-probe-*`, removed again.
+pub fn reflinks_work(dir: BorrowedFd<'_>) -> io::Result<bool> {
+    let names = [&b".rreceive-probe-a"[..], b".rreceive-probe-b"];
+    for n in names {
+        let _ = nix::unistd::unlinkat(
+            Some(dir.as_raw_fd()),
+            n,
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
+    let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL;
+    let a = open_at(dir, names[0], flags, Mode::from_bits_retain(0o600))?;
+    let b = open_at(dir, names[1], flags, Mode::from_bits_retain(0o600));
+    let r = b.and_then(|b| {
+        a.write_all_at(&[0x5a; 4096], 0)
+            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+        Ok(crate::ioctl::clone_file(b.as_fd(), a.as_fd()).is_ok())
+    });
+    for n in names {
+        let _ = nix::unistd::unlinkat(
+            Some(dir.as_raw_fd()),
+            n,
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
+    Ok(r?)
+}
+
+/// Something told of each inode a tree copy makes (a progress bar).
+pub trait Tick {
+    /// One more inode (or link) done.
+    fn tick(&self);
+}
+
+impl Tick for () {
+    fn tick(&self) {}
 }
 
 /// Copies everything beneath directory `src` into the empty directory
 /// `dst` (both on the same filesystem), then the root's own owner, mode,
-/// xattrs (except those `skip_root_xattr` names) and times.
+/// xattrs (except those `skip_root_xattr` names) and times. With
+/// [`Share::Link`], the second value is the set of inodes now shared with
+/// `src` by hard link, and `scratch` a directory outside both trees where
+/// copies are made before they take a name in `dst`.
 pub fn copy_tree(
     src: BorrowedFd<'_>,
     dst: BorrowedFd<'_>,
+    share: Share,
+    scratch: Option<BorrowedFd<'_>>,
     skip_root_xattr: &dyn Fn(&[u8]) -> bool,
-) -> io::Result<TreeStats> {
+    tick: &dyn Tick,
+) -> io::Result<(TreeStats, std::collections::HashSet<Id>)> {
     let mut c = TreeCopy {
         links: HashMap::new(),
         how: Methods::default(),
         stats: TreeStats::default(),
         path: Vec::new(),
         dst_root: dst.try_clone_to_owned()?,
+        share,
+        shared: std::collections::HashSet::new(),
+        grouped: std::collections::HashSet::new(),
+        scratch,
+        tick,
     };
     c.dir_contents(src, dst)?;
     let st = nix::sys::stat::fstat(src.as_raw_fd())?;
@@ -274,17 +387,76 @@ pub fn copy_tree(
     }
     let (a, m) = times(&st);
     futimens(dst_root.as_raw_fd(), &a, &m)?;
-    Ok(c.stats)
+    Ok((c.stats, c.shared))
 }
 
-struct TreeCopy {
+/// Replaces the file at `name` in `dir` with a copy of itself: same data,
+/// type, owner, mode, xattrs and times, another inode. The copy is made in
+/// `scratch` (on the same filesystem, outside the tree) and renamed over
+/// `name`; `dir` keeps its times. For a hard link to be broken before the
+/// file changes.
+pub fn replace_with_copy(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    scratch: BorrowedFd<'_>,
+    how: &mut Methods,
+) -> io::Result<()> {
+    const TMP: &[u8] = b"copy";
+    let st = fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+    if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        return Err(Errno::EISDIR.into());
+    }
+    let dst = nix::sys::stat::fstat(dir.as_raw_fd())?;
+    match nix::unistd::unlinkat(
+        Some(scratch.as_raw_fd()),
+        TMP,
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    ) {
+        Ok(()) | Err(Errno::ENOENT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let mut c = TreeCopy {
+        links: HashMap::new(),
+        how: *how,
+        stats: TreeStats::default(),
+        path: Vec::new(),
+        dst_root: dir.try_clone_to_owned()?,
+        share: Share::Copy,
+        shared: std::collections::HashSet::new(),
+        grouped: std::collections::HashSet::new(),
+        scratch: None,
+        tick: &(),
+    };
+    c.make(dir, name, scratch, TMP, &st)?;
+    *how = c.how;
+    nix::fcntl::renameat(Some(scratch.as_raw_fd()), TMP, Some(dir.as_raw_fd()), name)?;
+    let (a, m) = times(&dst);
+    // `dir` may be an O_PATH descriptor, which futimens refuses.
+    nix::sys::stat::utimensat(
+        Some(dir.as_raw_fd()),
+        ".",
+        &a,
+        &m,
+        nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+    )?;
+    Ok(())
+}
+
+struct TreeCopy<'t> {
     /// (dev, ino) of a multiply linked source inode → its path in the copy.
-    links: HashMap<(u64, u64), Vec<u8>>,
+    links: HashMap<Id, Vec<u8>>,
     how: Methods,
     stats: TreeStats,
     /// Path of the directory being copied, relative to the roots.
     path: Vec<u8>,
     dst_root: std::os::fd::OwnedFd,
+    share: Share,
+    /// Source inodes hard-linked into the copy.
+    shared: std::collections::HashSet<Id>,
+    /// Source inodes with several names in the tree, copied once.
+    grouped: std::collections::HashSet<Id>,
+    scratch: Option<BorrowedFd<'t>>,
+    tick: &'t dyn Tick,
 }
 
 fn entries(dir: BorrowedFd<'_>) -> io::Result<Vec<Vec<u8>>> {
@@ -314,7 +486,25 @@ fn entries(dir: BorrowedFd<'_>) -> io::Result<Vec<Vec<u8>>> {
     Ok(out)
 }
 
-impl TreeCopy {
+/// Splits a relative path into its directory (maybe empty) and last name.
+fn split_rel(p: &[u8]) -> (&[u8], &[u8]) {
+    match p.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&p[..i], &p[i + 1..]),
+        None => (&[], p),
+    }
+}
+
+fn open_rel_dir(root: BorrowedFd<'_>, rel: &[u8]) -> io::Result<File> {
+    let rel = if rel.is_empty() { &b"."[..] } else { rel };
+    Ok(open_at(
+        root,
+        rel,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    )?)
+}
+
+impl TreeCopy<'_> {
     fn child_path(&self, name: &[u8]) -> Vec<u8> {
         let mut p = self.path.clone();
         if !p.is_empty() {
@@ -332,6 +522,7 @@ impl TreeCopy {
                 AtFlags::AT_SYMLINK_NOFOLLOW,
             )?;
             self.entry(src, dst, &name, &st)?;
+            self.tick.tick();
         }
         Ok(())
     }
@@ -346,7 +537,11 @@ impl TreeCopy {
         let kind = st.st_mode & libc::S_IFMT;
         let key = (st.st_dev, st.st_ino);
         if kind != libc::S_IFDIR && st.st_nlink > 1 {
-            if let Some(first) = self.links.get(&key) {
+            if let Some(first) = self.links.get(&key).cloned() {
+                if self.share == Share::Link && self.grouped.insert(key) {
+                    self.ungroup(&first)?;
+                    self.shared.remove(&key);
+                }
                 linkat(
                     Some(self.dst_root.as_raw_fd()),
                     first.as_slice(),
@@ -360,16 +555,71 @@ impl TreeCopy {
             let p = self.child_path(name);
             self.links.insert(key, p);
         }
+        if kind != libc::S_IFDIR && self.share == Share::Link {
+            linkat(
+                Some(src.as_raw_fd()),
+                name,
+                Some(dst.as_raw_fd()),
+                name,
+                AtFlags::empty(),
+            )?;
+            self.shared.insert(key);
+            self.stats.shared += 1;
+            return Ok(());
+        }
+        self.make(src, name, dst, name, st)
+    }
+
+    /// The second name of a source inode came: the first, a hard link to
+    /// the source, becomes a copy, and the group links to that. Its
+    /// directory keeps the times it was given.
+    fn ungroup(&mut self, first: &[u8]) -> io::Result<()> {
+        let (dir, name) = split_rel(first);
+        let d = open_rel_dir(self.dst_root.as_fd(), dir)?;
+        let scratch = self.scratch.ok_or(Errno::EINVAL)?;
+        replace_with_copy(d.as_fd(), name, scratch, &mut self.how)?;
+        self.stats.inodes += 1;
+        self.stats.shared -= 1;
+        Ok(())
+    }
+
+    /// Makes a new inode at `dname` in `dst` like `sname` in `src`
+    /// (a directory with all it holds).
+    fn make(
+        &mut self,
+        src: BorrowedFd<'_>,
+        sname: &[u8],
+        dst: BorrowedFd<'_>,
+        dname: &[u8],
+        st: &FileStat,
+    ) -> io::Result<()> {
+        let kind = st.st_mode & libc::S_IFMT;
         self.stats.inodes += 1;
         let (atime, mtime) = times(st);
-        let s_at = At { dir: src, name };
-        let d_at = At { dir: dst, name };
+        let s_at = At {
+            dir: src,
+            name: sname,
+        };
+        let d_at = At {
+            dir: dst,
+            name: dname,
+        };
         match kind {
             libc::S_IFDIR => {
-                mkdirat(Some(dst.as_raw_fd()), name, Mode::from_bits_retain(0o700))?;
-                let s = open_at(src, name, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())?;
-                let d = open_at(dst, name, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())?;
-                let child = self.child_path(name);
+                mkdirat(Some(dst.as_raw_fd()), dname, Mode::from_bits_retain(0o700))?;
+                let s = open_at(
+                    src,
+                    sname,
+                    OFlag::O_PATH | OFlag::O_DIRECTORY,
+                    Mode::empty(),
+                )?;
+                let d = open_at(
+                    dst,
+                    dname,
+                    OFlag::O_PATH | OFlag::O_DIRECTORY,
+                    Mode::empty(),
+                )?;
+                let child = self.child_path(dname);
                 let saved = std::mem::replace(&mut self.path, child);
                 let r = self.dir_contents(s.as_fd(), d.as_fd());
                 self.path = saved;
@@ -377,10 +627,10 @@ impl TreeCopy {
                 self.finish(&s_at, &d_at, st, true)?;
             }
             libc::S_IFREG => {
-                let s = open_noatime(src, name, OFlag::empty())?;
+                let s = open_noatime(src, sname, OFlag::empty())?;
                 let d = open_at(
                     dst,
-                    name,
+                    dname,
                     OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL,
                     Mode::from_bits_retain(0o600),
                 )?;
@@ -399,7 +649,7 @@ impl TreeCopy {
                 futimens(d.as_raw_fd(), &atime, &mtime)?;
             }
             libc::S_IFLNK => {
-                let target = readlinkat(Some(src.as_raw_fd()), name)?;
+                let target = readlinkat(Some(src.as_raw_fd()), sname)?;
                 // readlink may have touched the source's atime: put it back.
                 let _ = s_at.utimes(
                     btrfs_stream::Timespec {
@@ -411,14 +661,14 @@ impl TreeCopy {
                         nsec: st.st_mtime_nsec as u32,
                     },
                 );
-                symlinkat(target.as_os_str(), Some(dst.as_raw_fd()), name)?;
+                symlinkat(target.as_os_str(), Some(dst.as_raw_fd()), dname)?;
                 self.finish(&s_at, &d_at, st, false)?;
             }
             _ => {
                 let sflag = SFlag::from_bits_truncate(kind);
                 mknodat(
                     Some(dst.as_raw_fd()),
-                    name,
+                    dname,
                     sflag,
                     Mode::from_bits_retain(0o600),
                     st.st_rdev,

@@ -41,6 +41,47 @@ pub struct Known {
     pub complete: bool,
 }
 
+/// How an incremental stream's snapshot is made off btrfs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Snapshot {
+    /// A copy of the parent's tree (reflinks where the filesystem has
+    /// them).
+    #[default]
+    Copy,
+    /// The parent's tree itself, renamed and changed (`--in-place`).
+    InPlace,
+    /// New directories with hard links to the parent's files (`--link`).
+    Link,
+}
+
+/// What [`Dest::plan_copy`] found.
+#[derive(Debug, Clone, Copy)]
+pub struct CopyPlan {
+    /// What the parent's tree holds.
+    pub usage: copy::Usage,
+    /// Whether data is shared by reflink.
+    pub reflink: bool,
+}
+
+/// The parent a subvolume took over in place, to give it back.
+#[derive(Debug, Clone)]
+pub struct Taken {
+    /// The parent's name in DEST.
+    pub parent: Vec<u8>,
+    /// The state it had.
+    pub state: Option<SubvolState>,
+}
+
+/// How a snapshot was made.
+pub enum Made {
+    /// A btrfs snapshot.
+    Snapshot,
+    /// A tree copied or linked, with the inodes shared by hard link.
+    Tree(copy::TreeStats, std::collections::HashSet<copy::Id>),
+    /// The parent's tree taken over.
+    InPlace(Taken),
+}
+
 /// The destination directory.
 pub struct Dest {
     fd: OwnedFd,
@@ -125,35 +166,145 @@ impl Dest {
         Ok(self.open_subvol(name)?)
     }
 
+    /// Checks that a copy of `parent`'s tree fits in DEST (inodes, and
+    /// bytes where the filesystem cannot reflink), before any is made.
+    pub fn plan_copy(&self, parent: &Known) -> io::Result<CopyPlan> {
+        let src = self.open_subvol(&parent.name)?;
+        let reflink = copy::reflinks_work(self.fd())?;
+        let usage = copy::usage(src.as_fd())?;
+        let vfs = nix::sys::statvfs::fstatvfs(&self.fd)?;
+        let free_inodes = vfs.files_available() as u64;
+        let free_bytes = (vfs.blocks_available() as u64).saturating_mul(vfs.fragment_size() as u64);
+        let inodes_short = vfs.files() > 0 && usage.inodes + 1 > free_inodes;
+        let bytes_short = !reflink && usage.bytes > free_bytes;
+        if inodes_short || bytes_short {
+            let why = match (inodes_short, bytes_short) {
+                (true, true) => "too few inodes and too little space",
+                (true, false) => "too few inodes",
+                _ => "too little space",
+            };
+            return Err(io::Error::other(format!(
+                "a copy of parent {} needs {} inodes and {} bytes{}, and {} has {} inodes and \
+                 {} bytes free: {why}; nothing was copied (--in-place or --link need no copy)",
+                crate::error::escape(&parent.name),
+                usage.inodes + 1,
+                usage.bytes,
+                if reflink { " (data by reflink)" } else { "" },
+                self.path.display(),
+                free_inodes,
+                free_bytes
+            )));
+        }
+        Ok(CopyPlan { usage, reflink })
+    }
+
     /// Creates `name` as a writable snapshot of `parent` for an incremental
-    /// stream.
+    /// stream: on btrfs a snapshot, elsewhere as `how` says.
     pub fn snapshot(
         &mut self,
         name: &[u8],
         parent: &Known,
         state: &SubvolState,
-    ) -> io::Result<(OwnedFd, Option<copy::TreeStats>)> {
+        how: Snapshot,
+        work: Option<BorrowedFd<'_>>,
+        tick: &dyn copy::Tick,
+    ) -> io::Result<(OwnedFd, Made)> {
         let src = self.open_subvol(&parent.name)?;
-        match self.kind {
-            Kind::Btrfs => {
-                ioctl::snap_create(src.as_fd(), self.fd(), name)?;
-                self.record(name, state)?;
-                Ok((self.open_subvol(name)?, None))
-            }
-            Kind::Plain => {
-                mkdirat(
-                    Some(self.fd.as_raw_fd()),
-                    name,
-                    Mode::from_bits_retain(0o700),
-                )?;
-                self.record(name, state)?;
-                let dst = self.open_subvol(name)?;
-                let stats = copy::copy_tree(src.as_fd(), dst.as_fd(), &|n| {
-                    n.starts_with(subvol::XATTR_RESERVED_PREFIX)
-                })?;
-                Ok((dst, Some(stats)))
+        if self.kind == Kind::Btrfs {
+            ioctl::snap_create(src.as_fd(), self.fd(), name)?;
+            self.record(name, state)?;
+            return Ok((self.open_subvol(name)?, Made::Snapshot));
+        }
+        if how == Snapshot::InPlace {
+            drop(src);
+            return self.take_over(name, parent, state);
+        }
+        mkdirat(
+            Some(self.fd.as_raw_fd()),
+            name,
+            Mode::from_bits_retain(0o700),
+        )?;
+        self.record(name, state)?;
+        let dst = self.open_subvol(name)?;
+        let share = if how == Snapshot::Link {
+            copy::Share::Link
+        } else {
+            copy::Share::Copy
+        };
+        let (stats, shared) = copy::copy_tree(
+            src.as_fd(),
+            dst.as_fd(),
+            share,
+            work,
+            &|n| n.starts_with(subvol::XATTR_RESERVED_PREFIX),
+            tick,
+        )?;
+        Ok((dst, Made::Tree(stats, shared)))
+    }
+
+    /// `--in-place`: renames the parent to `name` and records it as the
+    /// incomplete new subvolume.
+    fn take_over(
+        &mut self,
+        name: &[u8],
+        parent: &Known,
+        state: &SubvolState,
+    ) -> io::Result<(OwnedFd, Made)> {
+        let before = subvol::lookup(self.fd(), &parent.name)?;
+        nix::fcntl::renameat2(
+            Some(self.fd.as_raw_fd()),
+            parent.name.as_slice(),
+            Some(self.fd.as_raw_fd()),
+            name,
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        )?;
+        if let Err(e) = self.record(name, state) {
+            let _ = nix::fcntl::renameat2(
+                Some(self.fd.as_raw_fd()),
+                name,
+                Some(self.fd.as_raw_fd()),
+                parent.name.as_slice(),
+                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+            );
+            return Err(e);
+        }
+        subvol::forget(self.fd(), &parent.name)?;
+        if let Some(ix) = self.index.as_mut() {
+            ix.retain(|_, k| k.name != parent.name);
+        }
+        Ok((
+            self.open_subvol(name)?,
+            Made::InPlace(Taken {
+                parent: parent.name.clone(),
+                state: before,
+            }),
+        ))
+    }
+
+    /// Undoes [`Dest::snapshot`] in place before anything was changed:
+    /// `name` is the parent again, with the state it had.
+    pub fn give_back(&mut self, name: &[u8], taken: &Taken) -> io::Result<()> {
+        nix::fcntl::renameat2(
+            Some(self.fd.as_raw_fd()),
+            name,
+            Some(self.fd.as_raw_fd()),
+            taken.parent.as_slice(),
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        )?;
+        subvol::forget(self.fd(), name)?;
+        if let Some(st) = &taken.state {
+            self.record(&taken.parent, st)?;
+            if let Some(ix) = self.index.as_mut() {
+                ix.insert(
+                    st.received_uuid,
+                    Known {
+                        name: taken.parent.clone(),
+                        complete: st.complete,
+                    },
+                );
             }
         }
+        Ok(())
     }
 
     /// Records the state of `name`. On btrfs only an incomplete state is

@@ -29,8 +29,10 @@ pub mod error;
 #[allow(unsafe_code)]
 pub mod ioctl;
 pub mod meta;
+pub mod overlay;
 pub mod path;
 pub mod subvol;
+pub mod workdir;
 
 use std::fmt::Arguments;
 use std::io::{Read, Write};
@@ -39,7 +41,7 @@ use std::path::PathBuf;
 use btrfs_stream::{Command, Reader};
 
 pub use apply::Receiver;
-pub use dest::{Dest, Kind};
+pub use dest::{Dest, Kind, Snapshot};
 pub use error::{CmdError, Error};
 
 /// How to receive.
@@ -57,6 +59,8 @@ pub struct Options {
     pub force: bool,
     /// Treat DEST as a plain directory even on btrfs (`--plain`).
     pub plain: bool,
+    /// How a snapshot is made off btrfs (`--in-place`, `--link`).
+    pub snapshot: Snapshot,
     /// 0 quiet, 1 normal, 2 `-v`, 3 `-vv` (every command).
     pub verbosity: u8,
     /// Most directories whose times are held at once until END (at least
@@ -80,6 +84,7 @@ impl Options {
             force_decompress: false,
             force: false,
             plain: false,
+            snapshot: Snapshot::Copy,
             verbosity: 1,
             max_dir_times: MAX_DIR_TIMES,
         }
@@ -161,6 +166,10 @@ pub struct Failure {
     pub error: Error,
     /// The subvolume left incomplete, if one was being received.
     pub incomplete: Option<PathBuf>,
+    /// The parent it was applied to in place (`--in-place`), now gone.
+    pub in_place_of: Option<Vec<u8>>,
+    /// A parent taken over in place and given back unchanged.
+    pub given_back: Option<Vec<u8>>,
     /// What was done before the failure.
     pub stats: Stats,
 }
@@ -185,6 +194,8 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
                     source,
                 },
                 incomplete: None,
+                in_place_of: None,
+                given_back: None,
                 stats: Stats::default(),
             }))
         }
@@ -194,11 +205,17 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
     let mut reader = Reader::new(input);
     let mut failed = 0u64;
     let fail = |rx: &mut Receiver<'_>, error: Error| {
-        let incomplete = rx.current_path();
-        rx.abort();
+        let mut incomplete = rx.current_path();
+        let in_place_of = rx.in_place_of().map(<[u8]>::to_vec);
+        let given_back = rx.abort();
+        if given_back.is_some() {
+            incomplete = None;
+        }
         Box::new(Failure {
             error,
             incomplete,
+            in_place_of: in_place_of.filter(|_| given_back.is_none()),
+            given_back,
             stats: rx.stats,
         })
     };

@@ -42,6 +42,20 @@ struct Args {
     /// Treat DEST as a plain directory even on btrfs.
     #[arg(long)]
     plain: bool,
+    /// Off btrfs, apply an incremental stream to its parent's directory
+    /// itself, which becomes the new subvolume: nothing is copied, and the
+    /// parent is gone from DEST afterwards. If the receive fails before it
+    /// changed anything, the parent is given back as it was; after that,
+    /// the new subvolume is left incomplete.
+    #[arg(long, conflicts_with = "link")]
+    in_place: bool,
+    /// Off btrfs, make an incremental stream's snapshot of new directories
+    /// holding hard links to the parent's files: the parent stays, and only
+    /// what the stream changes is copied (a file is copied before it
+    /// changes). Unchanged files share their inode (and link count) with
+    /// the parent's.
+    #[arg(long)]
+    link: bool,
     /// Print nothing but errors.
     #[arg(short = 'q', long, conflicts_with = "verbose")]
     quiet: bool,
@@ -102,17 +116,38 @@ fn main() -> ExitCode {
     opts.force_decompress = args.force_decompress;
     opts.force = args.force;
     opts.plain = args.plain;
+    opts.snapshot = if args.in_place {
+        rreceive::Snapshot::InPlace
+    } else if args.link {
+        rreceive::Snapshot::Link
+    } else {
+        rreceive::Snapshot::Copy
+    };
     opts.verbosity = if args.quiet { 0 } else { 1 + args.verbose };
     match rreceive::receive(stream, &opts) {
         Ok(_) => ExitCode::SUCCESS,
         Err(f) => {
             eprintln!("rreceive: error: {}", f.error);
+            if let Some(p) = f.given_back {
+                eprintln!(
+                    "rreceive: nothing was changed: parent {} is back as it was",
+                    rreceive::error::escape(&p)
+                );
+            }
             if let Some(p) = f.incomplete {
                 eprintln!(
                     "rreceive: subvolume {} is left incomplete: it will not be used as a \
                      parent or clone source unless --force is given",
                     p.display()
                 );
+                if let Some(parent) = f.in_place_of {
+                    eprintln!(
+                        "rreceive: it was received in place onto parent {}, which is gone: \
+                         remove it and receive a full stream of the same snapshot (rsend \
+                         without -p) to start the chain again",
+                        rreceive::error::escape(&parent)
+                    );
+                }
             }
             ExitCode::from(1)
         }

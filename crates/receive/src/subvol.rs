@@ -269,6 +269,12 @@ fn update_file(dest: BorrowedFd<'_>, name: &[u8], state: Option<&SubvolState>) -
     Ok(())
 }
 
+/// Drops the state-file line of `name`, if there is one (its xattr goes
+/// with the directory).
+pub fn forget(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
+    update_file(dest, name, None)
+}
+
 /// The state of directory `name` in `dest`, from its xattr or the state file.
 pub fn lookup(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<Option<SubvolState>> {
     use xattr::FileExt;

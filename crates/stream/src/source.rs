@@ -64,15 +64,17 @@ impl<R: Read> Source for ReadSource<R> {
             if self.buf.is_empty() {
                 self.buf = vec![0; INITIAL_BUF + PAGE];
                 let at = self.aligned_index(self.base);
-                self.base -= at as u64;
+                // The input offset of buf[0]: below 0 before the first byte,
+                // so it wraps (only base + index is ever an offset).
+                self.base = self.base.wrapping_sub(at as u64);
                 (self.start, self.end) = (at, at);
             }
             if self.start >= PAGE && self.buf.len() - self.end < MIN_READ {
                 // Move the partial unit to the front to make room.
-                let off = self.base + self.start as u64;
+                let off = self.base.wrapping_add(self.start as u64);
                 let at = self.aligned_index(off);
                 self.buf.copy_within(self.start..self.end, at);
-                self.base = off - at as u64;
+                self.base = off.wrapping_sub(at as u64);
                 self.end = at + (self.end - self.start);
                 self.start = at;
             }
@@ -102,7 +104,7 @@ impl<R: Read> Source for ReadSource<R> {
     }
 
     fn offset(&self) -> u64 {
-        self.base + self.start as u64
+        self.base.wrapping_add(self.start as u64)
     }
 }
 

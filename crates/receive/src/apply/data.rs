@@ -14,6 +14,7 @@ use crate::error::{escape, CmdError};
 use crate::ioctl;
 use crate::path::Resolver;
 
+use super::guard::Guard;
 use super::{open_regular, to_i64, Flow, Receiver, R};
 
 /// Largest decoded extent accepted from ENCODED_WRITE (btrfs itself never
@@ -69,6 +70,9 @@ impl Receiver<'_> {
         to_i64(clone_offset.saturating_add(len), "clone offset")?;
         let force = self.opts.force;
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
+        if matches!(&cur.guard, Guard::InPlace(o) if o.parent() == clone_uuid) {
+            return self.clone_from_parent(path, offset, len, clone_path, clone_offset);
+        }
         let own = clone_uuid == cur.state.received_uuid;
         if !own && !cur.sources.contains_key(&clone_uuid) {
             let known = self
@@ -113,6 +117,47 @@ impl Receiver<'_> {
         }
         // A clone past the source's end copies less than asked: ask later.
         f.size = None;
+        cur.copy = how;
+        self.stats.bytes_cloned += len;
+        Ok(Flow::Continue)
+    }
+
+    /// CLONE from the parent this subvolume was its tree before: the
+    /// parent's file and bytes as they were ([`crate::overlay`]).
+    fn clone_from_parent(
+        &mut self,
+        path: &[u8],
+        offset: u64,
+        len: u64,
+        clone_path: &[u8],
+        clone_offset: u64,
+    ) -> R<Flow> {
+        let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
+        let Guard::InPlace(o) = &cur.guard else {
+            return Err(CmdError::NoSubvol);
+        };
+        let src = o
+            .open(cur.res.root(), clone_path)
+            .map_err(CmdError::io("open the parent's file"))?
+            .ok_or(CmdError::Os {
+                op: "open the parent's file",
+                errno: Errno::ENOENT,
+            })?;
+        let mut how = cur.copy;
+        let dst = cur
+            .file(path)?
+            .file
+            .try_clone()
+            .map_err(CmdError::io("dup"))?;
+        if let Guard::InPlace(o) = &cur.guard {
+            if len > 0 {
+                o.copy_from_parent(&dst, offset, &src, clone_offset, len, &mut how)
+                    .map_err(CmdError::io("clone"))?;
+            }
+        }
+        if let Some(f) = cur.file.as_mut() {
+            f.size = None;
+        }
         cur.copy = how;
         self.stats.bytes_cloned += len;
         Ok(Flow::Continue)

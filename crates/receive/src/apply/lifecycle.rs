@@ -5,12 +5,50 @@ use std::os::fd::AsFd;
 
 use uuid::Uuid;
 
+use crate::copy::Tick;
+use crate::dest::{Kind, Made, Snapshot};
 use crate::error::{escape, CmdError};
 use crate::ioctl;
+use crate::overlay::Overlay;
 use crate::subvol::SubvolState;
+use crate::workdir::Workdir;
 
+use super::guard::Guard;
 use super::inode::LATE_FLAGS;
 use super::{Current, Flow, Receiver, R};
+
+/// A progress bar for a tree copy, on a terminal.
+struct Bar(indicatif::ProgressBar);
+
+impl Bar {
+    fn new(level: u8, inodes: u64) -> Bar {
+        use std::io::IsTerminal;
+        if level == 0 || !std::io::stderr().is_terminal() {
+            return Bar(indicatif::ProgressBar::hidden());
+        }
+        let b = indicatif::ProgressBar::new(inodes);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "copying parent [{wide_bar}] {pos}/{len} inodes, ETA {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        Bar(b)
+    }
+}
+
+impl Tick for Bar {
+    fn tick(&self) {
+        self.0.inc(1);
+    }
+}
+
+impl Drop for Bar {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
+    }
+}
 
 impl Receiver<'_> {
     pub(super) fn subvol(&mut self, name: &[u8], uuid: Uuid, ctransid: u64) -> R<Flow> {
@@ -74,27 +112,116 @@ impl Receiver<'_> {
             parent_ctransid,
             complete: false,
         };
-        let (root, stats) = self
-            .dest
-            .snapshot(name, &parent, &state)
-            .map_err(CmdError::io("create snapshot"))?;
-        if let Some(s) = stats {
+        let mut how = self.opts.snapshot;
+        if self.dest.kind() == Kind::Btrfs && how != Snapshot::Copy {
             self.log.note(format_args!(
-                "copied parent {}: {} inodes, {} hardlinks, {} files reflinked",
+                "DEST is on btrfs: {} is a snapshot of {} (--plain to use {} instead)",
+                escape(name),
                 escape(&parent.name),
-                s.inodes,
-                s.links,
-                s.reflinked
+                if how == Snapshot::InPlace {
+                    "--in-place"
+                } else {
+                    "--link"
+                }
             ));
+            how = Snapshot::Copy;
         }
+        let bar = if self.dest.kind() == Kind::Plain && how == Snapshot::Copy {
+            let plan = self
+                .dest
+                .plan_copy(&parent)
+                .map_err(CmdError::io("create snapshot"))?;
+            if !plan.reflink && !self.told_copy {
+                self.told_copy = true;
+                self.log.info(format_args!(
+                    "rreceive: copying parent {} ({} inodes, {} bytes): this filesystem has no \
+                     snapshots or reflinks; --in-place or --link avoid the copy",
+                    escape(&parent.name),
+                    plan.usage.inodes,
+                    plan.usage.bytes
+                ));
+            }
+            Some(Bar::new(self.log.level, plan.usage.inodes))
+        } else {
+            None
+        };
+        let work = if self.dest.kind() == Kind::Plain && how != Snapshot::Copy {
+            let w = Workdir::create(self.dest.fd(), name)
+                .map_err(CmdError::io("make the work directory"))?;
+            Some(w)
+        } else {
+            None
+        };
+        let made = self.dest.snapshot(
+            name,
+            &parent,
+            &state,
+            how,
+            work.as_ref().map(Workdir::fd),
+            bar.as_ref().map_or(&() as &dyn Tick, |b| b as &dyn Tick),
+        );
+        drop(bar);
+        let (root, made) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                if let Some(w) = work {
+                    let _ = w.remove(self.dest.fd());
+                }
+                return Err(CmdError::io("create snapshot")(e));
+            }
+        };
+        let (guard, taken) = match made {
+            Made::Snapshot => (Guard::Own, None),
+            Made::Tree(s, shared) => {
+                self.log.note(format_args!(
+                    "{} parent {}: {} inodes, {} hardlinks, {} files reflinked, {} linked",
+                    if how == Snapshot::Link {
+                        "linked"
+                    } else {
+                        "copied"
+                    },
+                    escape(&parent.name),
+                    s.inodes,
+                    s.links,
+                    s.reflinked,
+                    s.shared
+                ));
+                if how == Snapshot::Link {
+                    (Guard::Link(shared), None)
+                } else {
+                    (Guard::Own, None)
+                }
+            }
+            Made::InPlace(t) => {
+                let made = work.as_ref().map(|w| Overlay::new(w.fd(), parent_uuid));
+                let overlay = match made {
+                    Some(Ok(o)) => o,
+                    Some(Err(e)) => {
+                        let _ = self.dest.give_back(name, &t);
+                        return Err(CmdError::io("keep the parent's view")(e));
+                    }
+                    None => return Err(CmdError::NoSubvol),
+                };
+                self.log.note(format_args!(
+                    "applying {} in place onto parent {}",
+                    escape(name),
+                    escape(&parent.name)
+                ));
+                (Guard::InPlace(overlay), Some(t))
+            }
+        };
         self.log.info(format_args!("At snapshot {}", escape(name)));
-        self.cur = Some(Current::new(
+        let mut cur = Current::new(
             name,
             state,
             root,
             self.closer.clone(),
             self.opts.max_dir_times,
-        ));
+        );
+        cur.guard = guard;
+        cur.taken = taken;
+        cur.work = work;
+        self.cur = Some(cur);
         Ok(Flow::Continue)
     }
 
@@ -119,6 +246,10 @@ impl Receiver<'_> {
         }
         let name = cur.name.clone();
         if cur.errors > 0 {
+            cur.guard = Guard::Own;
+            if let Some(w) = cur.work.take() {
+                let _ = w.remove(self.dest.fd());
+            }
             self.log.info(format_args!(
                 "subvolume {} not marked complete: {} command(s) failed",
                 escape(&name),
@@ -133,10 +264,15 @@ impl Receiver<'_> {
             .root()
             .try_clone_to_owned()
             .map_err(CmdError::io("dup"))?;
+        let work = cur.work.take();
         drop(cur);
         self.dest
             .finish(&name, root.as_fd(), &state)
             .map_err(CmdError::io("mark subvolume received"))?;
+        if let Some(w) = work {
+            w.remove(self.dest.fd())
+                .map_err(CmdError::io("remove the work directory"))?;
+        }
         self.stats.subvols += 1;
         Ok(Flow::End)
     }

@@ -29,6 +29,7 @@ mod batch;
 mod create;
 mod data;
 mod dirtimes;
+mod guard;
 mod inode;
 mod lifecycle;
 mod names;
@@ -122,6 +123,12 @@ pub struct Current {
     /// New files whose commands all came, not created yet.
     batch: Vec<Pending>,
     batch_bytes: usize,
+    /// How this tree relates to its parent's.
+    guard: guard::Guard,
+    /// The parent taken over in place, until the first change.
+    taken: Option<crate::dest::Taken>,
+    /// The work directory (`--in-place`, `--link`).
+    work: Option<crate::workdir::Workdir>,
 }
 
 /// Applies commands to a destination.
@@ -140,6 +147,8 @@ pub struct Receiver<'o> {
     me: (u32, u32),
     /// The command being applied.
     now: (CommandKind, Position),
+    /// Whether the note that a parent is copied was given.
+    told_copy: bool,
 }
 
 type R<T> = Result<T, CmdError>;
@@ -178,6 +187,9 @@ impl Current {
             inflight_paths: HashMap::new(),
             batch: Vec::new(),
             batch_bytes: 0,
+            guard: guard::Guard::Own,
+            taken: None,
+            work: None,
         }
     }
 
@@ -290,6 +302,7 @@ impl<'o> Receiver<'o> {
                     version: 0,
                 },
             ),
+            told_copy: false,
         }
     }
 
@@ -309,7 +322,9 @@ impl<'o> Receiver<'o> {
     }
 
     /// Closes everything after a failure; the subvolume stays incomplete.
-    pub fn abort(&mut self) {
+    /// A parent taken over in place and not changed yet is given back:
+    /// then its name in DEST is returned.
+    pub fn abort(&mut self) -> Option<Vec<u8>> {
         if let Some(c) = self.cur.as_mut() {
             c.retire();
             c.pending = None;
@@ -322,6 +337,33 @@ impl<'o> Receiver<'o> {
         self.closer.wait();
         let _ = self.closer.take_errors();
         self.merge_counts();
+        let c = self.cur.as_mut()?;
+        let guard = std::mem::replace(&mut c.guard, guard::Guard::Own);
+        if let Some(w) = c.work.take() {
+            let _ = w.remove(self.dest.fd());
+        }
+        let guard::Guard::InPlace(o) = guard else {
+            return None;
+        };
+        let unchanged = !o.changed;
+        let taken = c.taken.take()?;
+        if unchanged {
+            let name = c.name.clone();
+            self.cur = None;
+            if self.dest.give_back(&name, &taken).is_ok() {
+                return Some(taken.parent);
+            }
+        }
+        None
+    }
+
+    /// The parent the subvolume being received took over in place.
+    pub fn in_place_of(&self) -> Option<&[u8]> {
+        self.cur
+            .as_ref()?
+            .taken
+            .as_ref()
+            .map(|t| t.parent.as_slice())
     }
 
     /// Waits for the files handed to the closing thread and reports their
@@ -435,6 +477,7 @@ impl<'o> Receiver<'o> {
     fn dispatch(&mut self, cmd: &Command<'_>, pos: Position) -> R<Flow> {
         use Command as C;
         path::confine(cmd)?;
+        self.guard(cmd)?;
         match *cmd {
             C::Subvol {
                 path,

@@ -1,0 +1,163 @@
+//! What must happen before a command changes something the parent has,
+//! when the snapshot is not a copy of it (`--in-place`, `--link`).
+//!
+//! - In place, the parent's tree is the new subvolume: what a clone from
+//!   the parent could still need is kept first ([`Overlay`]).
+//! - Linked, files the stream has not touched are hard links to the
+//!   parent's: any change to one (data, owner, mode, times, xattrs, flags,
+//!   a new hard link) first replaces it with a copy of its own, so that the
+//!   parent never sees it. Removing or renaming one of the new tree's names
+//!   leaves the parent's alone and needs no copy.
+
+use std::collections::HashSet;
+
+use btrfs_stream::Command;
+use nix::fcntl::{AtFlags, FallocateFlags};
+use nix::sys::stat::fstatat;
+
+use crate::copy::{self, Id};
+use crate::error::CmdError;
+use crate::overlay::Overlay;
+
+use super::{Current, Receiver, R, RESOLVE};
+
+/// How the subvolume being received relates to its parent's tree.
+pub(super) enum Guard {
+    /// Its own tree: a new one, or a copy of the parent's.
+    Own,
+    /// The parent's tree itself, changed in place.
+    InPlace(Overlay),
+    /// Hard links to the parent's inodes in these, not yet replaced.
+    Link(HashSet<Id>),
+}
+
+impl Current {
+    /// Replaces `path`, if it is still a hard link to the parent's inode,
+    /// with a copy of its own.
+    fn unshare(&mut self, path: &[u8]) -> R<()> {
+        let Guard::Link(shared) = &mut self.guard else {
+            return Ok(());
+        };
+        if shared.is_empty() || path.is_empty() {
+            return Ok(());
+        }
+        let (dir, name) = self.res.parent(path).map_err(CmdError::os(RESOLVE))?;
+        let st = fstatat(
+            Some(std::os::fd::AsRawFd::as_raw_fd(&dir)),
+            name,
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .map_err(CmdError::os("stat"))?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR || !shared.remove(&(st.st_dev, st.st_ino)) {
+            return Ok(());
+        }
+        let work = self.work.as_ref().ok_or(CmdError::NoSubvol)?;
+        let mut how = self.copy;
+        copy::replace_with_copy(dir, name, work.fd(), &mut how)
+            .map_err(CmdError::io("copy a linked file before it changes"))?;
+        self.copy = how;
+        if self.is_open(path) {
+            self.retire();
+        }
+        Ok(())
+    }
+
+    /// In place: keeps the parent's entry at `path` before it is taken away.
+    fn displace(&mut self, path: &[u8], rmdir: bool) -> R<()> {
+        let Guard::InPlace(o) = &mut self.guard else {
+            return Ok(());
+        };
+        let (dir, name) = self.res.parent(path).map_err(CmdError::os(RESOLVE))?;
+        o.displace(dir, name, rmdir)
+            .map_err(CmdError::io("keep the parent's entry"))
+    }
+
+    /// In place: keeps the parent's bytes of `path` in `off..off + len`.
+    fn before_data(&mut self, path: &[u8], off: u64, len: u64) -> R<()> {
+        if !matches!(self.guard, Guard::InPlace(_)) {
+            return Ok(());
+        }
+        let f = self.file(path)?;
+        let file = f.file.try_clone().map_err(CmdError::io("dup"))?;
+        if let Guard::InPlace(o) = &mut self.guard {
+            o.before_data(&file, off, len)
+                .map_err(CmdError::io("keep the parent's data"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Receiver<'_> {
+    /// Before `cmd` is applied: keeps or unshares what it would change of
+    /// the parent's.
+    pub(super) fn guard(&mut self, cmd: &Command<'_>) -> R<()> {
+        use Command as C;
+        let Some(cur) = self.cur.as_mut() else {
+            return Ok(());
+        };
+        match &mut cur.guard {
+            Guard::Own => return Ok(()),
+            Guard::InPlace(o) => {
+                if !matches!(cmd, C::Subvol { .. } | C::Snapshot { .. } | C::End {}) {
+                    o.changed = true;
+                }
+            }
+            Guard::Link(_) => {}
+        }
+        let in_place = matches!(cur.guard, Guard::InPlace(_));
+        if in_place {
+            match *cmd {
+                C::Rename { from, to } => {
+                    cur.displace(from, false)?;
+                    cur.displace(to, false)?;
+                }
+                C::Unlink { path } => cur.displace(path, false)?,
+                C::Rmdir { path } => cur.displace(path, true)?,
+                C::Write { path, offset, data } => {
+                    cur.before_data(path, offset, data.len() as u64)?
+                }
+                C::Clone {
+                    path, offset, len, ..
+                } => cur.before_data(path, offset, len)?,
+                C::EncodedWrite {
+                    path,
+                    offset,
+                    unencoded_file_len,
+                    ..
+                } => cur.before_data(path, offset, unencoded_file_len)?,
+                C::Truncate { path, size } => cur.before_data(path, size, u64::MAX)?,
+                C::Fallocate {
+                    path,
+                    mode,
+                    offset,
+                    len,
+                } => {
+                    let changes = (FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                        | FallocateFlags::FALLOC_FL_ZERO_RANGE)
+                        .bits() as u32;
+                    if mode & changes != 0 {
+                        cur.before_data(path, offset, len)?;
+                    }
+                }
+                _ => {}
+            }
+            return Ok(());
+        }
+        match *cmd {
+            C::Write { path, .. }
+            | C::Clone { path, .. }
+            | C::Truncate { path, .. }
+            | C::Fallocate { path, .. }
+            | C::EncodedWrite { path, .. }
+            | C::Chmod { path, .. }
+            | C::Chown { path, .. }
+            | C::Utimes { path, .. }
+            | C::SetXattr { path, .. }
+            | C::RemoveXattr { path, .. }
+            | C::Fileattr { path, .. }
+            | C::EnableVerity { path, .. } => cur.unshare(path),
+            C::Link { target, .. } => cur.unshare(target),
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! The parent's tree as it was, while an incremental stream is applied to
+//! that tree itself (`--in-place`).
+//!
+//! A stream may clone from its parent at any point: the kernel names the
+//! parent's path and offset, as they are in the parent snapshot. Applied in
+//! place, that path may have been renamed, unlinked or written over by
+//! earlier commands. So before a command changes what the parent had, the
+//! overlay keeps what a clone from the parent would need:
+//!
+//! - a name taken away from a directory (RENAME away or over, UNLINK,
+//!   RMDIR) is recorded once, by the directory's identity (device, inode)
+//!   and the name: a regular file that stood there gets a hard link in the
+//!   subvolume's work directory ([`crate::workdir`]), a directory is held
+//!   open;
+//! - bytes a WRITE, CLONE, ENCODED_WRITE, FALLOCATE or TRUNCATE is about to
+//!   replace are copied once into the work directory's `undo` file, by the file's
+//!   identity and range, but only within the size the file had when first
+//!   changed.
+//!
+//! A path in the parent then resolves component by component: a recorded
+//! name gives what stood there, any other name is still the parent's own.
+//! Bytes come from the undo file where they were saved and from the file
+//! itself elsewhere. Time and space follow what the stream changes, not the
+//! tree. The work directory goes when the receive ends.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{fstat, fstatat, Mode};
+use nix::unistd::linkat;
+use uuid::Uuid;
+
+use crate::copy::{self, Methods};
+use crate::ioctl;
+
+/// A file or directory by device and inode number.
+type Id = (u64, u64);
+
+/// What stood at a name before the receive took it away.
+enum Was {
+    /// A directory: its identity, and a descriptor while it still exists.
+    Dir(Id, Option<OwnedFd>),
+    /// A regular file, linked into the stash under this number.
+    File(u64),
+    /// Anything else (never a clone source).
+    Other,
+}
+
+/// Bytes of one file saved before they were replaced.
+struct Saved {
+    /// Its size when first changed.
+    size: u64,
+    /// Start in the file → (length, offset in the undo file).
+    ranges: BTreeMap<u64, (u64, u64)>,
+}
+
+/// The parent's view while it is changed in place.
+pub struct Overlay {
+    parent: Uuid,
+    stash: OwnedFd,
+    next: u64,
+    displaced: HashMap<(Id, Vec<u8>), Was>,
+    undo: Option<File>,
+    undo_len: u64,
+    files: HashMap<Id, Saved>,
+    /// Whether any command after the SNAPSHOT was applied.
+    pub changed: bool,
+}
+
+fn id_of(fd: BorrowedFd<'_>) -> nix::Result<Id> {
+    let st = fstat(fd.as_raw_fd())?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+fn open_at(dir: BorrowedFd<'_>, name: &[u8], flags: OFlag) -> nix::Result<OwnedFd> {
+    ioctl::openat(
+        Some(dir.as_raw_fd()),
+        name,
+        flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+impl Overlay {
+    /// An overlay for parent `parent`, keeping what it needs in `work`.
+    pub fn new(work: BorrowedFd<'_>, parent: Uuid) -> io::Result<Overlay> {
+        Ok(Overlay {
+            parent,
+            stash: work.try_clone_to_owned()?,
+            next: 0,
+            displaced: HashMap::new(),
+            undo: None,
+            undo_len: 0,
+            files: HashMap::new(),
+            changed: false,
+        })
+    }
+
+    /// The parent's uuid: clones from it are served here.
+    pub fn parent(&self) -> Uuid {
+        self.parent
+    }
+
+    /// Before `name` in `dir` is taken away: keeps what stands there.
+    pub fn displace(&mut self, dir: BorrowedFd<'_>, name: &[u8], rmdir: bool) -> io::Result<()> {
+        let key = (id_of(dir)?, name.to_vec());
+        if self.displaced.contains_key(&key) {
+            return Ok(());
+        }
+        let st = match fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::ENOENT) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let was = match st.st_mode & libc::S_IFMT {
+            libc::S_IFDIR => {
+                let fd = if rmdir {
+                    None
+                } else {
+                    Some(open_at(dir, name, OFlag::O_PATH | OFlag::O_DIRECTORY)?)
+                };
+                Was::Dir((st.st_dev, st.st_ino), fd)
+            }
+            libc::S_IFREG => {
+                let n = self.next;
+                self.next += 1;
+                linkat(
+                    Some(dir.as_raw_fd()),
+                    name,
+                    Some(self.stash.as_raw_fd()),
+                    n.to_string().as_bytes(),
+                    AtFlags::empty(),
+                )?;
+                Was::File(n)
+            }
+            _ => Was::Other,
+        };
+        self.displaced.insert(key, was);
+        Ok(())
+    }
+
+    /// Before bytes `off..off + len` of `file` are replaced (`len` of
+    /// `u64::MAX`: everything from `off`, for a truncate): saves those the
+    /// file had when first changed and that are not saved yet.
+    pub fn before_data(&mut self, file: &File, off: u64, len: u64) -> io::Result<()> {
+        let st = fstat(file.as_raw_fd())?;
+        let saved = self
+            .files
+            .entry((st.st_dev, st.st_ino))
+            .or_insert_with(|| Saved {
+                size: st.st_size as u64,
+                ranges: BTreeMap::new(),
+            });
+        let end = off.saturating_add(len).min(saved.size);
+        if off >= end {
+            return Ok(());
+        }
+        let mut gaps = Vec::new();
+        let mut at = off;
+        // Ranges never overlap; walk those that reach into off..end.
+        let first = saved
+            .ranges
+            .range(..=off)
+            .next_back()
+            .map(|(&s, _)| s)
+            .unwrap_or(off);
+        for (&s, &(l, _)) in saved.ranges.range(first..end) {
+            if s + l <= at {
+                continue;
+            }
+            if s > at {
+                gaps.push((at, s - at));
+            }
+            at = at.max(s + l);
+        }
+        if at < end {
+            gaps.push((at, end - at));
+        }
+        if gaps.is_empty() {
+            return Ok(());
+        }
+        if self.undo.is_none() {
+            let fd = ioctl::openat(
+                Some(self.stash.as_raw_fd()),
+                "undo",
+                OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC,
+                Mode::from_bits_retain(0o600),
+            )?;
+            self.undo = Some(File::from(fd));
+        }
+        let undo = self.undo.as_ref().ok_or(io::ErrorKind::Other)?;
+        for (s, l) in gaps {
+            let at = self.undo_len;
+            let mut how = Methods::default();
+            copy::copy_range(undo, at, file, s, l, &mut how)?;
+            self.undo_len += l;
+            saved.ranges.insert(s, (l, at));
+        }
+        Ok(())
+    }
+
+    /// Opens regular file `path` as it was in the parent, beneath `root`
+    /// (the subvolume being changed); `None` if the parent had no regular
+    /// file there.
+    pub fn open(&self, root: BorrowedFd<'_>, path: &[u8]) -> io::Result<Option<File>> {
+        let comps: Vec<&[u8]> = path.split(|&b| b == b'/').collect();
+        let mut dir: Option<OwnedFd> = Some(root.try_clone_to_owned()?);
+        let mut id = id_of(root)?;
+        for (i, c) in comps.iter().enumerate() {
+            let last = i + 1 == comps.len();
+            match self.displaced.get(&(id, c.to_vec())) {
+                Some(Was::Dir(d, fd)) if !last => {
+                    id = *d;
+                    dir = match fd {
+                        Some(f) => Some(f.try_clone()?),
+                        None => None,
+                    };
+                }
+                Some(Was::File(n)) if last => {
+                    let f = copy::open_noatime(
+                        self.stash.as_fd(),
+                        n.to_string().as_bytes(),
+                        OFlag::empty(),
+                    )?;
+                    return Ok(Some(f));
+                }
+                Some(_) => return Ok(None),
+                None => {
+                    let Some(d) = dir.as_ref() else {
+                        return Ok(None);
+                    };
+                    if last {
+                        let st =
+                            match fstatat(Some(d.as_raw_fd()), *c, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                                Ok(st) => st,
+                                Err(Errno::ENOENT) => return Ok(None),
+                                Err(e) => return Err(e.into()),
+                            };
+                        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                            return Ok(None);
+                        }
+                        return Ok(Some(copy::open_noatime(d.as_fd(), c, OFlag::O_NONBLOCK)?));
+                    }
+                    let next = match open_at(d.as_fd(), c, OFlag::O_PATH | OFlag::O_DIRECTORY) {
+                        Ok(f) => f,
+                        Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => return Ok(None),
+                        Err(e) => return Err(e.into()),
+                    };
+                    id = id_of(next.as_fd())?;
+                    dir = Some(next);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Copies `len` bytes at `src_off` of `src` as the parent had them
+    /// into `dst` at `dst_off`. Call [`Overlay::before_data`] for the
+    /// destination range first.
+    pub fn copy_from_parent(
+        &self,
+        dst: &File,
+        dst_off: u64,
+        src: &File,
+        src_off: u64,
+        len: u64,
+        how: &mut Methods,
+    ) -> io::Result<()> {
+        let st = fstat(src.as_raw_fd())?;
+        let saved = self.files.get(&(st.st_dev, st.st_ino));
+        let end = src_off.saturating_add(len);
+        let mut at = src_off;
+        let piece = |from: &File, from_off: u64, at: u64, l: u64, how: &mut Methods| {
+            copy::copy_range(dst, dst_off + (at - src_off), from, from_off, l, how)
+        };
+        if let (Some(saved), Some(undo)) = (saved, self.undo.as_ref()) {
+            let first = saved
+                .ranges
+                .range(..=src_off)
+                .next_back()
+                .map(|(&s, _)| s)
+                .unwrap_or(src_off);
+            for (&s, &(l, u)) in saved.ranges.range(first..end) {
+                if s + l <= at {
+                    continue;
+                }
+                if s > at {
+                    piece(src, at, at, s - at, how)?;
+                    at = s;
+                }
+                let stop = (s + l).min(end);
+                piece(undo, u + (at - s), at, stop - at, how)?;
+                at = stop;
+            }
+        }
+        if at < end {
+            piece(src, at, at, end - at, how)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::FileExt;
+
+    fn write(p: &std::path::Path, data: &[u8]) {
+        std::fs::write(p, data).unwrap();
+    }
+
+    #[test]
+    fn parent_view_survives_renames_unlinks_and_overwrites() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("sub");
+        std::fs::create_dir_all(root.join("d/e")).unwrap();
+        write(&root.join("d/e/f"), b"0123456789");
+        write(&root.join("g"), b"abcdefghij");
+        let dest = File::open(tmp.path()).unwrap();
+        let rootf = File::open(&root).unwrap();
+        let work = crate::workdir::Workdir::create(dest.as_fd(), b"sub").unwrap();
+        let mut o = Overlay::new(work.fd(), Uuid::nil()).unwrap();
+        // Overwrite part of d/e/f, rename d to x, unlink g.
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .read(true)
+            .open(root.join("d/e/f"))
+            .unwrap();
+        o.before_data(&f, 2, 3).unwrap();
+        o.before_data(&f, 3, 4).unwrap();
+        f.write_all_at(b"XXXXX", 2).unwrap();
+        o.before_data(&f, 8, u64::MAX).unwrap();
+        f.set_len(8).unwrap();
+        let d = File::open(&root).unwrap();
+        o.displace(d.as_fd(), b"d", false).unwrap();
+        std::fs::rename(root.join("d"), root.join("x")).unwrap();
+        o.displace(d.as_fd(), b"g", false).unwrap();
+        std::fs::remove_file(root.join("g")).unwrap();
+        write(&root.join("d"), b"new");
+
+        let read = |p: &[u8], off: u64, len: u64| {
+            let src = o.open(rootf.as_fd(), p).unwrap()?;
+            let out = tempfile::tempfile().unwrap();
+            o.copy_from_parent(&out, 0, &src, off, len, &mut Methods::default())
+                .unwrap();
+            Some(std::fs::read(format!("/proc/self/fd/{}", out.as_raw_fd())).unwrap())
+        };
+        assert_eq!(read(b"d/e/f", 0, 10).unwrap(), b"0123456789");
+        assert_eq!(read(b"d/e/f", 4, 5).unwrap(), b"45678");
+        assert_eq!(read(b"g", 1, 3).unwrap(), b"bcd");
+        assert_eq!(read(b"d", 0, 2), None);
+        assert_eq!(
+            std::fs::read(root.join("x/e/f")).unwrap(),
+            b"01XXXXX7",
+            "the tree itself has the changes"
+        );
+        drop(o);
+        work.remove(dest.as_fd()).unwrap();
+        assert!(!tmp.path().join(".rreceive-work-737562").exists());
+    }
+}

@@ -1,0 +1,89 @@
+//! A subvolume's work directory in DEST, `DEST/.rreceive-work-<name in
+//! hex>`: the in-place stash ([`crate::overlay`]) and copies made before
+//! they replace a hard link (`--link`) live there, outside the tree being
+//! received, so no name of the stream's is ever touched. It is removed when
+//! the receive of that subvolume ends, whether it succeeded or not.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use nix::unistd::{unlinkat, UnlinkatFlags};
+
+use crate::ioctl;
+
+/// The work directory of one subvolume.
+pub struct Workdir {
+    fd: OwnedFd,
+    name: Vec<u8>,
+}
+
+/// Its name in DEST for subvolume `name`.
+pub fn name_for(name: &[u8]) -> Vec<u8> {
+    let mut s = b".rreceive-work-".to_vec();
+    s.extend(name.iter().flat_map(|b| format!("{b:02x}").into_bytes()));
+    s
+}
+
+fn open_dir(dest: BorrowedFd<'_>, name: &[u8]) -> nix::Result<OwnedFd> {
+    ioctl::openat(
+        Some(dest.as_raw_fd()),
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+impl Workdir {
+    /// Makes the work directory of subvolume `name` in `dest` (one left
+    /// by an earlier run is removed first: nothing in it is needed now).
+    pub fn create(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<Workdir> {
+        let name = name_for(name);
+        remove(dest, &name)?;
+        nix::sys::stat::mkdirat(
+            Some(dest.as_raw_fd()),
+            name.as_slice(),
+            Mode::from_bits_retain(0o700),
+        )?;
+        Ok(Workdir {
+            fd: open_dir(dest, &name)?,
+            name,
+        })
+    }
+
+    /// Its descriptor.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Removes it and what it holds.
+    pub fn remove(self, dest: BorrowedFd<'_>) -> io::Result<()> {
+        drop(self.fd);
+        remove(dest, &self.name)
+    }
+}
+
+fn remove(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
+    let dir = match open_dir(dest, name) {
+        Ok(d) => d,
+        Err(Errno::ENOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut d = nix::dir::Dir::from_fd(dir.into_raw_fd())?;
+    let raw = d.as_raw_fd();
+    let mut names = Vec::new();
+    for e in d.iter() {
+        let n = e?.file_name().to_bytes().to_vec();
+        if n != b"." && n != b".." {
+            names.push(n);
+        }
+    }
+    for n in names {
+        unlinkat(Some(raw), n.as_slice(), UnlinkatFlags::NoRemoveDir)?;
+    }
+    drop(d);
+    unlinkat(Some(dest.as_raw_fd()), name, UnlinkatFlags::RemoveDir)?;
+    Ok(())
+}

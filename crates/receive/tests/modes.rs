@@ -1,0 +1,462 @@
+//! Incremental chains off btrfs in each way of making the snapshot: a copy
+//! of the parent (the default), `--in-place` and `--link`. The kernel sends
+//! a full stream and five incrementals with renames, moved and swapped
+//! directories, deletions, inode numbers reused, hardlinks gained and lost,
+//! xattr, owner, mode and time changes alone, and clones from the parent
+//! whose source was renamed, deleted, truncated or overwritten earlier in
+//! the same stream. rreceive onto ext4 and tmpfs must give, for each
+//! snapshot, the tree `btrfs receive` gives onto btrfs; with `--link`, no
+//! later change may show in an earlier snapshot.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use btrfs_stream::{Command as Cmd, Reader};
+use common::*;
+use testkit::{ext4_image, kernel_available, run, sh, BtrfsImage, Tmpfs};
+
+const SNAPS: [&str; 6] = ["n0", "n1", "n2", "n3", "n4", "n5"];
+
+fn snapshot(img: &BtrfsImage, name: &str) {
+    run(Command::new("btrfs")
+        .args(["-q", "subvolume", "snapshot", "-r"])
+        .arg(img.mnt().join("vol"))
+        .arg(img.mnt().join(name)));
+}
+
+/// vol and its read-only snapshots n0..n5 on `img`.
+fn make_snapshots(img: &mut BtrfsImage) {
+    run(Command::new("btrfs")
+        .args(["-q", "subvolume", "create"])
+        .arg(img.mnt().join("vol")));
+    let v = img.mnt().join("vol");
+    sh(
+        &v,
+        "mkdir -p a/b/c d/e keep/k1 keep/k2 keep/k3
+         head -c 300000 /dev/urandom > a/big
+         head -c 100 /dev/urandom > a/b/small
+         head -c 70000 /dev/urandom > d/e/mid
+         head -c 5000 /dev/urandom > hl1
+         ln hl1 a/hl2
+         ln -s a/big sym
+         mkfifo d/fifo
+         for i in $(seq 1 200); do head -c $((i * 37 % 3000)) /dev/urandom > keep/k$((i % 2 + 1))/f$i; done
+         for i in $(seq 1 50); do echo $i > keep/k3/u$i; done
+         setfattr -n user.one -v 1 a/b/small
+         chown 1000:1000 d/e/mid
+         chmod 750 d/e
+         truncate -s 1M sparse && printf x | dd of=sparse bs=1 seek=500000 conv=notrunc status=none
+         cp --reflink=always a/big a/b/c/big-clone
+         echo 1 > late1; echo 2 > late2; echo 3 > late3",
+    );
+    snapshot(img, "n0");
+    // Clone from the parent after its source was overwritten; metadata,
+    // xattr and time changes alone; a new hardlink.
+    sh(
+        &v,
+        "mv a/b d/b-moved
+         cp --reflink=always a/big d/from-parent
+         dd if=/dev/urandom of=a/big bs=4096 seek=10 count=3 conv=notrunc status=none
+         ln hl1 d/hl3
+         printf appended >> hl1
+         setfattr -n user.one -v changed d/b-moved/small
+         chmod 600 keep/k1/f2
+         touch -d '2001-01-01 01:01:01.25' keep/k2/f1
+         setfattr -n user.x -v y keep/k1/f4
+         chown 123:456 keep/k2/f3",
+    );
+    snapshot(img, "n1");
+    // Deletions, a hardlink lost, inode numbers reused (the newest inodes
+    // go, and after a mount their numbers are given out again), a clone
+    // from the parent's name of a file renamed in the same stream.
+    sh(
+        &v,
+        "rm late1 late2 late3
+         rm -r d/e
+         rm a/hl2",
+    );
+    img.unmount();
+    img.mount("");
+    sh(
+        &v,
+        "echo reused > reused-file
+         mkdir reused-dir && echo inner > reused-dir/inner
+         mv a/big a/big-renamed
+         cp --reflink=always a/big-renamed a/big-copy",
+    );
+    snapshot(img, "n2");
+    // Clones from the parent's files deleted or truncated in the same
+    // stream; a directory moved; a file rewritten whole.
+    sh(
+        &v,
+        "cp --reflink=always d/from-parent d/fp2 && rm d/from-parent
+         cp --reflink=always hl1 hl1-copy && truncate -s 1000 hl1
+         setfattr -x user.one d/b-moved/small
+         mv d/b-moved/c d/c-moved
+         echo new > keep/k1/f6",
+    );
+    snapshot(img, "n3");
+    // Directories swapped, a hole punched, many new files, renames.
+    sh(
+        &v,
+        "mv a tmp && mv d a && mv tmp d
+         fallocate -p -o 65536 -l 65536 d/big-renamed
+         mkdir dirfile
+         for i in $(seq 1 30); do echo $i > a/new$i; done
+         for i in $(seq 1 10); do mv a/new$i a/renamed$i; done",
+    );
+    snapshot(img, "n4");
+    // Metadata-only changes on many files, a directory replaced by a file,
+    // a new hardlink to an untouched file, a clone source overwritten.
+    sh(
+        &v,
+        "rmdir dirfile && printf z > dirfile
+         chown -R 2000:2000 keep/k2
+         chmod -R g+w keep/k1
+         touch -d '1999-09-09' keep/k1/f8
+         ln keep/k1/f10 keep/k1/f10-link
+         cp --reflink=always d/big-copy big-copy2
+         dd if=/dev/urandom of=d/big-copy bs=4096 count=2 conv=notrunc status=none",
+    );
+    snapshot(img, "n5");
+}
+
+/// The kernel's full stream of n0 and incrementals n0→n1→…→n5.
+fn streams(img: &BtrfsImage) -> Vec<PathBuf> {
+    let m = img.mnt();
+    let mut out = Vec::new();
+    for (i, s) in SNAPS.iter().enumerate() {
+        let file = img.scratch().join(format!("{s}.stream"));
+        let parent = (i > 0).then(|| m.join(SNAPS[i - 1]));
+        let mut a: Vec<&OsStr> = Vec::new();
+        if let Some(p) = &parent {
+            a.push(OsStr::new("-p"));
+            a.push(p.as_os_str());
+        }
+        let snap = m.join(s);
+        a.push(snap.as_os_str());
+        fs::write(&file, img.send(&a)).unwrap();
+        out.push(file);
+    }
+    out
+}
+
+/// CLONE commands in `stream` whose source is the stream's parent.
+fn clones_from_parent(stream: &Path) -> usize {
+    let data = fs::read(stream).unwrap();
+    let mut r = Reader::new(&data[..]);
+    let mut parent = None;
+    let mut n = 0;
+    while let Some((cmd, _)) = r.next_framed().unwrap() {
+        match cmd {
+            Cmd::Snapshot { clone_uuid, .. } => parent = Some(clone_uuid),
+            Cmd::Clone { clone_uuid, .. } if Some(clone_uuid) == parent => n += 1,
+            _ => {}
+        }
+    }
+    n
+}
+
+fn leeway() -> Leeway {
+    Leeway {
+        root_times: true,
+        ..Leeway::default()
+    }
+}
+
+fn inode_of(root: &Path, p: &str) -> u64 {
+    fs::symlink_metadata(root.join(p)).unwrap().ino()
+}
+
+/// What DEST holds besides the snapshots (a stash or probe left behind).
+fn leftovers(dest: &Path) -> Vec<String> {
+    fs::read_dir(dest)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !SNAPS.contains(&n.as_str()) && n != "lost+found")
+        .collect()
+}
+
+/// Receives the chain into `dest` with `mode` and checks each snapshot
+/// against `want` right after its receive.
+fn receive_chain(what: &str, want: &Path, dest: &Path, chain: &[PathBuf], mode: &[&str]) -> usize {
+    let mut n = 0;
+    let mut untouched = None;
+    for (s, stream) in SNAPS.iter().zip(chain) {
+        let out = rreceive_ok(dest, stream, mode);
+        let err = String::from_utf8_lossy(&out.stderr);
+        if mode.is_empty() && *s != "n0" {
+            assert!(
+                err.contains("--in-place or --link avoid the copy"),
+                "{what} {s}: the copy is announced: {err}"
+            );
+        }
+        n += assert_same_tree(
+            &format!("{what} {s}"),
+            &want.join(s),
+            &dest.join(s),
+            leeway(),
+        );
+        assert!(
+            plain_state(&dest.join(s)).unwrap().contains("complete=1"),
+            "{what} {s} complete"
+        );
+        let ino = inode_of(&dest.join(s), "keep/k3/u7");
+        match (untouched, mode) {
+            (None, _) => untouched = Some(ino),
+            // Untouched files keep their inode: the same tree, or a link.
+            (Some(i), ["--in-place"] | ["--link"]) => {
+                assert_eq!(i, ino, "{what} {s}: keep/k3/u7 is not a new inode")
+            }
+            (Some(i), _) => assert_ne!(i, ino, "{what} {s}: keep/k3/u7 was copied"),
+        }
+        assert!(
+            leftovers(dest).is_empty(),
+            "{what} {s}: {:?}",
+            leftovers(dest)
+        );
+    }
+    n
+}
+
+#[test]
+fn five_incrementals_in_each_mode_onto_ext4_and_tmpfs() {
+    if !kernel_available("five_incrementals_in_each_mode_onto_ext4_and_tmpfs") {
+        return;
+    }
+    let mut src = BtrfsImage::new(512, &[], "");
+    make_snapshots(&mut src);
+    let chain = streams(&src);
+    let from_parent: usize = chain.iter().map(|s| clones_from_parent(s)).sum();
+    assert!(
+        from_parent >= 3,
+        "the kernel clones from the parent {from_parent} times"
+    );
+    let reference = BtrfsImage::new(512, &[], "noatime");
+    for s in &chain {
+        btrfs_receive(reference.mnt(), s);
+    }
+    let want = reference.mnt();
+    let mut total = 0;
+    for fs_name in ["ext4", "tmpfs"] {
+        for mode in [&[][..], &["--in-place"][..], &["--link"][..]] {
+            let what = format!("{fs_name} {}", mode.first().unwrap_or(&"copy"));
+            let (_ext4, _tmpfs, dest);
+            if fs_name == "ext4" {
+                let img = ext4_image(512, &[], "noatime");
+                dest = img.mnt().to_path_buf();
+                _ext4 = Some(img);
+                _tmpfs = None;
+            } else {
+                let t = Tmpfs::new(512, "noatime");
+                dest = t.mnt().to_path_buf();
+                _tmpfs = Some(t);
+                _ext4 = None;
+            }
+            total += receive_chain(&what, want, &dest, &chain, mode);
+            match mode {
+                ["--in-place"] => {
+                    for s in &SNAPS[..5] {
+                        assert!(!dest.join(s).exists(), "{what}: {s} is gone");
+                    }
+                }
+                _ => {
+                    // Nothing a later stream changed shows in an earlier
+                    // snapshot.
+                    for s in SNAPS {
+                        total += assert_same_tree(
+                            &format!("{what} {s} at the end"),
+                            &want.join(s),
+                            &dest.join(s),
+                            leeway(),
+                        );
+                    }
+                }
+            }
+            if mode == ["--link"] {
+                // A file changed in n1 and not after is its own inode in n1
+                // and linked from then on.
+                let n: BTreeMap<_, _> = SNAPS
+                    .iter()
+                    .map(|s| (*s, inode_of(&dest.join(s), "keep/k1/f2")))
+                    .collect();
+                assert_ne!(n["n0"], n["n1"], "{what}: keep/k1/f2 unshared in n1");
+                assert_eq!(n["n1"], n["n4"], "{what}: keep/k1/f2 linked n1..n4");
+                assert_ne!(n["n4"], n["n5"], "{what}: chmod -R unshares it in n5");
+            }
+        }
+    }
+    println!("{total} paths identical");
+}
+
+/// The state line rreceive keeps for `dir`.
+fn state(dir: &Path) -> String {
+    plain_state(dir).unwrap_or_default()
+}
+
+/// The first `n` commands of `stream` (with its header), as a new file.
+fn cut_after(stream: &Path, n: u64, out: &Path) -> PathBuf {
+    let data = fs::read(stream).unwrap();
+    let mut r = Reader::new(&data[..]);
+    let mut end = 0;
+    while let Some((_, pos)) = r.next_framed().unwrap() {
+        if pos.index == n {
+            end = (pos.offset + pos.len) as usize;
+            break;
+        }
+    }
+    assert!(end > 0);
+    fs::write(out, &data[..end]).unwrap();
+    out.to_path_buf()
+}
+
+#[test]
+fn in_place_receive_that_fails_gives_back_or_names_what_to_do() {
+    if !kernel_available("in_place_receive_that_fails_gives_back_or_names_what_to_do") {
+        return;
+    }
+    let mut src = BtrfsImage::new(512, &[], "");
+    make_snapshots(&mut src);
+    let chain = streams(&src);
+    let reference = BtrfsImage::new(512, &[], "noatime");
+    for s in &chain[..2] {
+        btrfs_receive(reference.mnt(), s);
+    }
+    let ext4 = ext4_image(256, &[], "noatime");
+    let dest = ext4.mnt();
+    rreceive_ok(dest, &chain[0], &[]);
+    // Cut right after SNAPSHOT: nothing changed, n0 comes back.
+    let cut = cut_after(&chain[1], 1, &src.scratch().join("cut1.stream"));
+    let out = rreceive(&[OsStr::new("--in-place"), dest.as_os_str()], &cut);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("parent n0 is back as it was"), "{err}");
+    assert!(!dest.join("n1").exists());
+    assert!(state(&dest.join("n0")).contains("complete=1"), "{err}");
+    assert!(leftovers(dest).is_empty(), "{:?}", leftovers(dest));
+    assert_same_tree(
+        "n0 given back",
+        &reference.mnt().join("n0"),
+        &dest.join("n0"),
+        leeway(),
+    );
+    // Cut halfway: n1 stays incomplete, n0 is gone, and the message says so.
+    let total = {
+        let data = fs::read(&chain[1]).unwrap();
+        let mut r = Reader::new(&data[..]);
+        let mut n = 0;
+        while r.next_framed().unwrap().is_some() {
+            n += 1;
+        }
+        n
+    };
+    let half = cut_after(&chain[1], total / 2, &src.scratch().join("cut2.stream"));
+    let out = rreceive(&[OsStr::new("--in-place"), dest.as_os_str()], &half);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("left incomplete"), "{err}");
+    assert!(
+        err.contains("in place onto parent n0, which is gone"),
+        "{err}"
+    );
+    assert!(!dest.join("n0").exists());
+    assert!(state(&dest.join("n1")).contains("complete=0"));
+    assert!(leftovers(dest).is_empty(), "{:?}", leftovers(dest));
+    // And it is refused as a parent.
+    let out = rreceive(&[OsStr::new("--in-place"), dest.as_os_str()], &chain[2]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+/// Bytes used on the filesystem holding `p`.
+fn used(p: &Path) -> u64 {
+    let v = nix::sys::statvfs::statvfs(p).unwrap();
+    (v.blocks() - v.blocks_free()) * v.fragment_size()
+}
+
+#[test]
+fn a_copy_that_cannot_fit_fails_at_once_and_link_needs_no_room() {
+    if !kernel_available("a_copy_that_cannot_fit_fails_at_once_and_link_needs_no_room") {
+        return;
+    }
+    let src = BtrfsImage::new(512, &[], "");
+    sh(
+        src.mnt(),
+        "mkdir t && for i in $(seq 1 6); do head -c 20M /dev/urandom > t/big$i; done
+         mkdir t/many && for i in $(seq 1 300); do echo $i > t/many/$i; done",
+    );
+    src.snapshot("p0");
+    sh(
+        src.mnt(),
+        "echo changed > t/many/7 && mv t/big1 t/big1-renamed",
+    );
+    src.snapshot("p1");
+    let m = src.mnt();
+    let full = src.scratch().join("p0.stream");
+    fs::write(&full, src.send(&[m.join("p0").as_os_str()])).unwrap();
+    let inc = src.scratch().join("p1.stream");
+    fs::write(
+        &inc,
+        src.send(&[
+            OsStr::new("-p"),
+            m.join("p0").as_os_str(),
+            m.join("p1").as_os_str(),
+        ]),
+    )
+    .unwrap();
+    let reference = BtrfsImage::new(512, &[], "noatime");
+    btrfs_receive(reference.mnt(), &full);
+    btrfs_receive(reference.mnt(), &inc);
+    // 200 MiB holds one copy of the 120 MiB, not two.
+    let ext4 = ext4_image(200, &[], "noatime");
+    let dest = ext4.mnt();
+    rreceive_ok(dest, &full, &[]);
+    let before = used(dest);
+    let out = rreceive(&[dest.as_os_str()], &inc);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("a copy of parent p0 needs")
+            && err.contains("too little space")
+            && err.contains("nothing was copied"),
+        "{err}"
+    );
+    assert!(!dest.join("p1").exists(), "{err}");
+    assert!(
+        used(dest) <= before + (1 << 20),
+        "{} > {before}",
+        used(dest)
+    );
+    // Too few inodes: 300 files, and an ext4 with about 400 inodes.
+    let small = ext4_image(400, &["-N", "400"], "noatime");
+    let dest2 = small.mnt();
+    rreceive_ok(dest2, &full, &[]);
+    let out = rreceive(&[dest2.as_os_str()], &inc);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("too few inodes") && !err.contains("too little space"),
+        "{err}"
+    );
+    // --link needs an inode per directory only, and no data.
+    for d in [dest, dest2] {
+        rreceive_ok(d, &inc, &["--link"]);
+        assert_same_tree(
+            "p1 linked",
+            &reference.mnt().join("p1"),
+            &d.join("p1"),
+            leeway(),
+        );
+        assert_same_tree(
+            "p0 kept",
+            &reference.mnt().join("p0"),
+            &d.join("p0"),
+            leeway(),
+        );
+    }
+}
