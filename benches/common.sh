@@ -12,7 +12,9 @@
 # (every loop device of a registered image is detached). loop_mount and
 # loop_umount attach and mount an image (registering both),
 # build_cached_image makes an image once through a loop mount and keeps it,
-# warm_cache reads a sparse file's data into the page cache.
+# warm_cache reads a sparse file's data into the page cache,
+# smalltree_image builds (once, cached under IMG_DIR) the btrfs image of
+# benches/smalltree.py with snapshots s0 and s1.
 # A script may set CLEANUP_HOOK to a function run on exit after the
 # unmounts and detaches, before TMP is removed.
 
@@ -237,4 +239,48 @@ summary = {
 }
 json.dump(summary, open(out, "w"), indent=1)
 PY
+}
+
+# smalltree_image_path N: where smalltree_image keeps the image of N files
+# (under IMG_DIR, keyed by N and a hash of benches/smalltree.py).
+smalltree_image_path() {
+    local key
+    key=$(sha256sum "$REPO/benches/smalltree.py" | cut -c1-12)
+    echo "${IMG_DIR:?}/incr-$1-$key.img"
+}
+
+# smalltree_image N MNT: unless cached (or REBUILD is set), makes a btrfs
+# image with subvolume vol holding benches/smalltree.py's tree of N files,
+# read-only snapshot s0, the change, read-only snapshot s1; MNT is a free
+# mount point. A failed build leaves no image behind.
+smalltree_image() {
+    local n=$1 mnt=$2 img t0 t1 t2
+    img=$(smalltree_image_path "$n")
+    if [[ -f $img && -z ${REBUILD:-} ]]; then
+        log "$n files: cached image $img"
+        return
+    fi
+    mkdir -p "$IMG_DIR"
+    _PARTIAL="$img.partial"
+    log "$n files: building $img"
+    rm -f "$_PARTIAL"
+    truncate -s $(( (n * 16 / 1024 + 1024) ))M "$_PARTIAL"
+    mkfs.btrfs -q -f "$_PARTIAL" >/dev/null
+    loop_mount "$_PARTIAL" "$mnt"
+    btrfs -q subvolume create "$mnt/vol"
+    t0=$(date +%s)
+    python3 "$REPO/benches/smalltree.py" make "$mnt/vol" "$n"
+    sync
+    t1=$(date +%s)
+    btrfs -q subvolume snapshot -r "$mnt/vol" "$mnt/s0"
+    python3 "$REPO/benches/smalltree.py" change "$mnt/vol" "$n"
+    sync
+    btrfs -q subvolume snapshot -r "$mnt/vol" "$mnt/s1"
+    sync
+    t2=$(date +%s)
+    btrfs filesystem df "$mnt" | sed 's/^/   /' >&2
+    loop_umount "$mnt"
+    mv "$_PARTIAL" "$img"
+    _PARTIAL=
+    log "$n files: tree written in $((t1 - t0)) s, change + snapshots $((t2 - t1)) s"
 }

@@ -32,7 +32,7 @@
 # change: 100 files spread over the tree rewritten, 5 deleted, 5 created,
 # directories d0003 and d0005 moved into other directories; read-only
 # snapshot s1. The image is cached under IMG_DIR, keyed by N and a hash of
-# the generator, so editing the generator rebuilds it.
+# benches/smalltree.py, so editing the generator rebuilds it.
 #
 # Timing: the image is attached read-only (losetup -r) and mounted -o ro
 # for the kernel; rsend reads the same image file at the same time (both
@@ -68,87 +68,6 @@ scratch_dir rsend-incr-bench
 MNT="$TMP/mnt"
 mkdir "$MNT"
 scratch_mount "$MNT"
-mkdir -p "$IMG_DIR"
-
-# ---------------------------------------------------------------------------
-# tree generator and the change (their text is part of the cache key)
-
-GEN_PY='
-import os, sys, random
-root, n = sys.argv[1], int(sys.argv[2])
-PER = 1000
-blob = random.Random(1).randbytes(1 << 16)
-for d in range((n + PER - 1) // PER):
-    rnd = random.Random(d)
-    os.mkdir(f"{root}/d{d:04d}")
-    for f in range(min(PER, n - d * PER)):
-        ln = rnd.randint(1, 3000)
-        off = rnd.randrange(0, len(blob) - ln)
-        fd = os.open(f"{root}/d{d:04d}/f{f:04d}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        os.write(fd, blob[off:off + ln])
-        os.close(fd)
-'
-CHANGE_PY='
-import os, sys, random
-root, n = sys.argv[1], int(sys.argv[2])
-PER = 1000
-ndirs = (n + PER - 1) // PER
-rnd = random.Random(42)
-def path(i):
-    d, f = divmod(i, PER)
-    return f"{root}/d{d:04d}/f{f:04d}"
-for k in range(100):                      # 100 files rewritten
-    with open(path(k * n // 100 + 7), "wb") as fh:
-        fh.write(rnd.randbytes(rnd.randint(1, 3000)))
-for k in range(5):                        # 5 deleted, 5 created
-    i = k * n // 5 + 500
-    os.unlink(path(i))
-    with open(os.path.dirname(path(i)) + f"/new{k}", "wb") as fh:
-        fh.write(rnd.randbytes(100 + 10 * k))
-os.rename(f"{root}/d0003", f"{root}/d{ndirs - 1:04d}/moved-d0003")
-os.rename(f"{root}/d0005", f"{root}/d0001/moved-d0005")
-'
-KEY=$(printf '%s\n%s\n' "$GEN_PY" "$CHANGE_PY" | sha256sum | cut -c1-12)
-
-PARTIAL=
-drop_partial() { [[ -n $PARTIAL ]] && rm -f "$PARTIAL"; }
-CLEANUP_HOOK=drop_partial
-
-image_for() { echo "$IMG_DIR/incr-$1-$KEY.img"; }
-
-build_image() { # build_image N
-    local n=$1 img loop t0 t1 t2
-    img=$(image_for "$n")
-    if [[ -f $img && -z $REBUILD ]]; then
-        log "$n files: cached image $img"
-        return
-    fi
-    PARTIAL="$img.partial"
-    scratch_image "$PARTIAL"
-    log "$n files: building $img"
-    rm -f "$PARTIAL"
-    truncate -s $(( (n * 16 / 1024 + 1024) ))M "$PARTIAL"
-    mkfs.btrfs -q -f "$PARTIAL" >/dev/null
-    loop=$(losetup --find --show "$PARTIAL")
-    mount -o noatime "$loop" "$MNT"
-    btrfs -q subvolume create "$MNT/vol"
-    t0=$(date +%s)
-    python3 -c "$GEN_PY" "$MNT/vol" "$n"
-    sync
-    t1=$(date +%s)
-    btrfs -q subvolume snapshot -r "$MNT/vol" "$MNT/s0"
-    python3 -c "$CHANGE_PY" "$MNT/vol" "$n"
-    sync
-    btrfs -q subvolume snapshot -r "$MNT/vol" "$MNT/s1"
-    sync
-    t2=$(date +%s)
-    btrfs filesystem df "$MNT" | sed 's/^/   /' >&2
-    umount "$MNT"
-    losetup -d "$loop"
-    mv "$PARTIAL" "$img"
-    PARTIAL=
-    log "$n files: tree written in $((t1 - t0)) s, change + snapshots $((t2 - t1)) s"
-}
 
 ROWS=()
 DETAIL=()
@@ -156,7 +75,7 @@ LOAD=()
 
 bench_tree() { # bench_tree N
     local n=$1 img loop kb rb same rss j
-    img=$(image_for "$n")
+    img=$(smalltree_image_path "$n")
     log "$n files: attaching read-only, mounting -o ro for btrfs send"
     loop=$(losetup -r --find --show "$img")
     scratch_image "$img"
@@ -252,7 +171,7 @@ profile_rsend() { # profile_rsend N IMG
     PROFILES+=("$(label "$n") files=$TMP/perf-$n.script")
 }
 for n in $SIZES; do
-    build_image "$n"
+    smalltree_image "$n" "$MNT"
 done
 for n in $SIZES; do
     bench_tree "$n"

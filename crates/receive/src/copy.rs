@@ -556,16 +556,23 @@ impl TreeCopy<'_> {
             self.links.insert(key, p);
         }
         if kind != libc::S_IFDIR && self.share == Share::Link {
-            linkat(
+            match linkat(
                 Some(src.as_raw_fd()),
                 name,
                 Some(dst.as_raw_fd()),
                 name,
                 AtFlags::empty(),
-            )?;
-            self.shared.insert(key);
-            self.stats.shared += 1;
-            return Ok(());
+            ) {
+                Ok(()) => {
+                    self.shared.insert(key);
+                    self.stats.shared += 1;
+                    return Ok(());
+                }
+                // As many links as the filesystem allows (ext4: 65,000
+                // snapshots of a chain): this one gets a copy.
+                Err(Errno::EMLINK) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         self.make(src, name, dst, name, st)
     }

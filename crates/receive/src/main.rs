@@ -42,18 +42,28 @@ struct Args {
     /// Treat DEST as a plain directory even on btrfs.
     #[arg(long)]
     plain: bool,
-    /// Off btrfs, apply an incremental stream to its parent's directory
-    /// itself, which becomes the new subvolume: nothing is copied, and the
-    /// parent is gone from DEST afterwards. If the receive fails before it
-    /// changed anything, the parent is given back as it was; after that,
-    /// the new subvolume is left incomplete.
+    /// Off btrfs, apply an incremental stream to its parent's directory:
+    /// no copy, and the parent is gone from DEST afterwards.
+    ///
+    /// The parent's directory is renamed to the new subvolume and changed
+    /// there; time and space follow what the stream changes. What a clone
+    /// from the parent still needs is kept aside in DEST/.rreceive-work-*
+    /// until END. If the receive fails before it changed anything, the
+    /// parent is given back as it was; after that, the new subvolume is
+    /// left incomplete, and the chain starts again with a full stream.
+    /// On btrfs a real snapshot is taken instead (--plain to force this).
     #[arg(long, conflicts_with = "link")]
     in_place: bool,
     /// Off btrfs, make an incremental stream's snapshot of new directories
-    /// holding hard links to the parent's files: the parent stays, and only
-    /// what the stream changes is copied (a file is copied before it
-    /// changes). Unchanged files share their inode (and link count) with
-    /// the parent's.
+    /// with hard links to the parent's files; the parent stays.
+    ///
+    /// A file the stream changes (data, owner, mode, times, xattrs, flags,
+    /// a new hard link) is copied first, so no change ever shows in the
+    /// parent. Unlike a real snapshot, unchanged files share their inode
+    /// number, ctime and link count with the parent's (each snapshot of
+    /// the chain adds one link), and files with several names in the
+    /// parent are copied so that their names stay a group of their own.
+    /// On btrfs a real snapshot is taken instead (--plain to force this).
     #[arg(long)]
     link: bool,
     /// Print nothing but errors.

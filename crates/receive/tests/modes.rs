@@ -147,6 +147,18 @@ fn streams(img: &BtrfsImage) -> Vec<PathBuf> {
     out
 }
 
+/// The source filesystem with n0..n5 and the kernel's streams of them, or
+/// `None` (with a line saying why) where the test cannot run.
+fn kernel_chain(test: &str) -> Option<(BtrfsImage, Vec<PathBuf>)> {
+    if !kernel_available(test) {
+        return None;
+    }
+    let mut src = BtrfsImage::new(512, &[], "");
+    make_snapshots(&mut src);
+    let chain = streams(&src);
+    Some((src, chain))
+}
+
 /// CLONE commands in `stream` whose source is the stream's parent.
 fn clones_from_parent(stream: &Path) -> usize {
     let data = fs::read(stream).unwrap();
@@ -227,12 +239,10 @@ fn receive_chain(what: &str, want: &Path, dest: &Path, chain: &[PathBuf], mode: 
 
 #[test]
 fn five_incrementals_in_each_mode_onto_ext4_and_tmpfs() {
-    if !kernel_available("five_incrementals_in_each_mode_onto_ext4_and_tmpfs") {
+    let Some((_src, chain)) = kernel_chain("five_incrementals_in_each_mode_onto_ext4_and_tmpfs")
+    else {
         return;
-    }
-    let mut src = BtrfsImage::new(512, &[], "");
-    make_snapshots(&mut src);
-    let chain = streams(&src);
+    };
     let from_parent: usize = chain.iter().map(|s| clones_from_parent(s)).sum();
     assert!(
         from_parent >= 3,
@@ -318,12 +328,11 @@ fn cut_after(stream: &Path, n: u64, out: &Path) -> PathBuf {
 
 #[test]
 fn in_place_receive_that_fails_gives_back_or_names_what_to_do() {
-    if !kernel_available("in_place_receive_that_fails_gives_back_or_names_what_to_do") {
+    let Some((src, chain)) =
+        kernel_chain("in_place_receive_that_fails_gives_back_or_names_what_to_do")
+    else {
         return;
-    }
-    let mut src = BtrfsImage::new(512, &[], "");
-    make_snapshots(&mut src);
-    let chain = streams(&src);
+    };
     let reference = BtrfsImage::new(512, &[], "noatime");
     for s in &chain[..2] {
         btrfs_receive(reference.mnt(), s);
@@ -458,5 +467,27 @@ fn a_copy_that_cannot_fit_fails_at_once_and_link_needs_no_room() {
             &d.join("p0"),
             leeway(),
         );
+    }
+}
+
+#[test]
+fn on_btrfs_both_modes_still_take_snapshots() {
+    let Some((_src, chain)) = kernel_chain("on_btrfs_both_modes_still_take_snapshots") else {
+        return;
+    };
+    for mode in ["--in-place", "--link"] {
+        let btrfs = BtrfsImage::new(512, &[], "noatime");
+        let dest = btrfs.mnt();
+        rreceive_ok(dest, &chain[0], &[]);
+        let out = rreceive_ok(dest, &chain[1], &[mode, "-v"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("DEST is on btrfs: n1 is a snapshot of n0"),
+            "{mode}: {err}"
+        );
+        for s in ["n0", "n1"] {
+            let (uuid, ro) = subvol_show(&dest.join(s));
+            assert!(ro && uuid != "-", "{mode} {s}: {uuid} ro {ro}");
+        }
     }
 }
