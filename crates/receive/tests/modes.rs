@@ -302,6 +302,24 @@ fn five_incrementals_in_each_mode_onto_ext4_and_tmpfs() {
             }
         }
     }
+    // The whole chain as one stream, in one receive.
+    let all = reference.scratch().join("chain.stream");
+    let mut cat = Vec::new();
+    for s in &chain {
+        cat.extend(fs::read(s).unwrap());
+    }
+    fs::write(&all, cat).unwrap();
+    for mode in ["--in-place", "--link"] {
+        let t = Tmpfs::new(512, "noatime");
+        rreceive_ok(t.mnt(), &all, &[mode]);
+        total += assert_same_tree(
+            &format!("one stream {mode} n5"),
+            &want.join("n5"),
+            &t.mnt().join("n5"),
+            leeway(),
+        );
+        assert!(leftovers(t.mnt()).is_empty());
+    }
     println!("{total} paths identical");
 }
 
@@ -490,4 +508,253 @@ fn on_btrfs_both_modes_still_take_snapshots() {
             assert!(ro && uuid != "-", "{mode} {s}: {uuid} ro {ro}");
         }
     }
+}
+
+/// Regular files and directories beneath `root` (relative paths; "" is
+/// the root), in byte order.
+fn tree(root: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let (mut files, mut dirs) = (Vec::new(), vec![PathBuf::new()]);
+    let mut todo = vec![PathBuf::new()];
+    while let Some(d) = todo.pop() {
+        let mut names: Vec<_> = fs::read_dir(root.join(&d))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        for n in names {
+            let p = d.join(n);
+            let md = fs::symlink_metadata(root.join(&p)).unwrap();
+            if md.is_dir() {
+                dirs.push(p.clone());
+                todo.push(p);
+            } else if md.is_file() {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    dirs.sort();
+    (files, dirs)
+}
+
+fn pick<'a, T>(rng: &mut testkit::Rng, v: &'a [T]) -> Option<&'a T> {
+    (!v.is_empty()).then(|| &v[rng.below(v.len() as u64) as usize])
+}
+
+fn bytes(rng: &mut testkit::Rng, len: usize) -> Vec<u8> {
+    let seed = rng.next_u64();
+    (0..len)
+        .map(|i| (seed.rotate_left((i % 61) as u32) ^ i as u64) as u8)
+        .collect()
+}
+
+/// One random change to the tree at `v`: what a night of use does, with
+/// reflinks of whole files and of ranges, so that the kernel clones from
+/// the parent at paths and offsets the same stream changes.
+fn random_change(rng: &mut testkit::Rng, v: &Path, n: &mut u64) {
+    use std::os::unix::fs::FileExt;
+    let (files, dirs) = tree(v);
+    let file = pick(rng, &files).cloned();
+    let dir = pick(rng, &dirs).cloned().unwrap_or_default();
+    *n += 1;
+    let fresh = dir.join(format!("x{n}"));
+    let size = |p: &Path| fs::metadata(v.join(p)).unwrap().len();
+    match (rng.below(16), file) {
+        (0..=2, _) | (_, None) => {
+            let len = [0, 100, 3000, 70_000, 300_000][rng.below(5) as usize];
+            fs::write(v.join(&fresh), bytes(rng, len)).unwrap();
+        }
+        (3, Some(f)) => {
+            // A reflink of the whole file.
+            run(Command::new("cp")
+                .arg("--reflink=always")
+                .arg(v.join(&f))
+                .arg(v.join(&fresh)));
+        }
+        (4, Some(f)) => {
+            // A reflink of a range into another file.
+            let Some(g) = pick(rng, &files).cloned() else {
+                return;
+            };
+            let blocks = size(&f) / 4096;
+            if blocks == 0 {
+                return;
+            }
+            let so = rng.below(blocks) * 4096;
+            let len = (rng.below(blocks - so / 4096) + 1) * 4096;
+            let doff = rng.below(size(&g) / 4096 + 2) * 4096;
+            if f == g && so < doff + len && doff < so + len {
+                return;
+            }
+            run(Command::new("xfs_io")
+                .arg("-c")
+                .arg(format!(
+                    "reflink {} {so} {doff} {len}",
+                    v.join(&f).display()
+                ))
+                .arg(v.join(&g)));
+        }
+        (5 | 6, Some(f)) => {
+            let off = rng.below(size(&f) + 4096);
+            let len = 1 + rng.below(20_000) as usize;
+            let data = bytes(rng, len);
+            fs::OpenOptions::new()
+                .write(true)
+                .open(v.join(&f))
+                .unwrap()
+                .write_all_at(&data, off)
+                .unwrap();
+        }
+        (7, Some(f)) => {
+            let to = rng.below(size(&f) + 10_000);
+            fs::OpenOptions::new()
+                .write(true)
+                .open(v.join(&f))
+                .unwrap()
+                .set_len(to)
+                .unwrap();
+        }
+        (8, Some(f)) => {
+            // Rename, maybe over another file.
+            let to = match pick(rng, &files) {
+                Some(g) if rng.below(3) == 0 => g.clone(),
+                _ => fresh,
+            };
+            if to != f {
+                fs::rename(v.join(&f), v.join(&to)).unwrap();
+            }
+        }
+        (9, Some(f)) => fs::remove_file(v.join(&f)).unwrap(),
+        (10, Some(f)) => fs::hard_link(v.join(&f), v.join(&fresh)).unwrap(),
+        (11, Some(f)) => {
+            let p = v.join(&f);
+            match rng.below(4) {
+                0 => run(Command::new("chmod")
+                    .arg(format!("{:o}", 0o600 + rng.below(0o177)))
+                    .arg(&p)),
+                1 => run(Command::new("chown")
+                    .arg(format!("{}:{}", rng.below(3000), rng.below(3000)))
+                    .arg(&p)),
+                2 => run(Command::new("setfattr")
+                    .args(["-n", &format!("user.a{}", rng.below(3)), "-v"])
+                    .arg(format!("v{}", rng.below(100)))
+                    .arg(&p)),
+                _ => run(Command::new("touch")
+                    .args(["-d", &format!("@{}", 1_000_000_000 + rng.below(1 << 28))])
+                    .arg(&p)),
+            };
+        }
+        (12, Some(f)) => {
+            let sz = size(&f);
+            if sz > 8192 {
+                let off = rng.below(sz / 4096) * 4096;
+                run(Command::new("fallocate")
+                    .args(["-p", "-o", &off.to_string(), "-l", "4096"])
+                    .arg(v.join(&f)));
+            }
+        }
+        (13, _) => fs::create_dir(v.join(&fresh)).unwrap(),
+        (14, _) => {
+            // Move a directory somewhere outside itself.
+            let Some(d) = pick(rng, &dirs[1..]).cloned() else {
+                return;
+            };
+            let Some(t) = pick(rng, &dirs).cloned() else {
+                return;
+            };
+            if !t.starts_with(&d) {
+                fs::rename(v.join(&d), v.join(t.join(format!("m{n}")))).unwrap();
+            }
+        }
+        _ => {
+            let Some(d) = pick(rng, &dirs[1..]).cloned() else {
+                return;
+            };
+            if rng.below(3) == 0 {
+                fs::remove_dir_all(v.join(&d)).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn random_chains_in_each_mode_match_btrfs_receive() {
+    if !kernel_available("random_chains_in_each_mode_match_btrfs_receive") {
+        return;
+    }
+    let seeds: u64 = std::env::var("RANDOM_CHAIN_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4);
+    let mut total = 0;
+    for seed in 1..=seeds {
+        let mut src = BtrfsImage::new(512, &[], "");
+        run(Command::new("btrfs")
+            .args(["-q", "subvolume", "create"])
+            .arg(src.mnt().join("vol")));
+        let v = src.mnt().join("vol");
+        let mut rng = testkit::Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
+        let mut n = 0;
+        for (i, s) in SNAPS.iter().enumerate() {
+            for _ in 0..if i == 0 { 60 } else { 40 } {
+                random_change(&mut rng, &v, &mut n);
+            }
+            if i == 2 {
+                // Inode numbers freed above are given out again.
+                src.unmount();
+                src.mount("");
+            }
+            snapshot(&src, s);
+        }
+        let chain = streams(&src);
+        let reference = BtrfsImage::new(512, &[], "noatime");
+        for s in &chain {
+            btrfs_receive(reference.mnt(), s);
+        }
+        for mode in [&[][..], &["--in-place"][..], &["--link"][..]] {
+            // Odd seeds onto tmpfs, even ones onto ext4.
+            let (_t, _e, dest);
+            if seed % 2 == 1 {
+                let t = Tmpfs::new(512, "noatime");
+                dest = t.mnt().to_path_buf();
+                (_t, _e) = (Some(t), None);
+            } else {
+                let e = ext4_image(512, &[], "noatime");
+                dest = e.mnt().to_path_buf();
+                (_t, _e) = (None, Some(e));
+            }
+            let what = format!(
+                "seed {seed} {} {}",
+                if seed % 2 == 1 { "tmpfs" } else { "ext4" },
+                mode.first().unwrap_or(&"copy")
+            );
+            for (s, stream) in SNAPS.iter().zip(&chain) {
+                rreceive_ok(&dest, stream, mode);
+                total += assert_same_tree(
+                    &format!("{what} {s}"),
+                    &reference.mnt().join(s),
+                    &dest.join(s),
+                    leeway(),
+                );
+            }
+            if mode != ["--in-place"] {
+                for s in SNAPS {
+                    assert_same_tree(
+                        &format!("{what} {s} at the end"),
+                        &reference.mnt().join(s),
+                        &dest.join(s),
+                        leeway(),
+                    );
+                }
+            }
+            assert!(
+                leftovers(&dest).is_empty(),
+                "{what}: {:?}",
+                leftovers(&dest)
+            );
+        }
+        let from_parent: usize = chain.iter().map(|s| clones_from_parent(s)).sum();
+        println!("seed {seed}: {from_parent} clones from the parent");
+    }
+    println!("{total} paths identical");
 }
