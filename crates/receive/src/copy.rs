@@ -247,10 +247,13 @@ pub struct Usage {
     pub bytes: u64,
 }
 
-/// Counts the inodes and allocated bytes beneath directory `src`.
-pub fn usage(src: BorrowedFd<'_>) -> io::Result<Usage> {
+/// Counts the inodes and allocated bytes beneath directory `src`. With
+/// `exact`, a file with several names counts once (which takes a set of
+/// every file with several links); otherwise once per name, an upper bound
+/// in constant memory.
+pub fn usage(src: BorrowedFd<'_>, exact: bool) -> io::Result<Usage> {
     let mut u = Usage::default();
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = exact.then(std::collections::HashSet::new);
     usage_of(src, &mut u, &mut seen)?;
     Ok(u)
 }
@@ -258,7 +261,7 @@ pub fn usage(src: BorrowedFd<'_>) -> io::Result<Usage> {
 fn usage_of(
     dir: BorrowedFd<'_>,
     u: &mut Usage,
-    seen: &mut std::collections::HashSet<Id>,
+    seen: &mut Option<std::collections::HashSet<Id>>,
 ) -> io::Result<()> {
     for name in entries(dir)? {
         let st = fstatat(
@@ -267,8 +270,10 @@ fn usage_of(
             AtFlags::AT_SYMLINK_NOFOLLOW,
         )?;
         let kind = st.st_mode & libc::S_IFMT;
-        if kind != libc::S_IFDIR && st.st_nlink > 1 && !seen.insert((st.st_dev, st.st_ino)) {
-            continue;
+        if let Some(seen) = seen.as_mut() {
+            if kind != libc::S_IFDIR && st.st_nlink > 1 && !seen.insert((st.st_dev, st.st_ino)) {
+                continue;
+            }
         }
         u.inodes += 1;
         u.bytes += st.st_blocks as u64 * 512;
@@ -327,9 +332,9 @@ impl Tick for () {
 /// Copies everything beneath directory `src` into the empty directory
 /// `dst` (both on the same filesystem), then the root's own owner, mode,
 /// xattrs (except those `skip_root_xattr` names) and times. With
-/// [`Share::Link`], the second value is the set of inodes now shared with
-/// `src` by hard link, and `scratch` a directory outside both trees where
-/// copies are made before they take a name in `dst`.
+/// [`Share::Link`], `scratch` is a directory outside both trees where
+/// copies are made before they take a name in `dst`, and the second value
+/// the inodes with several names in `dst` that are its own, not `src`'s.
 pub fn copy_tree(
     src: BorrowedFd<'_>,
     dst: BorrowedFd<'_>,
@@ -338,18 +343,7 @@ pub fn copy_tree(
     skip_root_xattr: &dyn Fn(&[u8]) -> bool,
     tick: &dyn Tick,
 ) -> io::Result<(TreeStats, std::collections::HashSet<Id>)> {
-    let mut c = TreeCopy {
-        links: HashMap::new(),
-        how: Methods::default(),
-        stats: TreeStats::default(),
-        path: Vec::new(),
-        dst_root: dst.try_clone_to_owned()?,
-        share,
-        shared: std::collections::HashSet::new(),
-        grouped: std::collections::HashSet::new(),
-        scratch,
-        tick,
-    };
+    let mut c = TreeCopy::new(src, dst, share, Methods::default(), scratch, tick)?;
     c.dir_contents(src, dst)?;
     let st = nix::sys::stat::fstat(src.as_raw_fd())?;
     let src_root = open_at(
@@ -387,7 +381,7 @@ pub fn copy_tree(
     }
     let (a, m) = times(&st);
     futimens(dst_root.as_raw_fd(), &a, &m)?;
-    Ok((c.stats, c.shared))
+    Ok((c.stats, c.own))
 }
 
 /// Replaces the file at `name` in `dir` with a copy of itself: same data,
@@ -415,18 +409,7 @@ pub fn replace_with_copy(
         Ok(()) | Err(Errno::ENOENT) => {}
         Err(e) => return Err(e.into()),
     }
-    let mut c = TreeCopy {
-        links: HashMap::new(),
-        how: *how,
-        stats: TreeStats::default(),
-        path: Vec::new(),
-        dst_root: dir.try_clone_to_owned()?,
-        share: Share::Copy,
-        shared: std::collections::HashSet::new(),
-        grouped: std::collections::HashSet::new(),
-        scratch: None,
-        tick: &(),
-    };
+    let mut c = TreeCopy::new(dir, dir, Share::Copy, *how, None, &())?;
     c.make(dir, name, scratch, TMP, &st)?;
     *how = c.how;
     nix::fcntl::renameat(Some(scratch.as_raw_fd()), TMP, Some(dir.as_raw_fd()), name)?;
@@ -443,20 +426,59 @@ pub fn replace_with_copy(
 }
 
 struct TreeCopy<'t> {
-    /// (dev, ino) of a multiply linked source inode → its path in the copy.
-    links: HashMap<Id, Vec<u8>>,
+    /// A source inode with several links met once → the index in `dirs` of
+    /// the directory holding it. Its name there is found again only if a
+    /// second name turns up, so a file costs about 30 bytes here, not its
+    /// path (in a `--link` chain every file has several links).
+    seen: HashMap<Id, u32>,
+    /// Paths of the directories copied, relative to the roots.
+    dirs: Vec<Vec<u8>>,
+    /// The index of the directory being copied.
+    dir: u32,
+    /// Source inodes met twice → the path of their first name in the copy.
+    groups: HashMap<Id, Vec<u8>>,
+    /// The last directory looked through for a first name: inode → name.
+    names: Option<(u32, HashMap<u64, Vec<u8>>)>,
+    /// Inodes of the copy with several names made by the copy (`--link`:
+    /// the copies of groups), which are not the source's.
+    own: std::collections::HashSet<Id>,
     how: Methods,
     stats: TreeStats,
     /// Path of the directory being copied, relative to the roots.
     path: Vec<u8>,
+    src_root: std::os::fd::OwnedFd,
     dst_root: std::os::fd::OwnedFd,
     share: Share,
-    /// Source inodes hard-linked into the copy.
-    shared: std::collections::HashSet<Id>,
-    /// Source inodes with several names in the tree, copied once.
-    grouped: std::collections::HashSet<Id>,
     scratch: Option<BorrowedFd<'t>>,
     tick: &'t dyn Tick,
+}
+
+impl<'t> TreeCopy<'t> {
+    fn new(
+        src: BorrowedFd<'_>,
+        dst: BorrowedFd<'_>,
+        share: Share,
+        how: Methods,
+        scratch: Option<BorrowedFd<'t>>,
+        tick: &'t dyn Tick,
+    ) -> io::Result<TreeCopy<'t>> {
+        Ok(TreeCopy {
+            seen: HashMap::new(),
+            dirs: vec![Vec::new()],
+            dir: 0,
+            groups: HashMap::new(),
+            names: None,
+            own: std::collections::HashSet::new(),
+            how,
+            stats: TreeStats::default(),
+            path: Vec::new(),
+            src_root: src.try_clone_to_owned()?,
+            dst_root: dst.try_clone_to_owned()?,
+            share,
+            scratch,
+            tick,
+        })
+    }
 }
 
 fn entries(dir: BorrowedFd<'_>) -> io::Result<Vec<Vec<u8>>> {
@@ -537,11 +559,20 @@ impl TreeCopy<'_> {
         let kind = st.st_mode & libc::S_IFMT;
         let key = (st.st_dev, st.st_ino);
         if kind != libc::S_IFDIR && st.st_nlink > 1 {
-            if let Some(first) = self.links.get(&key).cloned() {
-                if self.share == Share::Link && self.grouped.insert(key) {
-                    self.ungroup(&first)?;
-                    self.shared.remove(&key);
+            let first = if let Some(p) = self.groups.get(&key) {
+                Some(p.clone())
+            } else if let Some(di) = self.seen.remove(&key) {
+                let p = self.first_name(di, st.st_ino)?;
+                if self.share == Share::Link {
+                    self.ungroup(&p)?;
                 }
+                self.groups.insert(key, p.clone());
+                Some(p)
+            } else {
+                self.seen.insert(key, self.dir);
+                None
+            };
+            if let Some(first) = first {
                 linkat(
                     Some(self.dst_root.as_raw_fd()),
                     first.as_slice(),
@@ -552,8 +583,6 @@ impl TreeCopy<'_> {
                 self.stats.links += 1;
                 return Ok(());
             }
-            let p = self.child_path(name);
-            self.links.insert(key, p);
         }
         if kind != libc::S_IFDIR && self.share == Share::Link {
             match linkat(
@@ -564,7 +593,6 @@ impl TreeCopy<'_> {
                 AtFlags::empty(),
             ) {
                 Ok(()) => {
-                    self.shared.insert(key);
                     self.stats.shared += 1;
                     return Ok(());
                 }
@@ -585,9 +613,44 @@ impl TreeCopy<'_> {
         let d = open_rel_dir(self.dst_root.as_fd(), dir)?;
         let scratch = self.scratch.ok_or(Errno::EINVAL)?;
         replace_with_copy(d.as_fd(), name, scratch, &mut self.how)?;
+        let st = fstatat(Some(d.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        self.own.insert((st.st_dev, st.st_ino));
         self.stats.inodes += 1;
         self.stats.shared -= 1;
         Ok(())
+    }
+
+    /// The path of the first name of source inode `ino`, met in directory
+    /// `dirs[di]`: that directory is read again (once for all the groups it
+    /// starts).
+    fn first_name(&mut self, di: u32, ino: u64) -> io::Result<Vec<u8>> {
+        let rel = self.dirs.get(di as usize).ok_or(Errno::EINVAL)?.clone();
+        if !matches!(&self.names, Some((d, _)) if *d == di) {
+            let dir = open_rel_dir(self.src_root.as_fd(), &rel)?;
+            let mut names = HashMap::new();
+            for n in entries(dir.as_fd())? {
+                let st = fstatat(
+                    Some(dir.as_raw_fd()),
+                    n.as_slice(),
+                    AtFlags::AT_SYMLINK_NOFOLLOW,
+                )?;
+                if st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1 {
+                    names.entry(st.st_ino).or_insert(n);
+                }
+            }
+            self.names = Some((di, names));
+        }
+        let name = self
+            .names
+            .as_ref()
+            .and_then(|(_, m)| m.get(&ino))
+            .ok_or(Errno::ESTALE)?;
+        let mut p = rel;
+        if !p.is_empty() {
+            p.push(b'/');
+        }
+        p.extend_from_slice(name);
+        Ok(p)
     }
 
     /// Makes a new inode at `dname` in `dst` like `sname` in `src`
@@ -627,9 +690,13 @@ impl TreeCopy<'_> {
                     Mode::empty(),
                 )?;
                 let child = self.child_path(dname);
+                let index = u32::try_from(self.dirs.len()).map_err(|_| Errno::EOVERFLOW)?;
+                self.dirs.push(child.clone());
                 let saved = std::mem::replace(&mut self.path, child);
+                let saved_dir = std::mem::replace(&mut self.dir, index);
                 let r = self.dir_contents(s.as_fd(), d.as_fd());
                 self.path = saved;
+                self.dir = saved_dir;
                 r?;
                 self.finish(&s_at, &d_at, st, true)?;
             }

@@ -76,7 +76,8 @@ pub struct Taken {
 pub enum Made {
     /// A btrfs snapshot.
     Snapshot,
-    /// A tree copied or linked, with the inodes shared by hard link.
+    /// A tree copied or linked, with the inodes of several names that are
+    /// its own (see [`copy::copy_tree`]).
     Tree(copy::TreeStats, std::collections::HashSet<copy::Id>),
     /// The parent's tree taken over.
     InPlace(Taken),
@@ -171,12 +172,22 @@ impl Dest {
     pub fn plan_copy(&self, parent: &Known) -> io::Result<CopyPlan> {
         let src = self.open_subvol(&parent.name)?;
         let reflink = copy::reflinks_work(self.fd())?;
-        let usage = copy::usage(src.as_fd())?;
         let vfs = nix::sys::statvfs::fstatvfs(&self.fd)?;
         let free_inodes = vfs.files_available() as u64;
         let free_bytes = (vfs.blocks_available() as u64).saturating_mul(vfs.fragment_size() as u64);
-        let inodes_short = vfs.files() > 0 && usage.inodes + 1 > free_inodes;
-        let bytes_short = !reflink && usage.bytes > free_bytes;
+        let short = |u: &copy::Usage| {
+            (
+                vfs.files() > 0 && u.inodes + 1 > free_inodes,
+                !reflink && u.bytes > free_bytes,
+            )
+        };
+        // Names first (constant memory); inodes exactly only if that
+        // bound does not fit.
+        let mut usage = copy::usage(src.as_fd(), false)?;
+        if short(&usage) != (false, false) {
+            usage = copy::usage(src.as_fd(), true)?;
+        }
+        let (inodes_short, bytes_short) = short(&usage);
         if inodes_short || bytes_short {
             let why = match (inodes_short, bytes_short) {
                 (true, true) => "too few inodes and too little space",
@@ -467,4 +478,51 @@ pub fn encoded_write_unsupported(e: Errno) -> bool {
             | Errno::EPERM
             | Errno::ENOSYS
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(uuid: u128, complete: bool) -> SubvolState {
+        SubvolState {
+            received_uuid: Uuid::from_u128(uuid),
+            ctransid: 7,
+            parent_uuid: None,
+            parent_ctransid: 0,
+            complete,
+        }
+    }
+
+    #[test]
+    fn in_place_take_over_and_give_back_with_the_state_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut d = Dest::open(tmp.path(), true).unwrap();
+        d.store = Some(Store::File);
+        let s0 = state(1, true);
+        let root = d.create_subvol(b"s0", &s0).unwrap();
+        d.finish(b"s0", root.as_fd(), &s0).unwrap();
+        std::fs::write(tmp.path().join("s0/f"), b"x").unwrap();
+        let parent = d.find(s0.received_uuid).unwrap().unwrap();
+        let mut s1 = state(2, false);
+        s1.parent_uuid = Some(s0.received_uuid);
+        let (_fd, made) = d
+            .snapshot(b"s1", &parent, &s1, Snapshot::InPlace, None, &())
+            .unwrap();
+        let Made::InPlace(taken) = made else {
+            panic!("not in place")
+        };
+        let text = std::fs::read_to_string(tmp.path().join(subvol::STATE_FILE)).unwrap();
+        assert!(!tmp.path().join("s0").exists());
+        assert_eq!(std::fs::read(tmp.path().join("s1/f")).unwrap(), b"x");
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.contains("\tincomplete\t7331\n"), "{text}");
+        assert!(d.find(s0.received_uuid).unwrap().is_none());
+        d.give_back(b"s1", &taken).unwrap();
+        let text = std::fs::read_to_string(tmp.path().join(subvol::STATE_FILE)).unwrap();
+        assert!(!tmp.path().join("s1").exists());
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.contains("\tcomplete\t7330\n"), "{text}");
+        assert!(d.find(s0.received_uuid).unwrap().unwrap().complete);
+    }
 }

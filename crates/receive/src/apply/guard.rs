@@ -7,9 +7,13 @@
 //!   parent's: any change to one (data, owner, mode, times, xattrs, flags,
 //!   a new hard link) first replaces it with a copy of its own, so that the
 //!   parent never sees it. Removing or renaming one of the new tree's names
-//!   leaves the parent's alone and needs no copy.
+//!   leaves the parent's alone and needs no copy. No set of shared files is
+//!   kept: a file with one link is the new tree's alone, and the new tree's
+//!   own files with several (copies of hardlink groups, LINK targets) are
+//!   few and listed.
 
 use std::collections::HashSet;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use btrfs_stream::Command;
 use nix::fcntl::{AtFlags, FallocateFlags};
@@ -27,39 +31,46 @@ pub(super) enum Guard {
     Own,
     /// The parent's tree itself, changed in place.
     InPlace(Overlay),
-    /// Hard links to the parent's inodes in these, not yet replaced.
+    /// Hard links to the parent's inodes: every file with two links or
+    /// more, except these, which are the new tree's own (copies of the
+    /// parent's hardlink groups, and targets of LINK).
     Link(HashSet<Id>),
 }
 
 impl Current {
     /// Replaces `path`, if it is still a hard link to the parent's inode,
-    /// with a copy of its own.
-    fn unshare(&mut self, path: &[u8]) -> R<()> {
-        let Guard::Link(shared) = &mut self.guard else {
-            return Ok(());
+    /// with a copy of its own. Returns the identity of the file now at
+    /// `path` (`None` for a directory).
+    fn unshare(&mut self, path: &[u8]) -> R<Option<Id>> {
+        let Guard::Link(own) = &self.guard else {
+            return Ok(None);
         };
-        if shared.is_empty() || path.is_empty() {
-            return Ok(());
+        if path.is_empty() {
+            return Ok(None);
         }
         let (dir, name) = self.res.parent(path).map_err(CmdError::os(RESOLVE))?;
-        let st = fstatat(
-            Some(std::os::fd::AsRawFd::as_raw_fd(&dir)),
-            name,
-            AtFlags::AT_SYMLINK_NOFOLLOW,
-        )
-        .map_err(CmdError::os("stat"))?;
-        if st.st_mode & libc::S_IFMT == libc::S_IFDIR || !shared.remove(&(st.st_dev, st.st_ino)) {
-            return Ok(());
+        let stat = |dir: BorrowedFd<'_>| {
+            fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+                .map_err(CmdError::os("stat"))
+        };
+        let st = stat(dir)?;
+        let id = (st.st_dev, st.st_ino);
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            return Ok(None);
+        }
+        if st.st_nlink < 2 || own.contains(&id) {
+            return Ok(Some(id));
         }
         let work = self.work.as_ref().ok_or(CmdError::NoSubvol)?;
         let mut how = self.copy;
         copy::replace_with_copy(dir, name, work.fd(), &mut how)
             .map_err(CmdError::io("copy a linked file before it changes"))?;
+        let st = stat(dir)?;
         self.copy = how;
         if self.is_open(path) {
             self.retire();
         }
-        Ok(())
+        Ok(Some((st.st_dev, st.st_ino)))
     }
 
     /// In place: keeps the parent's entry at `path` before it is taken away.
@@ -155,8 +166,16 @@ impl Receiver<'_> {
             | C::SetXattr { path, .. }
             | C::RemoveXattr { path, .. }
             | C::Fileattr { path, .. }
-            | C::EnableVerity { path, .. } => cur.unshare(path),
-            C::Link { target, .. } => cur.unshare(target),
+            | C::EnableVerity { path, .. } => cur.unshare(path).map(drop),
+            C::Link { target, .. } => {
+                // The target gains a name: it is the new tree's own now.
+                if let Some(id) = cur.unshare(target)? {
+                    if let Guard::Link(own) = &mut cur.guard {
+                        own.insert(id);
+                    }
+                }
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
