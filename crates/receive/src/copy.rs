@@ -245,6 +245,9 @@ pub struct Usage {
     pub inodes: u64,
     /// Bytes allocated to them.
     pub bytes: u64,
+    /// Names of files with several links (0: the count is exact either
+    /// way).
+    pub multi: u64,
 }
 
 /// Counts the inodes and allocated bytes beneath directory `src`. With
@@ -270,6 +273,9 @@ fn usage_of(
             AtFlags::AT_SYMLINK_NOFOLLOW,
         )?;
         let kind = st.st_mode & libc::S_IFMT;
+        if kind != libc::S_IFDIR && st.st_nlink > 1 {
+            u.multi += 1;
+        }
         if let Some(seen) = seen.as_mut() {
             if kind != libc::S_IFDIR && st.st_nlink > 1 && !seen.insert((st.st_dev, st.st_ino)) {
                 continue;

@@ -184,7 +184,7 @@ impl Dest {
         // Names first (constant memory); inodes exactly only if that
         // bound does not fit.
         let mut usage = copy::usage(src.as_fd(), false)?;
-        if short(&usage) != (false, false) {
+        if short(&usage) != (false, false) && usage.multi > 0 {
             usage = copy::usage(src.as_fd(), true)?;
         }
         let (inodes_short, bytes_short) = short(&usage);
