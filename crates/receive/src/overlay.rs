@@ -128,13 +128,36 @@ impl Overlay {
             libc::S_IFREG => {
                 let n = self.next;
                 self.next += 1;
-                linkat(
+                let stash_name = n.to_string();
+                match linkat(
                     Some(dir.as_raw_fd()),
                     name,
                     Some(self.stash.as_raw_fd()),
-                    n.to_string().as_bytes(),
+                    stash_name.as_bytes(),
                     AtFlags::empty(),
-                )?;
+                ) {
+                    Ok(()) => {}
+                    // No link left for this inode: keep a copy of its data.
+                    Err(Errno::EMLINK) => {
+                        let src = copy::open_noatime(dir, name, OFlag::O_NONBLOCK)?;
+                        let fd = ioctl::openat(
+                            Some(self.stash.as_raw_fd()),
+                            stash_name.as_str(),
+                            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC,
+                            Mode::from_bits_retain(0o600),
+                        )?;
+                        let dst = File::from(fd);
+                        // As the parent had it: bytes replaced already come
+                        // from `undo`.
+                        let size = self
+                            .files
+                            .get(&(st.st_dev, st.st_ino))
+                            .map_or(st.st_size as u64, |s| s.size);
+                        self.copy_from_parent(&dst, 0, &src, 0, size, &mut Methods::default())?;
+                        dst.set_len(size)?;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
                 Was::File(n)
             }
             _ => Was::Other,

@@ -19,7 +19,7 @@ use std::process::Command;
 
 use btrfs_stream::{Command as Cmd, Reader};
 use common::*;
-use testkit::{ext4_image, kernel_available, run, sh, BtrfsImage, Tmpfs};
+use testkit::{ext4_image, kernel_available, run, sh, xfs_image, BtrfsImage, Tmpfs};
 
 const SNAPS: [&str; 6] = ["n0", "n1", "n2", "n3", "n4", "n5"];
 
@@ -685,7 +685,7 @@ fn random_chains_in_each_mode_match_btrfs_receive() {
     let seeds: u64 = std::env::var("RANDOM_CHAIN_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(4);
+        .unwrap_or(6);
     let mut total = 0;
     for seed in 1..=seeds {
         let mut src = BtrfsImage::new(512, &[], "");
@@ -712,22 +712,23 @@ fn random_chains_in_each_mode_match_btrfs_receive() {
             btrfs_receive(reference.mnt(), s);
         }
         for mode in [&[][..], &["--in-place"][..], &["--link"][..]] {
-            // Odd seeds onto tmpfs, even ones onto ext4.
+            // In turn onto tmpfs, ext4 and xfs (whose copies are reflinks).
+            let fs_name = ["tmpfs", "ext4", "xfs"][(seed % 3) as usize];
             let (_t, _e, dest);
-            if seed % 2 == 1 {
+            if fs_name == "tmpfs" {
                 let t = Tmpfs::new(512, "noatime");
                 dest = t.mnt().to_path_buf();
                 (_t, _e) = (Some(t), None);
             } else {
-                let e = ext4_image(512, &[], "noatime");
+                let e = if fs_name == "ext4" {
+                    ext4_image(512, &[], "noatime")
+                } else {
+                    xfs_image(512, "noatime")
+                };
                 dest = e.mnt().to_path_buf();
                 (_t, _e) = (None, Some(e));
             }
-            let what = format!(
-                "seed {seed} {} {}",
-                if seed % 2 == 1 { "tmpfs" } else { "ext4" },
-                mode.first().unwrap_or(&"copy")
-            );
+            let what = format!("seed {seed} {fs_name} {}", mode.first().unwrap_or(&"copy"));
             for (s, stream) in SNAPS.iter().zip(&chain) {
                 rreceive_ok(&dest, stream, mode);
                 total += assert_same_tree(
