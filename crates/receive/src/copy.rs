@@ -222,6 +222,9 @@ pub struct TreeStats {
     pub reflinked: u64,
     /// Files hard-linked to the source's (`--link`).
     pub shared: u64,
+    /// Copies whose immutable or append-only flag was not kept (more than
+    /// half of [`crate::flags::MAX_DEFERRED`]).
+    pub flags_dropped: u64,
 }
 
 /// How a tree copy makes files other than directories.
@@ -341,6 +344,8 @@ impl Tick for () {
 /// [`Share::Link`], `scratch` is a directory outside both trees where
 /// copies are made before they take a name in `dst`, and the second value
 /// the inodes with several names in `dst` that are its own, not `src`'s.
+/// Inode flags are copied; immutable and append-only ones are returned with
+/// the copies they belong to, to be set at END.
 pub fn copy_tree(
     src: BorrowedFd<'_>,
     dst: BorrowedFd<'_>,
@@ -348,7 +353,7 @@ pub fn copy_tree(
     scratch: Option<BorrowedFd<'_>>,
     skip_root_xattr: &dyn Fn(&[u8]) -> bool,
     tick: &dyn Tick,
-) -> io::Result<(TreeStats, std::collections::HashSet<Id>)> {
+) -> io::Result<Tree> {
     let mut c = TreeCopy::new(src, dst, share, Methods::default(), scratch, tick)?;
     c.dir_contents(src, dst)?;
     let st = nix::sys::stat::fstat(src.as_raw_fd())?;
@@ -387,20 +392,35 @@ pub fn copy_tree(
     }
     let (a, m) = times(&st);
     futimens(dst_root.as_raw_fd(), &a, &m)?;
-    Ok((c.stats, c.own))
+    Ok(Tree {
+        stats: c.stats,
+        own: c.own,
+        late: c.late,
+    })
+}
+
+/// What [`copy_tree`] made.
+pub struct Tree {
+    /// Counts.
+    pub stats: TreeStats,
+    /// Inodes with several names that are the copy's own (`--link`).
+    pub own: std::collections::HashSet<Id>,
+    /// Copies and the immutable or append-only flags they get at END.
+    pub late: Vec<(File, u32)>,
 }
 
 /// Replaces the file at `name` in `dir` with a copy of itself: same data,
-/// type, owner, mode, xattrs and times, another inode. The copy is made in
-/// `scratch` (on the same filesystem, outside the tree) and renamed over
-/// `name`; `dir` keeps its times. For a hard link to be broken before the
-/// file changes.
+/// type, owner, mode, xattrs, times and flags, another inode. The copy is
+/// made in `scratch` (on the same filesystem, outside the tree) and renamed
+/// over `name`; `dir` keeps its times. For a hard link to be broken before
+/// the file changes. Returns the copy's immutable or append-only flags, to
+/// be set at END.
 pub fn replace_with_copy(
     dir: BorrowedFd<'_>,
     name: &[u8],
     scratch: BorrowedFd<'_>,
     how: &mut Methods,
-) -> io::Result<()> {
+) -> io::Result<Option<(File, u32)>> {
     const TMP: &[u8] = b"copy";
     let st = fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
     if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
@@ -418,6 +438,7 @@ pub fn replace_with_copy(
     let mut c = TreeCopy::new(dir, dir, Share::Copy, *how, None, &())?;
     c.make(dir, name, scratch, TMP, &st)?;
     *how = c.how;
+    let late = c.late.pop();
     nix::fcntl::renameat(Some(scratch.as_raw_fd()), TMP, Some(dir.as_raw_fd()), name)?;
     let (a, m) = times(&dst);
     // `dir` may be an O_PATH descriptor, which futimens refuses.
@@ -428,7 +449,7 @@ pub fn replace_with_copy(
         &m,
         nix::sys::stat::UtimensatFlags::NoFollowSymlink,
     )?;
-    Ok(())
+    Ok(late)
 }
 
 struct TreeCopy<'t> {
@@ -448,6 +469,8 @@ struct TreeCopy<'t> {
     /// Inodes of the copy with several names made by the copy (`--link`:
     /// the copies of groups), which are not the source's.
     own: std::collections::HashSet<Id>,
+    /// Copies whose immutable or append-only flag waits for END.
+    late: Vec<(File, u32)>,
     how: Methods,
     stats: TreeStats,
     /// Path of the directory being copied, relative to the roots.
@@ -475,6 +498,7 @@ impl<'t> TreeCopy<'t> {
             groups: HashMap::new(),
             names: None,
             own: std::collections::HashSet::new(),
+            late: Vec::new(),
             how,
             stats: TreeStats::default(),
             path: Vec::new(),
@@ -603,8 +627,9 @@ impl TreeCopy<'_> {
                     return Ok(());
                 }
                 // As many links as the filesystem allows (ext4: 65,000
-                // snapshots of a chain): this one gets a copy.
-                Err(Errno::EMLINK) => {}
+                // snapshots of a chain), or immutable or append-only (no
+                // link may be made): this one gets a copy.
+                Err(Errno::EMLINK | Errno::EPERM) => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -618,7 +643,9 @@ impl TreeCopy<'_> {
         let (dir, name) = split_rel(first);
         let d = open_rel_dir(self.dst_root.as_fd(), dir)?;
         let scratch = self.scratch.ok_or(Errno::EINVAL)?;
-        replace_with_copy(d.as_fd(), name, scratch, &mut self.how)?;
+        if let Some(late) = replace_with_copy(d.as_fd(), name, scratch, &mut self.how)? {
+            self.late.push(late);
+        }
         let st = fstatat(Some(d.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
         self.own.insert((st.st_dev, st.st_ino));
         self.stats.inodes += 1;
@@ -705,6 +732,19 @@ impl TreeCopy<'_> {
                 self.dir = saved_dir;
                 r?;
                 self.finish(&s_at, &d_at, st, true)?;
+                let sd = open_at(
+                    src,
+                    sname,
+                    OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+                    Mode::empty(),
+                )?;
+                let dd = open_at(
+                    dst,
+                    dname,
+                    OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+                    Mode::empty(),
+                )?;
+                self.copy_flags(&sd, dd);
             }
             libc::S_IFREG => {
                 let s = open_noatime(src, sname, OFlag::empty())?;
@@ -727,6 +767,7 @@ impl TreeCopy<'_> {
                 fchmod(d.as_raw_fd(), Mode::from_bits_retain(st.st_mode & 0o7777))?;
                 copy_xattrs(&s_at, &d_at)?;
                 futimens(d.as_raw_fd(), &atime, &mtime)?;
+                self.copy_flags(&s, d);
             }
             libc::S_IFLNK => {
                 let target = readlinkat(Some(src.as_raw_fd()), sname)?;
@@ -757,6 +798,33 @@ impl TreeCopy<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Gives `dst` the inode flags of `src` that rreceive manages: at once,
+    /// except immutable and append-only, which wait for END. Flags this
+    /// filesystem lacks are left out, as FILEATTR does.
+    fn copy_flags(&mut self, src: &File, dst: File) {
+        use crate::flags::{managed_flags, LATE_FLAGS, MAX_DEFERRED};
+        let Ok(flags) = crate::ioctl::get_inode_flags(src.as_fd()) else {
+            return;
+        };
+        let flags = flags & managed_flags();
+        if flags == 0 {
+            return;
+        }
+        if flags & !LATE_FLAGS != 0 {
+            if let Ok(now) = crate::ioctl::get_inode_flags(dst.as_fd()) {
+                let _ = crate::ioctl::set_inode_flags(dst.as_fd(), now | (flags & !LATE_FLAGS));
+            }
+        }
+        if flags & LATE_FLAGS != 0 {
+            // Half the room at most: the stream's own FILEATTRs come first.
+            if self.late.len() < MAX_DEFERRED / 2 {
+                self.late.push((dst, flags & LATE_FLAGS));
+            } else {
+                self.stats.flags_dropped += 1;
+            }
+        }
     }
 
     /// Owner, mode (not for symlinks), xattrs, then times.

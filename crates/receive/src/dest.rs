@@ -76,9 +76,8 @@ pub struct Taken {
 pub enum Made {
     /// A btrfs snapshot.
     Snapshot,
-    /// A tree copied or linked, with the inodes of several names that are
-    /// its own (see [`copy::copy_tree`]).
-    Tree(copy::TreeStats, std::collections::HashSet<copy::Id>),
+    /// A tree copied or linked (see [`copy::copy_tree`]).
+    Tree(copy::Tree),
     /// The parent's tree taken over.
     InPlace(Taken),
 }
@@ -242,7 +241,7 @@ impl Dest {
         } else {
             copy::Share::Copy
         };
-        let (stats, shared) = copy::copy_tree(
+        let tree = copy::copy_tree(
             src.as_fd(),
             dst.as_fd(),
             share,
@@ -250,7 +249,7 @@ impl Dest {
             &|n| n.starts_with(subvol::XATTR_RESERVED_PREFIX),
             tick,
         )?;
-        Ok((dst, Made::Tree(stats, shared)))
+        Ok((dst, Made::Tree(tree)))
     }
 
     /// `--in-place`: renames the parent to `name` and records it as the

@@ -26,6 +26,7 @@ pub mod closer;
 pub mod copy;
 pub mod dest;
 pub mod error;
+pub mod flags;
 #[allow(unsafe_code)]
 pub mod ioctl;
 pub mod meta;

@@ -759,3 +759,103 @@ fn random_chains_in_each_mode_match_btrfs_receive() {
     }
     println!("{total} paths identical");
 }
+
+/// The inode flags of `p` (FS_IOC_GETFLAGS).
+fn flags(p: &Path) -> u32 {
+    let f = fs::File::open(p).unwrap();
+    rreceive::ioctl::get_inode_flags(std::os::fd::AsFd::as_fd(&f)).unwrap()
+}
+
+/// Its immutable and append-only flags.
+fn late_flags(p: &Path) -> u32 {
+    flags(p) & 0x30
+}
+
+#[test]
+fn immutable_and_append_only_files_changed_later_in_each_mode() {
+    if !kernel_available("immutable_and_append_only_files_changed_later_in_each_mode") {
+        return;
+    }
+    // The kernel sends FILEATTR (v2, incrementals only) after the changes
+    // it allows: a write to a file made immutable by the last stream comes
+    // before the flag is cleared.
+    let src = BtrfsImage::new(512, &[], "");
+    let v = src.mnt().join("vol");
+    run(Command::new("btrfs")
+        .args(["-q", "subvolume", "create"])
+        .arg(&v));
+    // The kernel sends no FILEATTR for an inode new in an incremental:
+    // the flagged files are there from the start.
+    sh(
+        &v,
+        "echo hello > f && mkdir d && echo x > d/g && echo y > d/h
+         echo k > keep && echo n > nodump",
+    );
+    snapshot(&src, "n0");
+    sh(
+        &v,
+        "chattr +i f && chattr +a d && chattr +i keep && chattr +d nodump",
+    );
+    snapshot(&src, "n1");
+    sh(&v, "chattr -i f && echo more >> f && chattr -a d && rm d/g");
+    snapshot(&src, "n2");
+    let m = src.mnt();
+    let mut chain = Vec::new();
+    for (i, s) in ["n0", "n1", "n2"].iter().enumerate() {
+        let file = src.scratch().join(format!("fa-{s}.stream"));
+        let mut a: Vec<&OsStr> = vec![OsStr::new("--proto"), OsStr::new("2")];
+        let parent = (i > 0).then(|| m.join(SNAPS[i - 1]));
+        if let Some(p) = &parent {
+            a.push(OsStr::new("-p"));
+            a.push(p.as_os_str());
+        }
+        let snap = m.join(s);
+        a.push(snap.as_os_str());
+        fs::write(&file, src.send(&a)).unwrap();
+        chain.push(file);
+    }
+    let reference = BtrfsImage::new(512, &[], "noatime");
+    for s in &chain {
+        btrfs_receive(reference.mnt(), s);
+    }
+    for mode in [&[][..], &["--in-place"][..], &["--link"][..]] {
+        let what = mode.first().unwrap_or(&"copy");
+        let ext4 = ext4_image(256, &[], "noatime");
+        let dest = ext4.mnt();
+        for (i, s) in chain.iter().enumerate() {
+            rreceive_ok(dest, s, mode);
+            let name = SNAPS[i];
+            assert_same_tree(
+                &format!("{what} {name}"),
+                &reference.mnt().join(name),
+                &dest.join(name),
+                leeway(),
+            );
+            if name == "n1" {
+                assert_eq!(late_flags(&dest.join("n1/f")), 0x10, "{what}: n1/f +i");
+                assert_eq!(late_flags(&dest.join("n1/d")), 0x20, "{what}: n1/d +a");
+            }
+        }
+        assert_eq!(late_flags(&dest.join("n2/f")), 0, "{what}: n2/f");
+        assert_eq!(late_flags(&dest.join("n2/d")), 0, "{what}: n2/d");
+        // Files the stream leaves alone keep their flags, copied or not.
+        assert_eq!(late_flags(&dest.join("n2/keep")), 0x10, "{what}: n2/keep");
+        assert_eq!(
+            flags(&dest.join("n2/nodump")) & 0x40,
+            0x40,
+            "{what}: n2/nodump"
+        );
+        if mode != ["--in-place"] {
+            // The older snapshot keeps its flags.
+            assert_eq!(late_flags(&dest.join("n1/f")), 0x10, "{what}: n1/f kept");
+        }
+        // Immutable files stay in DEST: lift the flags so it can go.
+        for s in ["n1/f", "n1/d", "n1/keep", "n2/f", "n2/d", "n2/keep"] {
+            let _ = Command::new("chattr")
+                .args(["-i", "-a"])
+                .arg(dest.join(s))
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}

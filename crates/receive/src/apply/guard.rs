@@ -15,14 +15,20 @@
 use std::collections::HashSet;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+
 use btrfs_stream::Command;
-use nix::fcntl::{AtFlags, FallocateFlags};
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, FallocateFlags, OFlag};
 use nix::sys::stat::fstatat;
 
 use crate::copy::{self, Id};
 use crate::error::CmdError;
+use crate::ioctl;
 use crate::overlay::Overlay;
 
+use super::inode::{LATE_FLAGS, MAX_DEFERRED};
 use super::{Current, Receiver, R, RESOLVE};
 
 /// How the subvolume being received relates to its parent's tree.
@@ -63,10 +69,15 @@ impl Current {
         }
         let work = self.work.as_ref().ok_or(CmdError::NoSubvol)?;
         let mut how = self.copy;
-        copy::replace_with_copy(dir, name, work.fd(), &mut how)
+        let late = copy::replace_with_copy(dir, name, work.fd(), &mut how)
             .map_err(CmdError::io("copy a linked file before it changes"))?;
         let st = stat(dir)?;
         self.copy = how;
+        if let Some(l) = late {
+            if self.deferred.len() < MAX_DEFERRED {
+                self.deferred.push(l);
+            }
+        }
         if self.is_open(path) {
             self.retire();
         }
@@ -98,7 +109,103 @@ impl Current {
     }
 }
 
+/// The paths whose inodes `cmd` changes.
+fn paths<'c>(cmd: &Command<'c>) -> Vec<&'c [u8]> {
+    use Command as C;
+    match *cmd {
+        C::Rename { from, to } => vec![from, to],
+        C::Link { path, target } => vec![path, target],
+        C::Mkfile { path, .. }
+        | C::Mkdir { path, .. }
+        | C::Mknod { path, .. }
+        | C::Mkfifo { path, .. }
+        | C::Mksock { path, .. }
+        | C::Symlink { path, .. }
+        | C::Unlink { path }
+        | C::Rmdir { path }
+        | C::SetXattr { path, .. }
+        | C::RemoveXattr { path, .. }
+        | C::Write { path, .. }
+        | C::Clone { path, .. }
+        | C::Truncate { path, .. }
+        | C::Chmod { path, .. }
+        | C::Chown { path, .. }
+        | C::Utimes { path, .. }
+        | C::Fallocate { path, .. }
+        | C::EncodedWrite { path, .. } => vec![path],
+        _ => Vec::new(),
+    }
+}
+
+impl Current {
+    /// In place: lifts the immutable and append-only flags from the inodes
+    /// at `paths` and their directories, to be given back at END (unless
+    /// the stream sets others). The kernel sends a flag change after the
+    /// changes it allows, so a parent's file made immutable by an earlier
+    /// stream refuses them. Returns whether any flag was lifted.
+    fn unlock(&mut self, paths: &[&[u8]]) -> bool {
+        use crate::copy::open_noatime;
+        if !matches!(self.guard, Guard::InPlace(_)) {
+            return false;
+        }
+        let mut lifted = false;
+        for p in paths {
+            let (parent, _) = crate::path::split(p);
+            for q in [*p, parent] {
+                let f = if q.is_empty() {
+                    self.res.root().try_clone_to_owned().ok().and_then(|d| {
+                        open_noatime(d.as_fd(), b".", OFlag::O_DIRECTORY | OFlag::O_NONBLOCK).ok()
+                    })
+                } else {
+                    match self.res.parent(q) {
+                        Ok((dir, name)) => open_noatime(dir, name, OFlag::O_NONBLOCK).ok(),
+                        Err(_) => None,
+                    }
+                };
+                let Some(f) = f else { continue };
+                let Ok(flags) = ioctl::get_inode_flags(f.as_fd()) else {
+                    continue;
+                };
+                if flags & LATE_FLAGS == 0 || self.deferred.len() >= MAX_DEFERRED {
+                    continue;
+                }
+                if ioctl::set_inode_flags(f.as_fd(), flags & !LATE_FLAGS).is_err() {
+                    continue;
+                }
+                lifted = true;
+                // Flags the stream already set for this inode are what END
+                // applies; only otherwise are the lifted ones given back.
+                let id = |f: &std::fs::File| f.metadata().ok().map(|m| (m.dev(), m.ino()));
+                let mine = id(&f);
+                if !self.deferred.iter().any(|(g, _)| id(g) == mine) {
+                    self.deferred.push((f, flags & LATE_FLAGS));
+                }
+            }
+        }
+        lifted
+    }
+}
+
 impl Receiver<'_> {
+    /// Whether `e`, from applying `cmd`, is an in-place subvolume's flag
+    /// refusing the change, now lifted: then `cmd` is applied again.
+    pub(super) fn lifted_for(&mut self, cmd: &Command<'_>, e: &CmdError) -> bool {
+        if !matches!(
+            e,
+            CmdError::Os {
+                errno: Errno::EPERM,
+                ..
+            }
+        ) {
+            return false;
+        }
+        let Some(cur) = self.cur.as_mut() else {
+            return false;
+        };
+        cur.retire();
+        cur.unlock(&paths(cmd))
+    }
+
     /// Before `cmd` is applied: keeps or unshares what it would change of
     /// the parent's.
     pub(super) fn guard(&mut self, cmd: &Command<'_>) -> R<()> {

@@ -19,45 +19,7 @@ use crate::subvol::XATTR_RESERVED_PREFIX;
 
 use super::{is_kind, target, Current, Flow, Receiver, Target, R, RESOLVE};
 
-/// Inode flags set only at the subvolume's END (they would block the
-/// stream's own later changes).
-pub(super) const LATE_FLAGS: u32 = FS_IMMUTABLE_FL | FS_APPEND_FL;
-const MAX_DEFERRED: usize = 4096;
-
-const FS_SYNC_FL: u32 = 0x8;
-const FS_IMMUTABLE_FL: u32 = 0x10;
-const FS_APPEND_FL: u32 = 0x20;
-const FS_NODUMP_FL: u32 = 0x40;
-const FS_NOATIME_FL: u32 = 0x80;
-const FS_COMPR_FL: u32 = 0x4;
-const FS_NOCOMP_FL: u32 = 0x400;
-const FS_DIRSYNC_FL: u32 = 0x10000;
-const FS_NOCOW_FL: u32 = 0x0080_0000;
-
-/// btrfs inode flags (FILEATTR) → FS_*_FL.
-const FLAG_MAP: &[(u64, u32)] = &[
-    (1 << 1, FS_NOCOW_FL),
-    (1 << 3, FS_NOCOMP_FL),
-    (1 << 5, FS_SYNC_FL),
-    (1 << 6, FS_IMMUTABLE_FL),
-    (1 << 7, FS_APPEND_FL),
-    (1 << 8, FS_NODUMP_FL),
-    (1 << 9, FS_NOATIME_FL),
-    (1 << 10, FS_DIRSYNC_FL),
-    (1 << 11, FS_COMPR_FL),
-];
-
-/// FS_*_FL bits for btrfs inode flags.
-pub fn map_inode_flags(btrfs: u64) -> u32 {
-    FLAG_MAP
-        .iter()
-        .filter(|(b, _)| btrfs & b != 0)
-        .fold(0, |acc, (_, f)| acc | f)
-}
-
-fn managed_flags() -> u32 {
-    FLAG_MAP.iter().fold(0, |acc, (_, f)| acc | f)
-}
+pub(super) use crate::flags::{managed_flags, map_inode_flags, LATE_FLAGS, MAX_DEFERRED};
 
 /// Sets the atime and mtime of `path`, through the open file when it is
 /// that one.
@@ -272,7 +234,9 @@ impl Receiver<'_> {
                 return Ok(Flow::Continue);
             }
         };
-        let early = (now & !managed_flags()) | (want & !LATE_FLAGS) | (now & LATE_FLAGS);
+        // Immutable and append-only go at once when cleared (later commands
+        // may need that) and at END when set.
+        let early = (now & !managed_flags()) | (want & !LATE_FLAGS) | (now & want & LATE_FLAGS);
         if early != now {
             if let Err(e) = ioctl::set_inode_flags(f.as_fd(), early) {
                 self.stats.skipped += 1;

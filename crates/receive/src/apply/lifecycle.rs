@@ -170,9 +170,11 @@ impl Receiver<'_> {
                 return Err(CmdError::io("create snapshot")(e));
             }
         };
+        let mut late = Vec::new();
         let (guard, taken) = match made {
             Made::Snapshot => (Guard::Own, None),
-            Made::Tree(s, shared) => {
+            Made::Tree(tree) => {
+                let s = tree.stats;
                 self.log.note(format_args!(
                     "{} parent {}: {} inodes, {} hardlinks, {} files reflinked, {} linked",
                     if how == Snapshot::Link {
@@ -186,8 +188,16 @@ impl Receiver<'_> {
                     s.reflinked,
                     s.shared
                 ));
+                if s.flags_dropped > 0 {
+                    self.stats.skipped += s.flags_dropped;
+                    self.log.note(format_args!(
+                        "immutable/append flags of {} copied files not kept (too many)",
+                        s.flags_dropped
+                    ));
+                }
+                late = tree.late;
                 if how == Snapshot::Link {
-                    (Guard::Link(shared), None)
+                    (Guard::Link(tree.own), None)
                 } else {
                     (Guard::Own, None)
                 }
@@ -221,6 +231,9 @@ impl Receiver<'_> {
         cur.guard = guard;
         cur.taken = taken;
         cur.work = work;
+        // The copies' immutable and append-only flags come at END, before
+        // any the stream sets.
+        cur.deferred = late;
         self.cur = Some(cur);
         Ok(Flow::Continue)
     }

@@ -61,8 +61,8 @@ use batch::{Fold, Pending};
 use create::Create;
 use dirtimes::DirTimes;
 
+pub use crate::flags::map_inode_flags;
 pub use data::MAX_UNENCODED;
-pub use inode::map_inode_flags;
 
 /// The operation named when a path does not resolve beneath the subvolume.
 const RESOLVE: &str = "resolve beneath the subvolume (no symlink is followed)";
@@ -475,9 +475,22 @@ impl<'o> Receiver<'o> {
     /// Applies one command. Every path it carries is checked first
     /// ([`path::confine`]); the functions below take checked paths.
     fn dispatch(&mut self, cmd: &Command<'_>, pos: Position) -> R<Flow> {
-        use Command as C;
         path::confine(cmd)?;
-        self.guard(cmd)?;
+        // What the guard keeps is kept once, so both may run again.
+        match self
+            .guard(cmd)
+            .and_then(|()| self.dispatch_checked(cmd, pos))
+        {
+            Err(e) if self.lifted_for(cmd, &e) => {
+                self.guard(cmd)?;
+                self.dispatch_checked(cmd, pos)
+            }
+            r => r,
+        }
+    }
+
+    fn dispatch_checked(&mut self, cmd: &Command<'_>, pos: Position) -> R<Flow> {
+        use Command as C;
         match *cmd {
             C::Subvol {
                 path,
