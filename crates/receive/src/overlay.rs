@@ -58,6 +58,38 @@ struct Saved {
     ranges: BTreeMap<u64, (u64, u64)>,
 }
 
+impl Saved {
+    /// Splits `off..end` into pieces, in order: `(start, length, Some(offset
+    /// in undo))` where the bytes were saved, `(start, length, None)` where
+    /// the file still has them.
+    fn pieces(&self, off: u64, end: u64) -> Vec<(u64, u64, Option<u64>)> {
+        let mut out = Vec::new();
+        let mut at = off;
+        // Saved ranges never overlap: start from the last one before `off`.
+        let first = self
+            .ranges
+            .range(..=off)
+            .next_back()
+            .map_or(off, |(&s, _)| s);
+        for (&s, &(l, u)) in self.ranges.range(first..end) {
+            if s + l <= at {
+                continue;
+            }
+            if s > at {
+                out.push((at, s - at, None));
+                at = s;
+            }
+            let stop = (s + l).min(end);
+            out.push((at, stop - at, Some(u + (at - s))));
+            at = stop;
+        }
+        if at < end {
+            out.push((at, end - at, None));
+        }
+        out
+    }
+}
+
 /// The parent's view while it is changed in place.
 pub struct Overlay {
     parent: Uuid,
@@ -182,27 +214,12 @@ impl Overlay {
         if off >= end {
             return Ok(());
         }
-        let mut gaps = Vec::new();
-        let mut at = off;
-        // Ranges never overlap; walk those that reach into off..end.
-        let first = saved
-            .ranges
-            .range(..=off)
-            .next_back()
-            .map(|(&s, _)| s)
-            .unwrap_or(off);
-        for (&s, &(l, _)) in saved.ranges.range(first..end) {
-            if s + l <= at {
-                continue;
-            }
-            if s > at {
-                gaps.push((at, s - at));
-            }
-            at = at.max(s + l);
-        }
-        if at < end {
-            gaps.push((at, end - at));
-        }
+        let gaps: Vec<(u64, u64)> = saved
+            .pieces(off, end)
+            .into_iter()
+            .filter(|p| p.2.is_none())
+            .map(|(s, l, _)| (s, l))
+            .collect();
         if gaps.is_empty() {
             return Ok(());
         }
@@ -296,32 +313,17 @@ impl Overlay {
         let st = fstat(src.as_raw_fd())?;
         let saved = self.files.get(&(st.st_dev, st.st_ino));
         let end = src_off.saturating_add(len);
-        let mut at = src_off;
-        let piece = |from: &File, from_off: u64, at: u64, l: u64, how: &mut Methods| {
-            copy::copy_range(dst, dst_off + (at - src_off), from, from_off, l, how)
+        let undo = self.undo.as_ref();
+        let pieces = match saved {
+            Some(saved) if undo.is_some() => saved.pieces(src_off, end),
+            _ => vec![(src_off, len, None)],
         };
-        if let (Some(saved), Some(undo)) = (saved, self.undo.as_ref()) {
-            let first = saved
-                .ranges
-                .range(..=src_off)
-                .next_back()
-                .map(|(&s, _)| s)
-                .unwrap_or(src_off);
-            for (&s, &(l, u)) in saved.ranges.range(first..end) {
-                if s + l <= at {
-                    continue;
-                }
-                if s > at {
-                    piece(src, at, at, s - at, how)?;
-                    at = s;
-                }
-                let stop = (s + l).min(end);
-                piece(undo, u + (at - s), at, stop - at, how)?;
-                at = stop;
-            }
-        }
-        if at < end {
-            piece(src, at, at, end - at, how)?;
+        for (at, l, saved_at) in pieces {
+            let (from, from_off) = match (saved_at, undo) {
+                (Some(u), Some(undo)) => (undo, u),
+                _ => (src, at),
+            };
+            copy::copy_range(dst, dst_off + (at - src_off), from, from_off, l, how)?;
         }
         Ok(())
     }

@@ -108,26 +108,7 @@ fn make_snapshots(img: &BtrfsImage) {
 
 /// Full and incremental streams of s0..s3 with `args` (e.g. --proto 2).
 fn streams(img: &BtrfsImage, tag: &str, args: &[&str]) -> Vec<PathBuf> {
-    let m = img.mnt();
-    let mut out = Vec::new();
-    for (i, s) in SNAPS.iter().enumerate() {
-        let file = img.scratch().join(format!("{tag}-{s}.stream"));
-        let mut a: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
-        let parent = if i > 0 {
-            Some(m.join(SNAPS[i - 1]))
-        } else {
-            None
-        };
-        if let Some(p) = &parent {
-            a.push(OsStr::new("-p"));
-            a.push(p.as_os_str());
-        }
-        let snap = m.join(s);
-        a.push(snap.as_os_str());
-        fs::write(&file, img.send(&a)).unwrap();
-        out.push(file);
-    }
-    out
+    kernel_streams(img, &SNAPS, tag, args)
 }
 
 fn receive_chain(dest: &Path, streams: &[PathBuf], extra: &[&str]) {

@@ -129,22 +129,7 @@ fn make_snapshots(img: &mut BtrfsImage) {
 
 /// The kernel's full stream of n0 and incrementals n0→n1→…→n5.
 fn streams(img: &BtrfsImage) -> Vec<PathBuf> {
-    let m = img.mnt();
-    let mut out = Vec::new();
-    for (i, s) in SNAPS.iter().enumerate() {
-        let file = img.scratch().join(format!("{s}.stream"));
-        let parent = (i > 0).then(|| m.join(SNAPS[i - 1]));
-        let mut a: Vec<&OsStr> = Vec::new();
-        if let Some(p) = &parent {
-            a.push(OsStr::new("-p"));
-            a.push(p.as_os_str());
-        }
-        let snap = m.join(s);
-        a.push(snap.as_os_str());
-        fs::write(&file, img.send(&a)).unwrap();
-        out.push(file);
-    }
-    out
+    kernel_streams(img, &SNAPS, "v1", &[])
 }
 
 /// The source filesystem with n0..n5 and the kernel's streams of them, or
@@ -799,21 +784,7 @@ fn immutable_and_append_only_files_changed_later_in_each_mode() {
     snapshot(&src, "n1");
     sh(&v, "chattr -i f && echo more >> f && chattr -a d && rm d/g");
     snapshot(&src, "n2");
-    let m = src.mnt();
-    let mut chain = Vec::new();
-    for (i, s) in ["n0", "n1", "n2"].iter().enumerate() {
-        let file = src.scratch().join(format!("fa-{s}.stream"));
-        let mut a: Vec<&OsStr> = vec![OsStr::new("--proto"), OsStr::new("2")];
-        let parent = (i > 0).then(|| m.join(SNAPS[i - 1]));
-        if let Some(p) = &parent {
-            a.push(OsStr::new("-p"));
-            a.push(p.as_os_str());
-        }
-        let snap = m.join(s);
-        a.push(snap.as_os_str());
-        fs::write(&file, src.send(&a)).unwrap();
-        chain.push(file);
-    }
+    let chain = kernel_streams(&src, &SNAPS[..3], "fa", &["--proto", "2"]);
     let reference = BtrfsImage::new(512, &[], "noatime");
     for s in &chain {
         btrfs_receive(reference.mnt(), s);

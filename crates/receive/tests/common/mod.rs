@@ -342,3 +342,30 @@ pub fn plain_state(dir: &Path) -> Option<String> {
         .flatten()
         .map(|v| String::from_utf8_lossy(&v).to_string())
 }
+
+/// The kernel's streams of the read-only snapshots `snaps` at the top of
+/// `img`: the first in full, each next one with the one before as parent,
+/// with `args` (e.g. `--proto 2`); written to `<scratch>/<tag>-<snap>.stream`.
+pub fn kernel_streams(
+    img: &testkit::BtrfsImage,
+    snaps: &[&str],
+    tag: &str,
+    args: &[&str],
+) -> Vec<PathBuf> {
+    let m = img.mnt();
+    let mut out = Vec::new();
+    for (i, s) in snaps.iter().enumerate() {
+        let file = img.scratch().join(format!("{tag}-{s}.stream"));
+        let mut a: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+        let parent = (i > 0).then(|| m.join(snaps[i - 1]));
+        if let Some(p) = &parent {
+            a.push(std::ffi::OsStr::new("-p"));
+            a.push(p.as_os_str());
+        }
+        let snap = m.join(s);
+        a.push(snap.as_os_str());
+        fs::write(&file, img.send(&a)).unwrap();
+        out.push(file);
+    }
+    out
+}
