@@ -731,7 +731,6 @@ impl TreeCopy<'_> {
                 self.path = saved;
                 self.dir = saved_dir;
                 r?;
-                self.finish(&s_at, &d_at, st, true)?;
                 let sd = open_at(
                     src,
                     sname,
@@ -744,7 +743,9 @@ impl TreeCopy<'_> {
                     OFlag::O_RDONLY | OFlag::O_DIRECTORY,
                     Mode::empty(),
                 )?;
-                self.copy_flags(&sd, dd);
+                let late = early_flags(&sd, &dd);
+                self.finish(&s_at, &d_at, st, true)?;
+                self.keep_late(dd, late);
             }
             libc::S_IFREG => {
                 let s = open_noatime(src, sname, OFlag::empty())?;
@@ -765,9 +766,10 @@ impl TreeCopy<'_> {
                     Some(Gid::from_raw(st.st_gid)),
                 )?;
                 fchmod(d.as_raw_fd(), Mode::from_bits_retain(st.st_mode & 0o7777))?;
+                let late = early_flags(&s, &d);
                 copy_xattrs(&s_at, &d_at)?;
                 futimens(d.as_raw_fd(), &atime, &mtime)?;
-                self.copy_flags(&s, d);
+                self.keep_late(d, late);
             }
             libc::S_IFLNK => {
                 let target = readlinkat(Some(src.as_raw_fd()), sname)?;
@@ -800,30 +802,16 @@ impl TreeCopy<'_> {
         Ok(())
     }
 
-    /// Gives `dst` the inode flags of `src` that rreceive manages: at once,
-    /// except immutable and append-only, which wait for END. Flags this
-    /// filesystem lacks are left out, as FILEATTR does.
-    fn copy_flags(&mut self, src: &File, dst: File) {
-        use crate::flags::{managed_flags, LATE_FLAGS, MAX_DEFERRED};
-        let Ok(flags) = crate::ioctl::get_inode_flags(src.as_fd()) else {
-            return;
-        };
-        let flags = flags & managed_flags();
-        if flags == 0 {
+    /// Keeps `dst` and its immutable or append-only flags `late` for END.
+    fn keep_late(&mut self, dst: File, late: u32) {
+        if late == 0 {
             return;
         }
-        if flags & !LATE_FLAGS != 0 {
-            if let Ok(now) = crate::ioctl::get_inode_flags(dst.as_fd()) {
-                let _ = crate::ioctl::set_inode_flags(dst.as_fd(), now | (flags & !LATE_FLAGS));
-            }
-        }
-        if flags & LATE_FLAGS != 0 {
-            // Half the room at most: the stream's own FILEATTRs come first.
-            if self.late.len() < MAX_DEFERRED / 2 {
-                self.late.push((dst, flags & LATE_FLAGS));
-            } else {
-                self.stats.flags_dropped += 1;
-            }
+        // Half the room at most: the stream's own FILEATTRs come first.
+        if self.late.len() < crate::flags::MAX_DEFERRED / 2 {
+            self.late.push((dst, late));
+        } else {
+            self.stats.flags_dropped += 1;
         }
     }
 
@@ -844,6 +832,28 @@ impl TreeCopy<'_> {
         )?;
         Ok(())
     }
+}
+
+/// Gives `dst` the inode flags of `src` that rreceive manages and `dst`
+/// lacks, except immutable and append-only, which are returned (they wait
+/// for END). Call before the xattrs are copied: on btrfs, setting the
+/// compression flag sets the `btrfs.compression` property to the mount's
+/// default, and the copied property must win. Flags the filesystem lacks
+/// are left out, as FILEATTR does.
+fn early_flags(src: &File, dst: &File) -> u32 {
+    use crate::flags::{managed_flags, LATE_FLAGS};
+    let Ok(flags) = crate::ioctl::get_inode_flags(src.as_fd()) else {
+        return 0;
+    };
+    let flags = flags & managed_flags();
+    if flags & !LATE_FLAGS != 0 {
+        if let Ok(now) = crate::ioctl::get_inode_flags(dst.as_fd()) {
+            if flags & !LATE_FLAGS & !now != 0 {
+                let _ = crate::ioctl::set_inode_flags(dst.as_fd(), now | (flags & !LATE_FLAGS));
+            }
+        }
+    }
+    flags & LATE_FLAGS
 }
 
 fn copy_xattrs(s: &At<'_>, d: &At<'_>) -> io::Result<()> {
