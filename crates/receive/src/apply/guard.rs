@@ -13,9 +13,7 @@
 //!   few and listed.
 
 use std::collections::HashSet;
-use std::os::fd::{AsRawFd, BorrowedFd};
-
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::MetadataExt;
 
 use btrfs_stream::Command;
@@ -109,19 +107,14 @@ impl Current {
     }
 }
 
-/// The paths whose inodes `cmd` changes.
+/// The paths whose inodes `cmd` changes, for the commands applied when
+/// they come (creates are held back and made in batches).
 fn paths<'c>(cmd: &Command<'c>) -> Vec<&'c [u8]> {
     use Command as C;
     match *cmd {
         C::Rename { from, to } => vec![from, to],
         C::Link { path, target } => vec![path, target],
-        C::Mkfile { path, .. }
-        | C::Mkdir { path, .. }
-        | C::Mknod { path, .. }
-        | C::Mkfifo { path, .. }
-        | C::Mksock { path, .. }
-        | C::Symlink { path, .. }
-        | C::Unlink { path }
+        C::Unlink { path }
         | C::Rmdir { path }
         | C::SetXattr { path, .. }
         | C::RemoveXattr { path, .. }
@@ -209,58 +202,69 @@ impl Receiver<'_> {
     /// Before `cmd` is applied: keeps or unshares what it would change of
     /// the parent's.
     pub(super) fn guard(&mut self, cmd: &Command<'_>) -> R<()> {
-        use Command as C;
         let Some(cur) = self.cur.as_mut() else {
             return Ok(());
         };
         match &mut cur.guard {
-            Guard::Own => return Ok(()),
+            Guard::Own => Ok(()),
             Guard::InPlace(o) => {
-                if !matches!(cmd, C::Subvol { .. } | C::Snapshot { .. } | C::End {}) {
+                if !matches!(
+                    cmd,
+                    Command::Subvol { .. } | Command::Snapshot { .. } | Command::End {}
+                ) {
                     o.changed = true;
                 }
+                cur.keep_for_parent(cmd)
             }
-            Guard::Link(_) => {}
+            Guard::Link(_) => cur.unshare_for(cmd),
         }
-        let in_place = matches!(cur.guard, Guard::InPlace(_));
-        if in_place {
-            match *cmd {
-                C::Rename { from, to } => {
-                    cur.displace(from, false)?;
-                    cur.displace(to, false)?;
-                }
-                C::Unlink { path } => cur.displace(path, false)?,
-                C::Rmdir { path } => cur.displace(path, true)?,
-                C::Write { path, offset, data } => {
-                    cur.before_data(path, offset, data.len() as u64)?
-                }
-                C::Clone {
-                    path, offset, len, ..
-                } => cur.before_data(path, offset, len)?,
-                C::EncodedWrite {
-                    path,
-                    offset,
-                    unencoded_file_len,
-                    ..
-                } => cur.before_data(path, offset, unencoded_file_len)?,
-                C::Truncate { path, size } => cur.before_data(path, size, u64::MAX)?,
-                C::Fallocate {
-                    path,
-                    mode,
-                    offset,
-                    len,
-                } => {
-                    let changes = (FallocateFlags::FALLOC_FL_PUNCH_HOLE
-                        | FallocateFlags::FALLOC_FL_ZERO_RANGE)
-                        .bits() as u32;
-                    if mode & changes != 0 {
-                        cur.before_data(path, offset, len)?;
-                    }
-                }
-                _ => {}
+    }
+}
+
+impl Current {
+    /// In place: what `cmd` takes away or replaces of the parent's is kept.
+    fn keep_for_parent(&mut self, cmd: &Command<'_>) -> R<()> {
+        use Command as C;
+        match *cmd {
+            C::Rename { from, to } => {
+                self.displace(from, false)?;
+                self.displace(to, false)
             }
-            return Ok(());
+            C::Unlink { path } => self.displace(path, false),
+            C::Rmdir { path } => self.displace(path, true),
+            C::Write { path, offset, data } => self.before_data(path, offset, data.len() as u64),
+            C::Clone {
+                path, offset, len, ..
+            } => self.before_data(path, offset, len),
+            C::EncodedWrite {
+                path,
+                offset,
+                unencoded_file_len,
+                ..
+            } => self.before_data(path, offset, unencoded_file_len),
+            C::Truncate { path, size } => self.before_data(path, size, u64::MAX),
+            C::Fallocate {
+                path,
+                mode,
+                offset,
+                len,
+            } => {
+                let changes = (FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                    | FallocateFlags::FALLOC_FL_ZERO_RANGE)
+                    .bits() as u32;
+                if mode & changes != 0 {
+                    self.before_data(path, offset, len)
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Ok(()),
         }
+    }
+
+    /// Linked: a file `cmd` changes gets a copy of its own first.
+    fn unshare_for(&mut self, cmd: &Command<'_>) -> R<()> {
+        use Command as C;
         match *cmd {
             C::Write { path, .. }
             | C::Clone { path, .. }
@@ -273,11 +277,11 @@ impl Receiver<'_> {
             | C::SetXattr { path, .. }
             | C::RemoveXattr { path, .. }
             | C::Fileattr { path, .. }
-            | C::EnableVerity { path, .. } => cur.unshare(path).map(drop),
+            | C::EnableVerity { path, .. } => self.unshare(path).map(drop),
             C::Link { target, .. } => {
                 // The target gains a name: it is the new tree's own now.
-                if let Some(id) = cur.unshare(target)? {
-                    if let Guard::Link(own) = &mut cur.guard {
+                if let Some(id) = self.unshare(target)? {
+                    if let Guard::Link(own) = &mut self.guard {
                         own.insert(id);
                     }
                 }
