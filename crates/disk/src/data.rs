@@ -798,7 +798,11 @@ fn copy_from(data: &[u8], skip: u64, out: &mut [u8]) {
 impl Filesystem {
     /// The fs-verity descriptor of `ino` (VERITY_DESC_ITEM bytes), if verity is enabled on it.
     pub fn verity_descriptor(&self, sv: &Subvolume, ino: u64) -> Result<Option<Vec<u8>>> {
-        let tree = self.fs_tree(sv);
+        self.verity_descriptor_in(&self.fs_tree(sv), ino)
+    }
+
+    /// [`Filesystem::verity_descriptor`] of `ino` in `tree`.
+    pub fn verity_descriptor_in(&self, tree: &Tree<'_>, ino: u64) -> Result<Option<Vec<u8>>> {
         let key = Key::new(ino, key_type::VERITY_DESC_ITEM, 0);
         let Some(head) = tree.search(&key)? else {
             return Ok(None);
@@ -845,47 +849,52 @@ impl Filesystem {
         Ok(Some(out))
     }
 
-    /// The bytes of extent `ext` of inode `inode` as stored: the inline payload,
-    /// or the whole on-disk extent (checksum-verified and repaired like any
-    /// read). For compressed extents this is the compressed stream send v2's
-    /// encoded writes carry; for holes and prealloc it is empty.
-    pub fn read_extent_raw(
+    /// The bytes of the EXTENT_DATA item `fe` (key offset `file_offset`) of
+    /// `inode` as stored, into `out` (which must be [`encoded_len`] long):
+    /// the inline payload, or the whole on-disk extent, checksum-verified and
+    /// read from another copy when one is bad. For a compressed extent this is
+    /// the compressed stream send v2's ENCODED_WRITE carries.
+    pub fn read_extent_encoded(
         &self,
         tree: &Tree<'_>,
         inode: &Inode,
-        ext: &FileExtent,
-    ) -> Result<Vec<u8>> {
-        if ext.kind == ExtentKind::Inline {
-            return Ok(ext.inline.clone());
-        }
-        if ext.is_zero() {
-            return Ok(Vec::new());
-        }
+        file_offset: u64,
+        fe: &FileExtentItem<'_>,
+        out: &mut [u8],
+    ) -> Result<()> {
         let ctx = FileCtx {
             fs: self,
             tree,
             ino: inode.ino,
             nodatasum: inode.nodatasum(),
         };
-        let len = usize::try_from(ext.disk_num_bytes)
-            .ok()
-            .filter(|&n| n <= 128 << 20)
-            .ok_or_else(|| {
-                ctx.bad(
-                    ext.file_offset,
-                    DataError::ExtentSize {
-                        bytes: ext.disk_num_bytes,
-                    },
-                )
-            })?;
-        let mut raw = vec![0u8; len];
+        let want = encoded_len(fe);
+        if out.len() as u64 != want {
+            return Err(ctx.bad(file_offset, DataError::ExtentSize { bytes: want }));
+        }
+        if fe.kind() == ExtentKind::Inline {
+            out.copy_from_slice(fe.inline_data());
+            return Ok(());
+        }
+        if fe.disk_bytenr() == 0 {
+            return Ok(());
+        }
         self.read_verified(
             &ctx,
-            (ext.disk_bytenr, ext.disk_num_bytes),
-            ext.disk_bytenr,
-            ext.file_offset.saturating_sub(ext.offset),
-            &mut raw,
-        )?;
-        Ok(raw)
+            (fe.disk_bytenr(), fe.disk_num_bytes()),
+            fe.disk_bytenr(),
+            file_offset.saturating_sub(fe.offset()),
+            out,
+        )
+    }
+}
+
+/// How many bytes [`Filesystem::read_extent_encoded`] gives for `fe`: the
+/// inline payload's size, or the on-disk extent's (0 for a hole).
+pub fn encoded_len(fe: &FileExtentItem<'_>) -> u64 {
+    match fe.kind() {
+        ExtentKind::Inline => fe.inline_data().len() as u64,
+        _ if fe.disk_bytenr() == 0 => 0,
+        _ => fe.disk_num_bytes(),
     }
 }

@@ -10,7 +10,7 @@ use anyhow::Context;
 use btrfs_stream::Writer;
 
 use crate::progress::{totals, Progress};
-use crate::send::{check_parent, find_sendable, label, related, send_with, SendError, SendOptions};
+use crate::send::{check_parent, find_sendable, label, related, send_with, SendOptions};
 use btrfs_disk::fs::Filesystem;
 use btrfs_disk::subvol::Subvolume;
 pub use btrfs_disk::SubvolSelector;
@@ -69,8 +69,12 @@ pub struct SendArgs {
     pub quiet: bool,
     /// Also print what each stream holds.
     pub verbose: u8,
-    /// Protocol version (0 = highest supported).
+    /// Protocol version (0 = the highest a standard btrfs-progs receives, 2).
     pub proto: u32,
+    /// Compressed extents as stored (ENCODED_WRITE, v2 and later).
+    pub compressed: bool,
+    /// UPDATE_EXTENT instead of file data (`btrfs send --no-data`).
+    pub no_data: bool,
     /// The parent of an incremental send (`-p` / `--parent-id`).
     pub parent: Option<SubvolSelector>,
     /// Clone sources (`-c`); without a parent they choose one.
@@ -174,9 +178,12 @@ pub fn refuse_terminal(f: &impl IsTerminal, what: &str) -> anyhow::Result<()> {
 /// `btrfs send SUBVOL...` does. On error the streams written so far are
 /// flushed, the failing one without its END.
 pub fn send(args: &SendArgs) -> anyhow::Result<()> {
-    if args.proto > 1 {
-        return Err(SendError::Proto(args.proto).into());
-    }
+    crate::send::check_flavor(&SendOptions {
+        proto: args.proto,
+        compressed: args.compressed,
+        no_data: args.no_data,
+        ..SendOptions::default()
+    })?;
     if args.output.is_none() {
         refuse_terminal(&std::io::stdout(), "standard output")?;
     }
@@ -271,6 +278,8 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
         let progress = show_progress.then(|| Progress::new(&sv.path_lossy()));
         let opts = SendOptions {
             proto: args.proto,
+            compressed: args.compressed,
+            no_data: args.no_data,
             progress: progress.clone(),
             no_clones: false,
         };

@@ -32,9 +32,35 @@ struct Args {
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
 
-    /// Send stream protocol version (1; 0 means the highest supported)
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    proto: u32,
+    /// Send stream protocol version: 1 (the default), 2 or 3; 0 means 2
+    ///
+    /// Version 2 cuts WRITEs at 128 KiB instead of 48 KiB, sends holes of an
+    /// incremental send as FALLOCATE (punch hole), birth times in UTIMES and
+    /// changed inode flags (chattr) as FILEATTR, and can carry compressed
+    /// extents (--compressed-data). Version 3 adds ENABLE_VERITY for
+    /// fs-verity files; it is experimental in the kernel and btrfs-progs, so
+    /// 0 means 2, the highest a standard btrfs receive accepts.
+    /// With --compressed-data and no --proto, 2 is used.
+    #[arg(long, value_name = "N")]
+    proto: Option<u32>,
+
+    /// Send compressed extents as they are on disk (ENCODED_WRITE), without
+    /// decompressing them: fewer bytes on the wire, nothing to compress again
+    /// on a btrfs receiver (needs --proto 2 or later)
+    ///
+    /// An extent goes compressed when the whole of it is used by the range
+    /// sent (as the kernel decides); other ranges go as plain WRITEs. btrfs
+    /// receive writes them as they are where it can and decompresses
+    /// otherwise (--force-decompress always); rreceive decompresses them
+    /// onto filesystems other than btrfs.
+    #[arg(long)]
+    compressed_data: bool,
+
+    /// Send no file data: each changed range goes as UPDATE_EXTENT (offset
+    /// and length), as `btrfs send --no-data`; for listing what changed, not
+    /// for receiving
+    #[arg(long)]
+    no_data: bool,
 
     /// Send incrementally against PARENT (a read-only snapshot: a path from the top level, or its uuid)
     #[arg(short = 'p', long = "parent", value_name = "PARENT")]
@@ -98,7 +124,12 @@ fn main() -> ExitCode {
             output: args.file.clone(),
             quiet: args.quiet,
             verbose: args.verbose,
-            proto: args.proto,
+            // As btrfs send: --compressed-data alone means version 2.
+            proto: args
+                .proto
+                .unwrap_or(if args.compressed_data { 2 } else { 1 }),
+            compressed: args.compressed_data,
+            no_data: args.no_data,
             parent: args
                 .parent
                 .clone()

@@ -114,6 +114,46 @@ pub(crate) enum Cmd {
         atime: Timespec,
         mtime: Timespec,
         ctime: Timespec,
+        /// Sent from protocol v2 on.
+        otime: Option<Timespec>,
+    },
+    /// A changed range, sent instead of its data (`--no-data`).
+    UpdateExtent {
+        path: Bytes,
+        offset: u64,
+        len: u64,
+    },
+    /// fallocate(2) of `[offset, offset + len)` with `mode` (v2: holes).
+    Fallocate {
+        path: Bytes,
+        mode: u32,
+        offset: u64,
+        len: u64,
+    },
+    /// The raw btrfs inode flags (v2).
+    Fileattr {
+        path: Bytes,
+        attr: u64,
+    },
+    /// An extent's bytes as stored (v2 `--compressed-data`).
+    EncodedWrite {
+        path: Bytes,
+        offset: u64,
+        unencoded_file_len: u64,
+        unencoded_len: u64,
+        unencoded_offset: u64,
+        compression: u32,
+        /// None for inline extents, as the kernel omits it there.
+        encryption: Option<u32>,
+        data: Vec<u8>,
+    },
+    /// fs-verity from the file's descriptor (v3).
+    EnableVerity {
+        path: Bytes,
+        algorithm: u8,
+        block_size: u32,
+        salt: Vec<u8>,
+        sig: Vec<u8>,
     },
     End,
 }
@@ -224,12 +264,62 @@ impl Cmd {
                 atime,
                 mtime,
                 ctime,
+                otime,
             } => Command::Utimes {
                 path,
                 atime: *atime,
                 mtime: *mtime,
                 ctime: *ctime,
-                otime: None,
+                otime: *otime,
+            },
+            Cmd::UpdateExtent { path, offset, len } => Command::UpdateExtent {
+                path,
+                offset: *offset,
+                len: *len,
+            },
+            Cmd::Fallocate {
+                path,
+                mode,
+                offset,
+                len,
+            } => Command::Fallocate {
+                path,
+                mode: *mode,
+                offset: *offset,
+                len: *len,
+            },
+            Cmd::Fileattr { path, attr } => Command::Fileattr { path, attr: *attr },
+            Cmd::EncodedWrite {
+                path,
+                offset,
+                unencoded_file_len,
+                unencoded_len,
+                unencoded_offset,
+                compression,
+                encryption,
+                data,
+            } => Command::EncodedWrite {
+                path,
+                offset: *offset,
+                unencoded_file_len: *unencoded_file_len,
+                unencoded_len: *unencoded_len,
+                unencoded_offset: *unencoded_offset,
+                compression: Some(*compression),
+                encryption: *encryption,
+                data,
+            },
+            Cmd::EnableVerity {
+                path,
+                algorithm,
+                block_size,
+                salt,
+                sig,
+            } => Command::EnableVerity {
+                path,
+                algorithm: *algorithm,
+                block_size: *block_size,
+                salt,
+                sig,
             },
             Cmd::End => Command::End {},
         }

@@ -10,13 +10,22 @@
 use super::clone::{Query, Source, MAX_SECTOR};
 use super::cmd::Cmd;
 use super::inode::{Result, Walk, S_IFLNK, S_IFREG};
+use btrfs_disk::data::encoded_len;
 use btrfs_disk::error::Error;
-use btrfs_disk::items::{key_type, ExtentKind, FileExtentItem};
+use btrfs_disk::items::{key_type, Compression, ExtentKind, FileExtentItem};
 use btrfs_disk::tree::Item;
 use btrfs_disk::Key;
+use btrfs_stream::command::compression;
 
 /// The page size the kernel aligns inline extents to in its comparisons.
 const PAGE: u64 = 4096;
+
+/// Largest compressed extent btrfs writes (BTRFS_MAX_COMPRESSED), and so the
+/// largest ENCODED_WRITE payload.
+const MAX_COMPRESSED: u64 = 128 << 10;
+
+/// fallocate(2) mode of a punched hole: FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE.
+pub(crate) const PUNCH_HOLE: u32 = 0x2 | 0x1;
 
 impl Walk<'_, '_> {
     fn parse_extent<'i>(&self, tree: u64, item: &'i Item) -> Result<FileExtentItem<'i>> {
@@ -134,6 +143,17 @@ impl Walk<'_, '_> {
             return Ok(());
         };
         let path = self.cur_path(self.cur.ino, self.cur.gen)?;
+        if self.flavor.no_data {
+            self.push(Cmd::UpdateExtent { path, offset, len })?;
+            return Ok(());
+        }
+        // The whole extent as stored, unless that is more than the range
+        // needs (a partly referenced extent, or the rest of one a clone
+        // could not cover).
+        if self.flavor.compressed && fe.compression() != Compression::None && encoded_len(fe) <= len
+        {
+            return self.send_encoded(item_off, fe, offset, len, path);
+        }
         let tree = self.send.tree;
         let zero = fe.kind() == ExtentKind::Prealloc
             || (fe.kind() == ExtentKind::Regular && fe.disk_bytenr() == 0);
@@ -155,6 +175,61 @@ impl Walk<'_, '_> {
             })?;
             sent += n;
         }
+        Ok(())
+    }
+
+    /// send_encoded_extent and send_encoded_inline_extent: one
+    /// ENCODED_WRITE of the extent's stored bytes, of which the file gets
+    /// `[offset, offset + len)` (the item's key offset is `item_off`).
+    fn send_encoded(
+        &mut self,
+        item_off: u64,
+        fe: &FileExtentItem<'_>,
+        offset: u64,
+        len: u64,
+        path: super::cmd::Bytes,
+    ) -> Result<()> {
+        let Some(inode) = self.cur.inode else {
+            return Ok(());
+        };
+        let stored = encoded_len(fe);
+        if stored > MAX_COMPRESSED || fe.ram_bytes() > MAX_COMPRESSED {
+            return Err(super::inode::Stop::Bad(format!(
+                "the compressed extent at file offset {item_off} has {stored} bytes on disk for {} decoded; btrfs compresses at most 128 KiB into one extent",
+                fe.ram_bytes()
+            )));
+        }
+        let inline = fe.kind() == ExtentKind::Inline;
+        let (covered, skip) = if inline {
+            (fe.ram_bytes(), 0)
+        } else {
+            (fe.num_bytes(), fe.offset())
+        };
+        let compression = match fe.compression() {
+            Compression::Zlib => compression::ZLIB,
+            Compression::Zstd => compression::ZSTD,
+            Compression::Lzo => {
+                compression::LZO_4K + self.sectorsize.trailing_zeros().saturating_sub(12)
+            }
+            Compression::None => compression::NONE,
+        };
+        let mut data = self.out.buffer(stored as usize);
+        let tree = self.send.tree;
+        self.fs
+            .read_extent_encoded(&tree, &inode, item_off, fe, &mut data)?;
+        self.push(Cmd::EncodedWrite {
+            path,
+            offset,
+            unencoded_file_len: item_off
+                .saturating_add(covered)
+                .saturating_sub(offset)
+                .min(len),
+            unencoded_len: fe.ram_bytes(),
+            unencoded_offset: offset.saturating_sub(item_off).saturating_add(skip),
+            compression,
+            encryption: (!inline).then_some(0),
+            data,
+        })?;
         Ok(())
     }
 
@@ -445,14 +520,35 @@ impl Walk<'_, '_> {
         Ok(())
     }
 
-    /// send_hole: zeros from the last extent's end to `end` (within i_size).
+    /// send_hole: from the last extent's end to `end`, a punched hole from
+    /// v2 on (one FALLOCATE, as the kernel sends it: neither cut at i_size
+    /// nor counted as written, `--no-data` or not); in v1 zeros within
+    /// i_size, or UPDATE_EXTENT under `--no-data`.
     pub(crate) fn send_hole(&mut self, end: u64) -> Result<()> {
         let mut offset = self.cur.last_extent;
+        if self.flavor.proto >= 2 {
+            let path = self.cur_path(self.cur.ino, self.cur.gen)?;
+            self.push(Cmd::Fallocate {
+                path,
+                mode: PUNCH_HOLE,
+                offset,
+                len: end.saturating_sub(offset),
+            })?;
+            return Ok(());
+        }
         if offset >= self.cur.size {
             return Ok(());
         }
         let end = end.min(self.cur.size);
         let path = self.cur_path(self.cur.ino, self.cur.gen)?;
+        if self.flavor.no_data {
+            self.push(Cmd::UpdateExtent {
+                path,
+                offset,
+                len: end - offset,
+            })?;
+            return Ok(());
+        }
         // Cut where the kernel cuts: WRITE-size pieces from `offset`.
         let batch = self.read_chunk.max(self.write_size);
         while offset < end {

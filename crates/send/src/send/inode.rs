@@ -125,6 +125,8 @@ pub(crate) struct Cur {
     pub(crate) placed: bool,
     /// Its last path, for error messages.
     pub(crate) path: Option<Bytes>,
+    /// Its fs-verity descriptor is new or changed (ENABLE_VERITY in v3).
+    pub(crate) needs_verity: bool,
 }
 
 impl Cur {
@@ -171,6 +173,8 @@ pub(crate) struct Walk<'a, 'fs> {
     /// so the writer's cuts fall where the kernel's do.
     pub(crate) read_chunk: u64,
     pub(crate) write_size: u64,
+    /// The stream's protocol version and flags.
+    pub(crate) flavor: super::Flavor,
     pub(crate) sectorsize: u64,
     /// Whether the root directory changed after its last UTIMES.
     pub(crate) root_dirty: bool,
@@ -187,9 +191,9 @@ impl<'a, 'fs> Walk<'a, 'fs> {
         parent: Option<Tree<'fs>>,
         out: &'a mut Emitter,
         clones: Clones<'fs>,
-        write_chunk: usize,
+        flavor: super::Flavor,
     ) -> Walk<'a, 'fs> {
-        let write_chunk = write_chunk.max(1) as u64;
+        let write_chunk = flavor.write_size().max(1) as u64;
         let full = parent.is_none();
         Walk {
             fs,
@@ -214,6 +218,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             root_orphans: full.then(HashSet::new),
             read_chunk: write_chunk * (1u64 << 20).div_ceil(write_chunk),
             write_size: write_chunk,
+            flavor,
             sectorsize: fs.sectorsize() as u64,
             root_dirty: false,
         }
@@ -368,6 +373,13 @@ impl<'a, 'fs> Walk<'a, 'fs> {
                 }
                 Ok(())
             }
+            key_type::VERITY_DESC_ITEM if key.offset == 0 => {
+                // changed_verity: a descriptor is only ever added.
+                if !self.cur.new_gen && !self.cur.deleted && change == Change::New {
+                    self.cur.needs_verity = true;
+                }
+                Ok(())
+            }
             key_type::EXTENT_DATA => {
                 if key.objectid != self.cur.ino {
                     return Ok(());
@@ -463,12 +475,13 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             None => self.send.need_inode(ino)?,
         };
         let kind = self.cur.kind();
-        let (need_chown, need_chmod, need_truncate) =
+        let (need_chown, need_chmod, need_truncate, need_fileattr) =
             match self.parent.as_mut().filter(|_| !self.cur.new) {
                 None => (
                     true,
                     kind != S_IFLNK,
                     self.cur.next_write_offset != self.cur.size,
+                    false,
                 ),
                 Some(p) => {
                     let right = p.need_inode(ino)?;
@@ -479,6 +492,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
                         left.uid != right.uid || left.gid != right.gid,
                         kind != S_IFLNK && left.mode != right.mode,
                         !same_size,
+                        kind != S_IFLNK && left.flags != right.flags,
                     )
                 }
             };
@@ -516,6 +530,18 @@ impl<'a, 'fs> Walk<'a, 'fs> {
                 mode: u64::from(left.mode & 0o7777),
             })?;
         }
+        if need_fileattr && self.flavor.proto >= 2 {
+            let path = self.cur_path(ino, gen)?;
+            self.push(Cmd::Fileattr {
+                path,
+                attr: left.flags,
+            })?;
+        }
+        // The kernel leaves out the descriptor of a re-created inode (a new
+        // generation); its receiver would lose fs-verity, so it is looked up.
+        if self.flavor.proto >= 3 && (self.cur.needs_verity || self.cur.new_gen) {
+            self.send_verity()?;
+        }
         self.send_capabilities()?;
         if !self.waiting.contains_key(&ino) {
             self.apply_children_dir_moves()?;
@@ -527,6 +553,30 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             }
         }
         self.out.inode_done();
+        Ok(())
+    }
+
+    /// process_verity: ENABLE_VERITY from the file's fs-verity descriptor.
+    fn send_verity(&mut self) -> Result<()> {
+        let ino = self.cur.ino;
+        let tree = self.send.tree;
+        let Some(desc) = self.fs.verity_descriptor_in(&tree, ino)? else {
+            return Ok(());
+        };
+        let v = super::verity::Descriptor::parse(&desc).map_err(|why| {
+            Stop::Bad(format!(
+                "fs-verity descriptor of {} bytes: {why}",
+                desc.len()
+            ))
+        })?;
+        let path = self.cur_path(ino, self.cur.gen)?;
+        self.push(Cmd::EnableVerity {
+            path,
+            algorithm: v.algorithm,
+            block_size: v.block_size,
+            salt: v.salt.to_vec(),
+            sig: v.signature.to_vec(),
+        })?;
         Ok(())
     }
 
@@ -863,6 +913,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             atime: ts(inode.atime),
             mtime: ts(inode.mtime),
             ctime: ts(inode.ctime),
+            otime: (self.flavor.proto >= 2).then(|| ts(inode.otime)),
         })?;
         Ok(())
     }

@@ -30,6 +30,7 @@ mod refs;
 mod roots;
 mod sink;
 mod utimes;
+mod verity;
 
 use std::io::Write;
 use std::sync::mpsc;
@@ -50,6 +51,39 @@ use sink::{Emitter, Msg, Sink};
 
 /// Largest WRITE payload of protocol v1 (BTRFS_SEND_BUF_SIZE_V1 - 16 KiB).
 pub const V1_WRITE_SIZE: usize = 48 << 10;
+
+/// Largest WRITE payload from protocol v2 on (the v2 send buffer, 16 KiB +
+/// 128 KiB, less 16 KiB), as the kernel cuts its writes.
+pub const V2_WRITE_SIZE: usize = 128 << 10;
+
+/// The highest protocol version rsend writes.
+pub const MAX_PROTO: u32 = 3;
+
+/// The version `--proto 0` means: the highest a standard build of the
+/// kernel sends and of btrfs-progs receives (v3 is experimental in both).
+pub const DEFAULT_HIGHEST_PROTO: u32 = 2;
+
+/// What a stream may carry: its protocol version and the send flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Flavor {
+    /// 1, 2 or 3.
+    pub(crate) proto: u32,
+    /// Compressed extents as ENCODED_WRITE (v2 and later).
+    pub(crate) compressed: bool,
+    /// UPDATE_EXTENT instead of file data.
+    pub(crate) no_data: bool,
+}
+
+impl Flavor {
+    /// The largest WRITE of the protocol.
+    pub(crate) fn write_size(&self) -> usize {
+        if self.proto >= 2 {
+            V2_WRITE_SIZE
+        } else {
+            V1_WRITE_SIZE
+        }
+    }
+}
 
 /// Everything that can stop a send.
 #[derive(Debug, thiserror::Error)]
@@ -112,8 +146,11 @@ pub enum SendError {
     #[error("no parent: {0}")]
     NoParent(String),
     /// A protocol version this build does not send.
-    #[error("protocol version {0} is not supported (this rsend sends version 1)")]
+    #[error("protocol version {0} is not supported (rsend sends versions 1 to 3; 0 means 2, the highest btrfs-progs receives without experimental features)")]
     Proto(u32),
+    /// Compressed data asked for in a protocol that cannot carry it.
+    #[error("--compressed-data needs protocol version 2 or later (asked for version {0}); use --proto 2")]
+    CompressedNeedsV2(u32),
     /// Reading failed while an inode was being sent.
     #[error("{subvol}: inode {ino}{}", at(path))]
     Inode {
@@ -359,13 +396,40 @@ fn inode_at(ino: Option<u64>, path: &Option<String>) -> String {
 /// How to send.
 #[derive(Clone, Default)]
 pub struct SendOptions {
-    /// Protocol version; 0 means the highest this build sends (1).
+    /// Protocol version; 0 means [`DEFAULT_HIGHEST_PROTO`].
     pub proto: u32,
+    /// Send compressed extents as stored (ENCODED_WRITE); needs v2 or later.
+    pub compressed: bool,
+    /// Send UPDATE_EXTENT (offset and length) instead of file data, as
+    /// `btrfs send --no-data`; the stream only tells what changed.
+    pub no_data: bool,
     /// Where to show progress (bytes and files sent).
     pub progress: Option<Progress>,
     /// Write every extent instead of cloning shared ones (as a stream
     /// without clone search looks; for comparisons).
     pub no_clones: bool,
+}
+
+/// The protocol and flags `opts` ask for, checked.
+pub(crate) fn flavor(opts: &SendOptions) -> Result<Flavor, SendError> {
+    let proto = match opts.proto {
+        0 => DEFAULT_HIGHEST_PROTO,
+        v @ 1..=MAX_PROTO => v,
+        v => return Err(SendError::Proto(v)),
+    };
+    if opts.compressed && proto < 2 {
+        return Err(SendError::CompressedNeedsV2(proto));
+    }
+    Ok(Flavor {
+        proto,
+        compressed: opts.compressed,
+        no_data: opts.no_data,
+    })
+}
+
+/// Checks the protocol and flags `opts` ask for (before anything is read).
+pub fn check_flavor(opts: &SendOptions) -> Result<(), SendError> {
+    flavor(opts).map(drop)
 }
 
 /// `path (subvolume id)`, for messages.
@@ -506,10 +570,8 @@ pub fn send_with<W: Write>(
     out: &mut Writer<W>,
     opts: &SendOptions,
 ) -> Result<StreamStats, SendError> {
-    let proto = match opts.proto {
-        0 | 1 => 1,
-        v => return Err(SendError::Proto(v)),
-    };
+    let flavor = flavor(opts)?;
+    let proto = flavor.proto;
     // Their root blocks stay in memory while the send runs. On a mounted
     // filesystem a root may have moved since the caller looked it up (a
     // snapshot of a snapshot copies its root block, and the old one is
@@ -594,7 +656,7 @@ pub fn send_with<W: Write>(
             );
             let (r, pos) = {
                 let clones = Clones::new(fs, sv, parent, sources, !opts.no_clones);
-                let mut walk = Walk::new(fs, tree, parent_tree, &mut em, clones, V1_WRITE_SIZE);
+                let mut walk = Walk::new(fs, tree, parent_tree, &mut em, clones, flavor);
                 // No END before the subvolumes read are known to be intact.
                 let r = walk.run().and_then(|()| match check_intact(fs, &reads) {
                     Ok(()) => walk.end(),
@@ -637,7 +699,7 @@ pub fn send_with<W: Write>(
         });
         let mut sink = Sink {
             w: out,
-            chunk: V1_WRITE_SIZE,
+            chunk: flavor.write_size(),
             pool: pool_tx,
             progress: opts.progress.as_ref(),
             stats: StreamStats::default(),

@@ -64,7 +64,9 @@ impl Emitter {
     /// Queues one command.
     pub(crate) fn push(&mut self, c: Cmd) -> Result<(), Hangup> {
         self.data += match &c {
-            Cmd::Write { data, .. } | Cmd::SetXattr { data, .. } => data.len(),
+            Cmd::Write { data, .. }
+            | Cmd::SetXattr { data, .. }
+            | Cmd::EncodedWrite { data, .. } => data.len(),
             Cmd::Symlink { target, .. } => target.len(),
             _ => 0,
         };
@@ -125,6 +127,12 @@ pub struct StreamStats {
     pub clones: u64,
     /// File data bytes in CLONE commands (sent as references, not data).
     pub cloned_bytes: u64,
+    /// ENCODED_WRITE commands.
+    pub encoded_writes: u64,
+    /// File bytes they cover (decoded).
+    pub encoded_file_bytes: u64,
+    /// Their data as stored (compressed).
+    pub encoded_bytes: u64,
 }
 
 /// The writer's end: encodes and writes what the walk sends.
@@ -155,7 +163,8 @@ impl<W: Write> Sink<'_, W> {
     /// Writes one batch.
     pub(crate) fn write(&mut self, b: Batch) -> Result<(), SendError> {
         // Cloned bytes count as sent: the totals of a full send are file bytes.
-        let before = self.stats.data_bytes + self.stats.cloned_bytes;
+        let sent = |s: &StreamStats| s.data_bytes + s.cloned_bytes + s.encoded_file_bytes;
+        let before = sent(&self.stats);
         for c in b.cmds {
             match &c {
                 Cmd::Write { path, offset, data } => {
@@ -176,6 +185,15 @@ impl<W: Write> Sink<'_, W> {
                             self.stats.clones += 1;
                             self.stats.cloned_bytes += len;
                         }
+                        Cmd::EncodedWrite {
+                            unencoded_file_len,
+                            data,
+                            ..
+                        } => {
+                            self.stats.encoded_writes += 1;
+                            self.stats.encoded_file_bytes += unencoded_file_len;
+                            self.stats.encoded_bytes += data.len() as u64;
+                        }
                         _ => {}
                     }
                     self.put(&other.as_command(), other)?;
@@ -184,7 +202,7 @@ impl<W: Write> Sink<'_, W> {
                     }
                 }
             }
-            if let Cmd::Write { data, .. } = c {
+            if let Cmd::Write { data, .. } | Cmd::EncodedWrite { data, .. } = c {
                 if data.capacity() >= POOLED {
                     let _ = self.pool.send(data);
                 }
@@ -192,10 +210,7 @@ impl<W: Write> Sink<'_, W> {
         }
         self.stats.files += b.files;
         if let Some(p) = self.progress {
-            p.advance(
-                self.stats.data_bytes + self.stats.cloned_bytes - before,
-                b.files,
-            );
+            p.advance(sent(&self.stats) - before, b.files);
         }
         Ok(())
     }
