@@ -80,7 +80,7 @@ new_fs() {
     MOUNTS+=("$mnt")
 }
 
-# stream_stats FILE: bytes, bytes cloned, bytes written and command counts
+# stream_stats FILE: bytes, bytes cloned, bytes written (WRITE data) and command counts
 # ("NAME=COUNT ...") of a stream file's first stream, tab-separated.
 stream_stats() { python3 -c "$FIXTURE_STREAM_PY" "$1"; }
 FIXTURE_STREAM_PY='
@@ -92,13 +92,19 @@ NAMES = {1:"subvol",2:"snapshot",3:"mkfile",4:"mkdir",5:"mknod",6:"mkfifo",7:"mk
 d = open(sys.argv[1], "rb").read()
 if d[:13] != b"btrfs-stream\0":
     raise SystemExit("bad magic")
+version = struct.unpack_from("<I", d, 13)[0]
 pos, counts, cloned, written = 17, collections.Counter(), 0, 0
 while True:
     ln, cmd = struct.unpack_from("<IH", d, pos)
     counts[NAMES.get(cmd, "cmd%d" % cmd)] += 1
     body, a = d[pos + 10:pos + 10 + ln], 0
     while a < len(body):
-        t, l = struct.unpack_from("<HH", body, a)
+        (t,) = struct.unpack_from("<H", body, a)
+        if t == 19 and version >= 2:
+            # From v2 on DATA has no length: it runs to the end of the command.
+            l, a = len(body) - a - 2, a - 2
+        else:
+            (l,) = struct.unpack_from("<H", body, a + 2)
         v = body[a + 4:a + 4 + l]
         if cmd == 16 and t == 24:    # CLONE_LEN
             cloned += struct.unpack("<Q", v)[0]

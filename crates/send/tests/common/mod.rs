@@ -9,6 +9,7 @@ pub mod model;
 pub mod receivers;
 pub mod scenarios;
 pub mod sharing;
+pub mod v2;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

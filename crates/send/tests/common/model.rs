@@ -246,6 +246,19 @@ impl Model {
         }
     }
 
+    /// Writes `data` at `offset` of the file at `path`, growing it.
+    fn write_at(&mut self, path: &[u8], offset: u64, data: &[u8]) -> Result<(), String> {
+        let f = self.file(path)?;
+        let end = offset as usize + data.len();
+        if f.len() < end {
+            f.resize(end, 0);
+        }
+        f[offset as usize..end].copy_from_slice(data);
+        let id = self.lookup(path)?;
+        self.touch(id);
+        Ok(())
+    }
+
     /// Whether node `id` is `dir` or lies beneath it.
     fn is_within(&self, id: usize, dir: usize) -> bool {
         // Directories have one name, so walk down from `dir` instead of up.
@@ -424,16 +437,7 @@ impl Model {
                     .remove(*name)
                     .ok_or_else(|| "no such xattr".to_string())?;
             }
-            Command::Write { path, offset, data } => {
-                let f = self.file(path)?;
-                let end = *offset as usize + data.len();
-                if f.len() < end {
-                    f.resize(end, 0);
-                }
-                f[*offset as usize..end].copy_from_slice(data);
-                let id = self.lookup(path)?;
-                self.touch(id);
-            }
+            Command::Write { path, offset, data } => self.write_at(path, *offset, data)?,
             Command::Clone {
                 offset,
                 len,
@@ -496,7 +500,48 @@ impl Model {
                 self.nodes[id].mtime = *mtime;
             }
             Command::UpdateExtent { .. } => {}
-            other => return Err(format!("{:?} is not expected in a v1 stream", other.kind())),
+            Command::EncodedWrite {
+                path,
+                offset,
+                unencoded_file_len,
+                unencoded_len,
+                unencoded_offset,
+                compression,
+                data,
+                ..
+            } => {
+                let algo = btrfs_compress::Algorithm::from_encoded(compression.unwrap_or(0))
+                    .map_err(|e| e.to_string())?;
+                let mut plain = vec![0u8; *unencoded_len as usize];
+                btrfs_compress::decompress(algo, data, &mut plain).map_err(|e| e.to_string())?;
+                let (s, n) = (*unencoded_offset as usize, *unencoded_file_len as usize);
+                let piece = plain
+                    .get(s..s + n)
+                    .ok_or("encoded write range beyond the decoded extent")?
+                    .to_vec();
+                self.write_at(path, *offset, &piece)?;
+            }
+            Command::Fallocate {
+                path,
+                mode,
+                offset,
+                len,
+            } => {
+                // The kernel sends only punched holes (PUNCH_HOLE | KEEP_SIZE).
+                if *mode != 3 {
+                    return Err(format!("fallocate mode {mode:#x} is not a punched hole"));
+                }
+                let f = self.file(path)?;
+                let start = (*offset as usize).min(f.len());
+                let end = ((*offset + *len) as usize).min(f.len());
+                f[start..end].fill(0);
+                let id = self.lookup(path)?;
+                self.touch(id);
+            }
+            Command::Fileattr { path, .. } | Command::EnableVerity { path, .. } => {
+                self.lookup(path)?;
+            }
+            other => return Err(format!("{:?} is not expected in a stream", other.kind())),
         }
         Ok(())
     }
