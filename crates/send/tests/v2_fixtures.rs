@@ -230,38 +230,26 @@ fn verity_is_enabled_in_v3_from_the_descriptor() {
     let v3_full = send(&["--proto", "3", "verity.c"]);
     let v3_incr = send(&["--proto", "3", "-p", "verity.p", "verity.c"]);
     for (what, s) in [("full", &v3_full), ("incremental", &v3_incr)] {
-        let got: Vec<(String, u8, u32, Vec<u8>, Vec<u8>)> = each(s, |c| match c {
+        let got: Vec<v2::Verity> = each(s, |c| match c {
             Command::EnableVerity {
                 path,
                 algorithm,
                 block_size,
                 salt,
                 sig,
-            } => Some((
-                String::from_utf8_lossy(path)
+            } => Some(v2::Verity {
+                path: String::from_utf8_lossy(path)
                     .rsplit('/')
                     .next()?
                     .to_string(),
-                *algorithm,
-                *block_size,
-                salt.to_vec(),
-                sig.to_vec(),
-            )),
+                algorithm: *algorithm,
+                block_size: *block_size,
+                salt: salt.to_vec(),
+                sig: sig.to_vec(),
+            }),
             _ => None,
         });
-        let expected: Vec<(String, u8, u32, Vec<u8>, Vec<u8>)> = want
-            .iter()
-            .map(|v| {
-                (
-                    v.path.clone(),
-                    v.algorithm,
-                    v.block_size,
-                    v.salt.clone(),
-                    v.sig.clone(),
-                )
-            })
-            .collect();
-        assert_eq!(got, expected, "ENABLE_VERITY of the v3 {what} stream");
+        assert_eq!(got, want, "ENABLE_VERITY of the v3 {what} stream");
         // After the data and the mode, as the kernel's finish_inode orders them.
         let cmds = commands(s);
         for v in &want {

@@ -90,7 +90,7 @@ pub fn rsend(image: &Path, args: &[&str], out: &Path) -> Result<Vec<u8>, String>
 }
 
 /// One file of verity.tsv: what ENABLE_VERITY must carry for it.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Verity {
     pub path: String,
     pub algorithm: u8,
