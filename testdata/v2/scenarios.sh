@@ -143,7 +143,7 @@ build_inline_compressed() {
     v2_snap inline_compressed c "$T2"
 }
 
-v2_scenario partial_compressed "compress-force=zstd: compressed extents referenced in part: a reflinked copy truncated inside one, parts reflinked into other files (small enough that the whole extent is fewer bytes than the range, and not), a hole punched inside one; then more of the same" compress-force=zstd
+v2_scenario partial_compressed "compress-force=zstd: compressed extents referenced in part: a reflinked copy truncated inside one, parts reflinked into other files (ranges shorter than, as long as and longer than the extent on disk), a hole punched inside one; then more of the same" compress-force=zstd
 build_partial_compressed() {
     btrfs -q subvolume create partial_compressed
     cd partial_compressed
@@ -158,6 +158,14 @@ build_partial_compressed() {
     random r 0 131072
     xfs_io -c fsync r
     reflink r 4096 rpart 0 16384
+    # 4 to 36 KiB of extents nothing else references: one range is as
+    # long as its extent is on disk (sent encoded), the shorter ones not.
+    for k in 1 2 3 4 5 6 7 8 9; do
+        fill "src$k" 0 131072 "src$k"
+        xfs_io -c fsync "src$k"
+        reflink "src$k" 4096 "range$k" 0 $((k * 4096))
+        rm "src$k"
+    done
     cd ..
     v2_snap partial_compressed p "$T1"
     cd partial_compressed
