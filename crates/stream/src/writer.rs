@@ -7,6 +7,10 @@ use crate::error::WriteError;
 use crate::header::{StreamHeader, MAX_VERSION};
 use crate::{crc, COMMAND_HEADER_LEN};
 
+/// File data at least this long is written straight from the caller's
+/// buffer (see [`Writer::write_command`]).
+const DIRECT_DATA: usize = 4096;
+
 /// Largest encoded command, header included, that `version` allows.
 ///
 /// v1 receivers use a 64 KiB buffer. From v2 on the kernel's buffer is
@@ -93,12 +97,82 @@ impl<W: Write> Writer<W> {
     }
 
     /// Encodes and writes one command.
+    ///
+    /// File data of WRITE and ENCODED_WRITE (always their last attribute)
+    /// goes to the inner writer as it is, after the rest of the command,
+    /// instead of being copied into the encoding buffer first.
     pub fn write_command(&mut self, cmd: &Command<'_>) -> Result<(), WriteError> {
         let version = self.version.ok_or(WriteError::NoStream)?;
         self.buf.clear();
-        encode_command(cmd, version, &mut self.buf)?;
+        let (head, data) = match *cmd {
+            Command::Write { path, offset, data } if data.len() >= DIRECT_DATA => (
+                Command::Write {
+                    path,
+                    offset,
+                    data: &[],
+                },
+                data,
+            ),
+            Command::EncodedWrite {
+                path,
+                offset,
+                unencoded_file_len,
+                unencoded_len,
+                unencoded_offset,
+                compression,
+                encryption,
+                data,
+            } if data.len() >= DIRECT_DATA => (
+                Command::EncodedWrite {
+                    path,
+                    offset,
+                    unencoded_file_len,
+                    unencoded_len,
+                    unencoded_offset,
+                    compression,
+                    encryption,
+                    data: &[],
+                },
+                data,
+            ),
+            _ => {
+                encode_command(cmd, version, &mut self.buf)?;
+                self.inner.write_all(&self.buf)?;
+                self.written += self.buf.len() as u64;
+                return Ok(());
+            }
+        };
+        encode_command(&head, version, &mut self.buf)?;
+        let n = self.buf.len();
+        if version == 1 {
+            // The empty DATA's length field ends the buffer.
+            let len = u16::try_from(data.len()).map_err(|_| WriteError::AttrTooLong {
+                attr: crate::Attr::Data,
+                len: data.len(),
+            })?;
+            self.buf[n - 2..].copy_from_slice(&len.to_le_bytes());
+        }
+        let total = n + data.len();
+        let limit = max_command_len(version);
+        if total > limit {
+            return Err(WriteError::TooLarge {
+                cmd: cmd.kind(),
+                len: total,
+                limit,
+                version,
+            });
+        }
+        self.buf[..4].copy_from_slice(&((total - COMMAND_HEADER_LEN) as u32).to_le_bytes());
+        let mut header = [0u8; COMMAND_HEADER_LEN];
+        header[..6].copy_from_slice(&self.buf[..6]);
+        let c = crc::update(
+            crc::update(crc::update(0, &header), &self.buf[COMMAND_HEADER_LEN..]),
+            data,
+        );
+        self.buf[6..COMMAND_HEADER_LEN].copy_from_slice(&c.to_le_bytes());
         self.inner.write_all(&self.buf)?;
-        self.written += self.buf.len() as u64;
+        self.inner.write_all(data)?;
+        self.written += total as u64;
         Ok(())
     }
 
@@ -121,5 +195,78 @@ impl<W: Write> Writer<W> {
     /// Returns the underlying writer.
     pub fn into_inner(self) -> W {
         self.inner
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stream `Writer` makes of `cmd`, and the one made by encoding
+    /// the whole command into one buffer.
+    fn both(version: u32, cmd: &Command<'_>) -> (Result<Vec<u8>, String>, Result<Vec<u8>, String>) {
+        let mut w = Writer::new(Vec::new());
+        w.start_stream(version).unwrap();
+        let direct = w
+            .write_command(cmd)
+            .map(|()| w.into_inner())
+            .map_err(|e| e.to_string());
+        let mut whole = StreamHeader { version }.to_bytes().to_vec();
+        let copied = encode_command(cmd, version, &mut whole)
+            .map(|()| whole)
+            .map_err(|e| e.to_string());
+        (direct, copied)
+    }
+
+    #[test]
+    fn data_written_straight_gives_the_same_bytes() {
+        let data: Vec<u8> = (0..140_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for (version, len) in [(1, 49152), (1, 4096), (2, 131072), (2, 5000), (3, 100)] {
+            let d = &data[..len];
+            let write = Command::Write {
+                path: b"dir/file",
+                offset: 1 << 20,
+                data: d,
+            };
+            let (a, b) = both(version, &write);
+            assert_eq!(a, b, "WRITE of {len} bytes in v{version}");
+            assert!(a.is_ok(), "{a:?}");
+            if version >= 2 {
+                let enc = Command::EncodedWrite {
+                    path: b"f",
+                    offset: 0,
+                    unencoded_file_len: 131072,
+                    unencoded_len: 131072,
+                    unencoded_offset: 0,
+                    compression: Some(2),
+                    encryption: Some(0),
+                    data: d,
+                };
+                let (a, b) = both(version, &enc);
+                assert_eq!(a, b, "ENCODED_WRITE of {len} bytes in v{version}");
+            }
+        }
+    }
+
+    #[test]
+    fn data_too_large_is_refused_either_way() {
+        let data = vec![1u8; 70_000];
+        let write = Command::Write {
+            path: b"f",
+            offset: 0,
+            data: &data,
+        };
+        let (a, b) = both(1, &write);
+        assert_eq!(a, b);
+        assert!(a.is_err());
+        let big = vec![1u8; 150_000];
+        let write = Command::Write {
+            path: b"f",
+            offset: 0,
+            data: &big,
+        };
+        let (a, b) = both(2, &write);
+        assert_eq!(a, b);
+        assert!(a.is_err());
     }
 }

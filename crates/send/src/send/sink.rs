@@ -19,9 +19,9 @@ use crate::progress::Progress;
 /// Commands in a batch before it is handed over.
 const BATCH_COMMANDS: usize = 256;
 /// Data bytes (file data, xattr values, symlink targets) in a batch before it is handed over.
-const BATCH_DATA: usize = 1 << 20;
+const BATCH_DATA: usize = 256 << 10;
 /// Data buffers at least this large go back to the walk for reuse.
-const POOLED: usize = 64 << 10;
+const POOLED: usize = 4 << 10;
 /// Batches in flight between the walk and the writer (bounds memory).
 pub(crate) const CHANNEL_BATCHES: usize = 8;
 
