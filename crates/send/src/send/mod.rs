@@ -393,8 +393,9 @@ fn inode_at(ino: Option<u64>, path: &Option<String>) -> String {
     }
 }
 
-/// How to send.
-#[derive(Clone, Default)]
+/// How to send; the default is what `btrfs send` does by default
+/// (protocol 1, file data, clone search).
+#[derive(Clone)]
 pub struct SendOptions {
     /// Protocol version; 0 means [`DEFAULT_HIGHEST_PROTO`].
     pub proto: u32,
@@ -408,6 +409,18 @@ pub struct SendOptions {
     /// Write every extent instead of cloning shared ones (as a stream
     /// without clone search looks; for comparisons).
     pub no_clones: bool,
+}
+
+impl Default for SendOptions {
+    fn default() -> SendOptions {
+        SendOptions {
+            proto: 1,
+            compressed: false,
+            no_data: false,
+            progress: None,
+            no_clones: false,
+        }
+    }
 }
 
 /// The protocol and flags `opts` ask for, checked.
