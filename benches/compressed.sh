@@ -21,7 +21,7 @@
 #   TMPDIR=/tmp   scratch space (mount point, streams of one row)
 #
 # The tree (mounted compress-force=zstd:3 while it is written): MB of
-# text-like data (words drawn from a vocabulary, about 3:1 under zstd) in
+# text-like data (words drawn from a vocabulary; the tree compresses about 2:1 under zstd) in
 # files of 1 to 16 MB across 20 directories, a tenth of it incompressible;
 # read-only snapshot s0; then the change: 2% of the files rewritten in
 # part, 1% deleted, 30 MB of new files; read-only snapshot s1. The image is
@@ -158,7 +158,7 @@ bench_row "incremental v2 compressed" "--proto 2 --compressed-data" "-p s0 s1"
     echo
     echo "machine: $(machine_line); $("$RSEND" --version)"
     echo
-    echo "Tree: $MB MB written with compress-force=zstd:3 (about 3:1, a tenth incompressible); change: 2% of the files rewritten in part, 1% deleted, 30 MB new. $RUNS alternating pairs after $WARMUP warm-up pair; times in ms, median (min-max); ratio = rsend/kernel per pair."
+    echo "Tree: $MB MB written with compress-force=zstd:3 (about 2:1 on disk, a tenth incompressible); change: 2% of the files rewritten in part, 1% deleted, 30 MB new. $RUNS alternating pairs after $WARMUP warm-up pair; times in ms, median (min-max); ratio = rsend/kernel per pair."
     echo
     echo "| send | kernel \`btrfs send\` ms | rsend ms | ratio | rsend peak RSS | kernel stream bytes | rsend stream bytes |"
     echo "|---|---:|---:|---:|---:|---:|---:|"

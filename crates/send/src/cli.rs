@@ -304,8 +304,16 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
         match r {
             Ok(stats) => {
                 if args.verbose > 0 {
+                    let encoded = if stats.encoded_writes > 0 {
+                        format!(
+                            "; {} of file data sent compressed as {} bytes in {} ENCODED_WRITEs",
+                            stats.encoded_file_bytes, stats.encoded_bytes, stats.encoded_writes
+                        )
+                    } else {
+                        String::new()
+                    };
                     eprintln!(
-                        "{}: {} commands, {} bytes ({} of file data, {} cloned in {} CLONEs), {} inodes, {} truncates, {} retries in {:.2?}",
+                        "{}: {} commands, {} bytes ({} of file data in WRITEs; {} cloned in {} CLONEs{encoded}), {} inodes, {} truncates, {} retries in {:.2?}",
                         label(sv),
                         stats.commands,
                         stats.bytes,
