@@ -310,3 +310,56 @@ fn protocol_flags_are_checked_before_anything_is_read() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("protocol version 4 is not supported"), "{err}");
 }
+
+#[test]
+fn a_damaged_compressed_extent_fails_the_encoded_send_with_its_place() {
+    use btrfs_disk::{Filesystem, SubvolSelector};
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let image = v2::decompress_image("dev1", tmp.path());
+    let (ino, logical, phys) = {
+        let fs = Filesystem::open(&[&image]).unwrap();
+        let sv = fs
+            .find_subvolume(&SubvolSelector::Path("zstd_extents.p".into()))
+            .unwrap();
+        let ino = fs.lookup_path(&sv, "b").unwrap();
+        let x = fs
+            .file_extents(&sv, ino)
+            .unwrap()
+            .into_iter()
+            .find(|x| x.compression != btrfs_disk::items::Compression::None && x.disk_bytenr != 0)
+            .expect("a compressed extent in b");
+        let chunks = fs.chunks();
+        let c = chunks.lookup(x.disk_bytenr).expect("mapped");
+        let m = c.map_mirror(x.disk_bytenr, 1, 1).expect("mirror");
+        (ino, x.disk_bytenr, m.physical)
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&image)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.seek(SeekFrom::Start(phys + 100)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    b[0] ^= 0x40;
+    f.seek(SeekFrom::Start(phys + 100)).unwrap();
+    f.write_all(&b).unwrap();
+    drop(f);
+    let out = tmp.path().join("out.stream");
+    let err = v2::rsend(
+        &image,
+        &["--proto", "2", "--compressed-data", "zstd_extents.p"],
+        &out,
+    )
+    .unwrap_err();
+    for want in [
+        format!("inode {ino}"),
+        "at b:".to_string(),
+        format!("{logical}"),
+        "checksum".to_string(),
+    ] {
+        assert!(err.contains(&want), "{want} missing from: {err}");
+    }
+    assert!(err.contains("exit status: 1"), "{err}");
+}
