@@ -64,6 +64,21 @@ fixture_cleanup() {
     exit "$rc"
 }
 
+# fixture_select ALL DOC: SELECTED is $ONLY's scenarios, else all of the
+# array named ALL; each must have an entry in the associative array named
+# DOC. FULL_RUN is 1 when all were selected (outputs replaced), else 0.
+fixture_select() {
+    local -n all=$1 doc=$2
+    local n
+    # shellcheck disable=SC2206
+    SELECTED=(${ONLY:-${all[@]}})
+    for n in "${SELECTED[@]}"; do
+        [[ -n ${doc[$n]+x} ]] || die "unknown scenario $n"
+    done
+    FULL_RUN=1
+    [[ -z ${ONLY:-} ]] || FULL_RUN=0
+}
+
 log() { echo "== $*" >&2; }
 die() { echo "$FIXTURE_PROG: ERROR: $*" >&2; exit 1; }
 human() { numfmt --to=iec --suffix=B "$1"; }

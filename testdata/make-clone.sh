@@ -33,14 +33,10 @@ MOUNT_OPTS=noatime
 # shellcheck source=clone/scenarios.sh
 source "$OUT/scenarios.sh"
 
-# shellcheck disable=SC2206
-SELECTED=(${ONLY:-${CLONE_SCENARIOS[@]}})
+fixture_select CLONE_SCENARIOS CLONE_DOC
 for n in "${SELECTED[@]}"; do
-    [[ -n ${CLONE_DOC[$n]+x} ]] || die "unknown scenario $n"
     [[ -n ${CLONE_SENDS[$n]:-} ]] || die "scenario $n declares no sends"
 done
-FULL_RUN=1
-[[ -z ${ONLY:-} ]] || FULL_RUN=0
 
 # The snapshot a send sends: its last word.
 send_snap() { local w; read -r -a w <<<"$1"; echo "${w[-1]}"; }

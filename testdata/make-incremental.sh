@@ -35,13 +35,7 @@ FIXTURE_BEFORE_CLEANUP=release_held
 # shellcheck source=incremental/scenarios.sh
 source "$OUT/scenarios.sh"
 
-# shellcheck disable=SC2206
-SELECTED=(${ONLY:-${SCENARIOS[@]}})
-for n in "${SELECTED[@]}"; do
-    [[ -n ${SCENARIO_DOC[$n]+x} ]] || die "unknown scenario $n"
-done
-FULL_RUN=1
-[[ -z ${ONLY:-} ]] || FULL_RUN=0
+fixture_select SCENARIOS SCENARIO_DOC
 MOUNT_OPTS=$SCENARIO_MOUNT_OPTS
 
 log "kernel $(uname -r), $(btrfs --version | head -n1)"

@@ -42,13 +42,7 @@ MOUNT_OPTS=noatime
 # shellcheck source=v2/scenarios.sh
 source "$OUT/scenarios.sh"
 
-# shellcheck disable=SC2206
-SELECTED=(${ONLY:-${V2_SCENARIOS[@]}})
-for n in "${SELECTED[@]}"; do
-    [[ -n ${V2_DOC[$n]+x} ]] || die "unknown scenario $n"
-done
-FULL_RUN=1
-[[ -z ${ONLY:-} ]] || FULL_RUN=0
+fixture_select V2_SCENARIOS V2_DOC
 
 # Each send of a scenario: FLAVOR (stream file part) and btrfs send's flags.
 FLAVORS=(v2c nd1 nd2)
