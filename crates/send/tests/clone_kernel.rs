@@ -143,7 +143,7 @@ impl Dests {
 
     fn dir(&self, r: Receiver, scenario: &str) -> PathBuf {
         let root = match r {
-            Receiver::BtrfsReceive => self.btrfs_receive.mnt(),
+            Receiver::BtrfsReceive | Receiver::BtrfsReceiveDecompressed => self.btrfs_receive.mnt(),
             Receiver::RreceiveBtrfs | Receiver::RreceiveBtrfsPlain => self.rreceive_btrfs.mnt(),
             Receiver::RreceiveExt4 => self.ext4.mnt(),
         };

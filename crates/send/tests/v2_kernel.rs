@@ -29,83 +29,24 @@ use testkit::fiemap::{fiemap, FIEMAP_EXTENT_ENCODED};
 use testkit::{ext4_image, kernel_available, BtrfsImage, LoopImage};
 
 /// The ways a stream is received here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Way {
-    BtrfsReceive,
-    BtrfsReceiveDecompressed,
-    RreceiveBtrfs,
-    RreceiveExt4,
-}
-
-const WAYS: [Way; 4] = [
-    Way::BtrfsReceive,
-    Way::BtrfsReceiveDecompressed,
-    Way::RreceiveBtrfs,
-    Way::RreceiveExt4,
+const WAYS: [Receiver; 4] = [
+    Receiver::BtrfsReceive,
+    Receiver::BtrfsReceiveDecompressed,
+    Receiver::RreceiveBtrfs,
+    Receiver::RreceiveExt4,
 ];
 
-impl Way {
-    fn label(self) -> &'static str {
-        match self {
-            Way::BtrfsReceive => "btrfs-receive",
-            Way::BtrfsReceiveDecompressed => "btrfs-receive--force-decompress",
-            Way::RreceiveBtrfs => "rreceive-btrfs",
-            Way::RreceiveExt4 => "rreceive-ext4",
-        }
-    }
-
-    /// The receiver whose manifest rules apply (ignored xattrs).
-    fn receiver(self) -> Receiver {
-        match self {
-            Way::BtrfsReceive | Way::BtrfsReceiveDecompressed => Receiver::BtrfsReceive,
-            Way::RreceiveBtrfs => Receiver::RreceiveBtrfs,
-            Way::RreceiveExt4 => Receiver::RreceiveExt4,
-        }
-    }
-
-    /// Inode flags the destination keeps and the receiver applies: none
-    /// for btrfs receive; on btrfs also compress and nocow.
-    fn flag_mask(self) -> u32 {
-        // FS_SYNC_FL, FS_IMMUTABLE_FL, FS_APPEND_FL, FS_NODUMP_FL, FS_NOATIME_FL.
-        let common = 0x8 | 0x10 | 0x20 | 0x40 | 0x80;
-        match self {
-            Way::BtrfsReceive | Way::BtrfsReceiveDecompressed => 0,
-            // FS_COMPR_FL. Not FS_NOCOW_FL: btrfs takes it only on an empty
-            // file, and FILEATTR comes after the data.
-            Way::RreceiveBtrfs => common | 0x4,
-            Way::RreceiveExt4 => common,
-        }
-    }
-
-    fn receive(self, file: &Path, dest: &Path) -> Result<(), String> {
-        let mut cmd = match self {
-            Way::BtrfsReceive | Way::BtrfsReceiveDecompressed => {
-                let mut c = Command::new("btrfs");
-                c.args(["receive", "-q"]);
-                if self == Way::BtrfsReceiveDecompressed {
-                    c.arg("--force-decompress");
-                }
-                c
-            }
-            Way::RreceiveBtrfs | Way::RreceiveExt4 => {
-                let mut c = Command::new(rreceive_bin());
-                c.arg("-q");
-                c
-            }
-        };
-        cmd.arg("-f").arg(file).arg(dest);
-        let o = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-        if o.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} of {} failed with {}: {}",
-                self.label(),
-                file.display(),
-                o.status,
-                String::from_utf8_lossy(&o.stderr).trim_end()
-            ))
-        }
+/// Inode flags the destination keeps and the receiver applies: none for
+/// btrfs receive; on btrfs also compress.
+fn flag_mask(way: Receiver) -> u32 {
+    // FS_SYNC_FL, FS_IMMUTABLE_FL, FS_APPEND_FL, FS_NODUMP_FL, FS_NOATIME_FL.
+    let common = 0x8 | 0x10 | 0x20 | 0x40 | 0x80;
+    match way {
+        // FS_COMPR_FL. Not FS_NOCOW_FL: btrfs takes it only on an empty
+        // file, and FILEATTR comes after the data.
+        Receiver::RreceiveBtrfs => common | 0x4,
+        Receiver::RreceiveExt4 => common,
+        _ => 0,
     }
 }
 
@@ -127,12 +68,12 @@ impl Dests {
     }
 
     /// A fresh directory for `what` received the way `way`.
-    fn dir(&self, way: Way, what: &str) -> PathBuf {
+    fn dir(&self, way: Receiver, what: &str) -> PathBuf {
         let root = match way {
-            Way::BtrfsReceive => self.plain.mnt().join("btrfs-receive"),
-            Way::BtrfsReceiveDecompressed => self.decompressed.mnt().to_path_buf(),
-            Way::RreceiveBtrfs => self.plain.mnt().join("rreceive"),
-            Way::RreceiveExt4 => self.ext4.mnt().to_path_buf(),
+            Receiver::BtrfsReceiveDecompressed => self.decompressed.mnt().to_path_buf(),
+            Receiver::RreceiveExt4 => self.ext4.mnt().to_path_buf(),
+            Receiver::RreceiveBtrfs => self.plain.mnt().join("rreceive"),
+            _ => self.plain.mnt().join("btrfs-receive"),
         };
         let d = root.join(what);
         std::fs::create_dir_all(&d).unwrap();
@@ -233,23 +174,23 @@ fn has_encoded_extent(root: &Path) -> bool {
 /// sets the inode's compress flag without it, and setting the flag
 /// through the kernel (FILEATTR) adds it.
 fn receive_all(
-    way: Way,
+    way: Receiver,
     dest: &Path,
     streams: &[(PathBuf, String, Manifest)],
     flag_not_property: bool,
 ) -> Result<(), String> {
     for (file, snap, want) in streams {
-        way.receive(file, dest)?;
+        way.receive(&rreceive_bin(), file, dest)?;
         let got = dest.join(snap);
         let diff = if flag_not_property {
-            let ignore = |x: &str| way.receiver().ignores_xattr(x) || x == "btrfs.compression";
+            let ignore = |x: &str| way.ignores_xattr(x) || x == "btrfs.compression";
             Manifest::difference(
                 &without_xattrs(want, ignore),
                 &without_xattrs(&manifest_of_tree(&got), ignore),
             )
             .map_or(Ok(None), Err)
         } else {
-            way.receiver().compare_received(want, &got, false)
+            way.compare_received(want, &got, false)
         };
         diff.map_err(|d| format!("{snap}: {d}\n{}", listing(&got)))?;
     }
@@ -298,13 +239,13 @@ fn compressed_data_streams_are_received_everywhere_as_sent() {
                 failures.push(format!("{n} {}: {e}", way.label()));
                 continue;
             }
-            match check_flags(&n, &dest.join(format!("{n}.c")), way.flag_mask()) {
+            match check_flags(&n, &dest.join(format!("{n}.c")), flag_mask(way)) {
                 Ok(k) => flags_checked += k,
                 Err(e) => failures.push(format!("{n} {}: {e}", way.label())),
             }
             if n.ends_with("_extents") {
                 let encoded = has_encoded_extent(&dest.join(format!("{n}.p")));
-                let want = matches!(way, Way::BtrfsReceive | Way::RreceiveBtrfs);
+                let want = matches!(way, Receiver::BtrfsReceive | Receiver::RreceiveBtrfs);
                 if encoded != want {
                     failures.push(format!(
                         "{n} {}: compressed extents {} at the destination",

@@ -14,6 +14,8 @@ use super::scenarios::{only_root_mtime_differs, Manifest};
 pub enum Receiver {
     /// `btrfs receive` onto btrfs.
     BtrfsReceive,
+    /// `btrfs receive --force-decompress` onto btrfs.
+    BtrfsReceiveDecompressed,
     /// rreceive onto ext4 (directories).
     RreceiveExt4,
     /// rreceive onto btrfs (subvolumes and snapshots).
@@ -26,6 +28,7 @@ impl Receiver {
     pub fn label(self) -> &'static str {
         match self {
             Receiver::BtrfsReceive => "btrfs-receive",
+            Receiver::BtrfsReceiveDecompressed => "btrfs-receive--force-decompress",
             Receiver::RreceiveExt4 => "rreceive-ext4",
             Receiver::RreceiveBtrfs => "rreceive-btrfs",
             Receiver::RreceiveBtrfsPlain => "rreceive-plain",
@@ -42,9 +45,12 @@ impl Receiver {
     /// binary, for the rreceive receivers).
     pub fn receive(self, rreceive: &Path, file: &Path, dest: &Path) -> Result<(), String> {
         let mut cmd = match self {
-            Receiver::BtrfsReceive => {
+            Receiver::BtrfsReceive | Receiver::BtrfsReceiveDecompressed => {
                 let mut c = Command::new("btrfs");
                 c.args(["receive", "-q"]);
+                if self == Receiver::BtrfsReceiveDecompressed {
+                    c.arg("--force-decompress");
+                }
                 c
             }
             _ => {
