@@ -250,23 +250,17 @@ mod tests {
 
     #[test]
     fn data_too_large_is_refused_either_way() {
-        let data = vec![1u8; 70_000];
-        let write = Command::Write {
-            path: b"f",
-            offset: 0,
-            data: &data,
-        };
-        let (a, b) = both(1, &write);
-        assert_eq!(a, b);
-        assert!(a.is_err());
-        let big = vec![1u8; 150_000];
-        let write = Command::Write {
-            path: b"f",
-            offset: 0,
-            data: &big,
-        };
-        let (a, b) = both(2, &write);
-        assert_eq!(a, b);
-        assert!(a.is_err());
+        // v1: DATA's u16 length; v2: the 144 KiB command.
+        for (version, len) in [(1, 70_000), (2, 150_000)] {
+            let data = vec![1u8; len];
+            let write = Command::Write {
+                path: b"f",
+                offset: 0,
+                data: &data,
+            };
+            let (a, b) = both(version, &write);
+            assert_eq!(a, b, "{len} bytes in v{version}");
+            assert!(a.is_err(), "{len} bytes in v{version}");
+        }
     }
 }
