@@ -48,8 +48,9 @@ struct Args {
     /// decompressing them: fewer bytes on the wire, nothing to compress again
     /// on a btrfs receiver (needs --proto 2 or later)
     ///
-    /// An extent goes compressed when the whole of it is used by the range
-    /// sent (as the kernel decides); other ranges go as plain WRITEs. btrfs
+    /// An extent goes compressed when the range sent is at least as long as
+    /// the extent is on disk (the kernel's rule: whole extents, and parts of
+    /// extents that compress well); other ranges go as plain WRITEs. btrfs
     /// receive writes them as they are where it can and decompresses
     /// otherwise (--force-decompress always); rreceive decompresses them
     /// onto filesystems other than btrfs.
