@@ -104,37 +104,14 @@ impl<W: Write> Writer<W> {
     pub fn write_command(&mut self, cmd: &Command<'_>) -> Result<(), WriteError> {
         let version = self.version.ok_or(WriteError::NoStream)?;
         self.buf.clear();
-        let (head, data) = match *cmd {
-            Command::Write { path, offset, data } if data.len() >= DIRECT_DATA => (
-                Command::Write {
-                    path,
-                    offset,
-                    data: &[],
-                },
-                data,
-            ),
-            Command::EncodedWrite {
-                path,
-                offset,
-                unencoded_file_len,
-                unencoded_len,
-                unencoded_offset,
-                compression,
-                encryption,
-                data,
-            } if data.len() >= DIRECT_DATA => (
-                Command::EncodedWrite {
-                    path,
-                    offset,
-                    unencoded_file_len,
-                    unencoded_len,
-                    unencoded_offset,
-                    compression,
-                    encryption,
-                    data: &[],
-                },
-                data,
-            ),
+        // The command without its data, and the data.
+        let mut head = cmd.clone();
+        let data = match &mut head {
+            Command::Write { data, .. } | Command::EncodedWrite { data, .. }
+                if data.len() >= DIRECT_DATA =>
+            {
+                std::mem::take(data)
+            }
             _ => {
                 encode_command(cmd, version, &mut self.buf)?;
                 self.inner.write_all(&self.buf)?;
