@@ -104,10 +104,7 @@ fn rsend_streams_are_the_kernels_or_smaller() {
         let mut report = SizeReport::default();
         for n in v2::scenarios() {
             for kind in ["full", "incr"] {
-                let mut args: Vec<&str> = flags.to_vec();
-                let snaps = v2::send_args(&n, kind);
-                args.extend(snaps.iter().map(String::as_str));
-                let ours = match v2::rsend(&image, &args, &out) {
+                let ours = match v2::rsend(&image, &v2::send_args(flags, &n, kind), &out) {
                     Ok(s) => s,
                     Err(e) => {
                         failures.push(format!("{n} {flavor} {kind}: {e}"));
@@ -156,10 +153,8 @@ fn compressed_data_streams_replay_to_every_manifest() {
         let ours: Vec<Vec<u8>> = ["full", "incr"]
             .iter()
             .map(|kind| {
-                let mut args = flags.to_vec();
-                let snaps = v2::send_args(&n, kind);
-                args.extend(snaps.iter().map(String::as_str));
-                v2::rsend(&image, &args, &out).unwrap_or_else(|e| panic!("{n} {kind}: {e}"))
+                v2::rsend(&image, &v2::send_args(&flags, &n, kind), &out)
+                    .unwrap_or_else(|e| panic!("{n} {kind}: {e}"))
             })
             .collect();
         encoded +=

@@ -213,16 +213,13 @@ fn compressed_data_streams_are_received_everywhere_as_sent() {
         let mut streams = Vec::new();
         for (kind, snap) in [("full", format!("{n}.p")), ("incr", format!("{n}.c"))] {
             let file = tmp.path().join(format!("{n}.{kind}.stream"));
-            let snaps = v2::send_args(&n, kind);
-            let mut args = v2c.to_vec();
-            args.extend(snaps.iter().map(String::as_str));
-            args.push("-f");
-            let f = file.to_str().unwrap();
-            args.push(f);
+            let args = v2::send_args(&v2c, &n, kind);
             let o = Command::new(env!("CARGO_BIN_EXE_rsend"))
                 .args(["-q", "-d"])
                 .arg(&image)
                 .args(&args)
+                .arg("-f")
+                .arg(&file)
                 .output()
                 .unwrap();
             assert!(

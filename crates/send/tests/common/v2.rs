@@ -38,13 +38,15 @@ pub fn scenarios() -> Vec<String> {
     out
 }
 
-/// The snapshot arguments of send `kind` ("full" or "incr") of `scenario`.
-pub fn send_args(scenario: &str, kind: &str) -> Vec<String> {
+/// rsend's arguments for send `kind` ("full" or "incr") of `scenario`:
+/// `flags`, then the snapshots (NAME.p, or -p NAME.p NAME.c).
+pub fn send_args(flags: &[&str], scenario: &str, kind: &str) -> Vec<String> {
     let (p, c) = (format!("{scenario}.p"), format!("{scenario}.c"));
-    match kind {
+    let snaps = match kind {
         "full" => vec![p],
         _ => vec!["-p".into(), p, c],
-    }
+    };
+    flags.iter().map(|f| f.to_string()).chain(snaps).collect()
 }
 
 /// The kernel's stream of send `kind` of `scenario` as `flavor`.
@@ -82,7 +84,11 @@ pub fn decompress_image(name: &str, into: &Path) -> PathBuf {
 }
 
 /// `rsend -q -d IMAGE ARGS... -f OUT`, the stream it wrote (OUT removed).
-pub fn rsend(image: &Path, args: &[&str], out: &Path) -> Result<Vec<u8>, String> {
+pub fn rsend<S: AsRef<std::ffi::OsStr>>(
+    image: &Path,
+    args: &[S],
+    out: &Path,
+) -> Result<Vec<u8>, String> {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rsend"));
     cmd.args(["-q", "-d"]).arg(image).arg("-f").arg(out);
     cmd.args(args);
