@@ -152,7 +152,7 @@ impl Walk<'_, '_> {
         // could not cover).
         if self.flavor.compressed && fe.compression() != Compression::None && encoded_len(fe) <= len
         {
-            return self.send_encoded(item_off, fe, offset, len, path);
+            return self.send_encoded(&inode, item_off, fe, offset, len, path);
         }
         let tree = self.send.tree;
         let zero = fe.kind() == ExtentKind::Prealloc
@@ -183,15 +183,13 @@ impl Walk<'_, '_> {
     /// `[offset, offset + len)` (the item's key offset is `item_off`).
     fn send_encoded(
         &mut self,
+        inode: &btrfs_disk::data::Inode,
         item_off: u64,
         fe: &FileExtentItem<'_>,
         offset: u64,
         len: u64,
         path: super::cmd::Bytes,
     ) -> Result<()> {
-        let Some(inode) = self.cur.inode else {
-            return Ok(());
-        };
         let stored = encoded_len(fe);
         if stored > MAX_COMPRESSED || fe.ram_bytes() > MAX_COMPRESSED {
             return Err(super::inode::Stop::Bad(format!(
@@ -216,7 +214,7 @@ impl Walk<'_, '_> {
         let mut data = self.out.buffer(stored as usize);
         let tree = self.send.tree;
         self.fs
-            .read_extent_encoded(&tree, &inode, item_off, fe, &mut data)?;
+            .read_extent_encoded(&tree, inode, item_off, fe, &mut data)?;
         self.push(Cmd::EncodedWrite {
             path,
             offset,
