@@ -63,6 +63,28 @@ impl std::fmt::Debug for Device {
     }
 }
 
+/// The smallest file that can hold the first superblock.
+const MIN_SIZE: u64 = (64 << 10) + 4096;
+
+/// The error for a path that cannot be looked at or opened.
+fn unreadable(path: &Path, e: std::io::Error) -> Error {
+    let why = match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file or device".to_string(),
+        std::io::ErrorKind::PermissionDenied => {
+            "permission denied (reading a device needs root, or membership of its group, often disk)"
+                .to_string()
+        }
+        _ => return Error::Io {
+            path: path.to_owned(),
+            source: e,
+        },
+    };
+    Error::NotAFilesystem {
+        path: path.to_owned(),
+        why,
+    }
+}
+
 impl Device {
     /// Opens `path` and chooses its superblock copy.
     ///
@@ -74,19 +96,49 @@ impl Device {
             path: path.to_owned(),
             source,
         };
-        let meta = std::fs::metadata(path).map_err(err)?;
+        let meta = std::fs::metadata(path).map_err(|e| unreadable(path, e))?;
         let is_block = meta.file_type().is_block_device();
+        let not = |why: String| Error::NotAFilesystem {
+            path: path.to_owned(),
+            why,
+        };
+        let ft = meta.file_type();
+        if ft.is_dir() {
+            return Err(not(
+                "is a directory; give the block device or image file that holds the btrfs filesystem (for a mounted one, the device in the first column of findmnt PATH)".into(),
+            ));
+        }
+        if !is_block && !ft.is_file() {
+            let what = if ft.is_char_device() {
+                "a character device"
+            } else if ft.is_fifo() {
+                "a pipe"
+            } else if ft.is_socket() {
+                "a socket"
+            } else {
+                "not a regular file"
+            };
+            return Err(not(format!(
+                "is {what}, not a block device or an image file that could hold btrfs"
+            )));
+        }
+        if !is_block && meta.len() < MIN_SIZE {
+            return Err(not(format!(
+                "is {} bytes, too small for btrfs (its first superblock is at 64 KiB)",
+                meta.len()
+            )));
+        }
         let mut notes = Vec::new();
         let (source, size) = if is_block {
             let direct = std::fs::OpenOptions::new()
                 .read(true)
                 .custom_flags(nix::fcntl::OFlag::O_DIRECT.bits())
                 .open(path)
-                .map_err(err)?;
+                .map_err(|e| unreadable(path, e))?;
             let size = device_size(&direct).map_err(err)?;
             (Source::Direct(direct), size)
         } else {
-            let file = File::open(path).map_err(err)?;
+            let file = File::open(path).map_err(|e| unreadable(path, e))?;
             let size = meta.len();
             (map_file(file, size).map_err(err)?, size)
         };

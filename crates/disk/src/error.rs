@@ -25,6 +25,15 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The path cannot hold a btrfs filesystem (a directory, a character
+    /// device, a file too small).
+    #[error("{path}: {why}", path = path.display())]
+    NotAFilesystem {
+        /// The path as given.
+        path: PathBuf,
+        /// What it is instead, and what is expected.
+        why: String,
+    },
     /// None of the superblock copies of a device is usable.
     #[error("{path}: no valid btrfs superblock ({reason})", path = path.display())]
     NoSuperblock {

@@ -252,7 +252,12 @@ impl Filesystem {
         match sel {
             SubvolSelector::Id(id) => self.subvolume(*id),
             SubvolSelector::Path(p) => {
-                let want = p.trim_matches('/');
+                // `./a`, `/a`, `a/`, `a//b` and `a/./b` name the same one.
+                let want = p
+                    .split('/')
+                    .filter(|c| !c.is_empty() && *c != ".")
+                    .collect::<Vec<_>>()
+                    .join("/");
                 if want.is_empty() {
                     return self.subvolume(objectid::FS_TREE);
                 }

@@ -67,13 +67,42 @@ pub trait Sink {
     fn finish(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+    /// Whether [`Sink::ended`] should be told if more data follows the first
+    /// END under [`Streams::First`]. Finding out reads the next stream's
+    /// header and first command, and on a pipe waits for them or for EOF, so
+    /// only sinks that report it ask.
+    fn wants_trailing(&self) -> bool {
+        false
+    }
+    /// Called once just before [`Sink::finish`] with how the input ended;
+    /// not called when writing the output failed.
+    fn ended(&mut self, _how: &Ending<'_>) {}
+}
+
+/// How the input ended, as told to [`Sink::ended`].
+#[derive(Debug)]
+pub enum Ending<'a> {
+    /// Every byte of the input was read.
+    Complete,
+    /// Reading stopped at the first END ([`Streams::First`]); what follows
+    /// was not looked at ([`Sink::wants_trailing`] is false).
+    FirstStream,
+    /// Reading stopped at the first END ([`Streams::First`]) and more bytes
+    /// follow, unread.
+    MoreFollows {
+        /// They begin with a valid stream header and command.
+        stream: bool,
+    },
+    /// The input is broken; everything before the fault was handed over.
+    Broken(&'a DumpError),
 }
 
 /// Which part of a concatenated input to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Streams {
     /// Stop after the first END, as `btrfs receive --dump` does; later bytes
-    /// are not read.
+    /// are not decoded (only peeked at, for a sink that
+    /// [`Sink::wants_trailing`]).
     #[default]
     First,
     /// Read every concatenated stream up to EOF.
@@ -105,17 +134,32 @@ pub fn dump_from<Src: Source, S: Sink>(
     streams: Streams,
 ) -> Result<(), DumpError> {
     let res = feed(&mut reader, sink, streams);
+    match &res {
+        Ok(false) => sink.ended(&Ending::Complete),
+        Ok(true) if !sink.wants_trailing() => sink.ended(&Ending::FirstStream),
+        // Peek: past an END the reader reads the next stream header, so a
+        // clean EOF is the only answer that means nothing follows.
+        Ok(true) => sink.ended(&match reader.next_framed() {
+            Ok(None) => Ending::Complete,
+            Ok(Some(_)) => Ending::MoreFollows { stream: true },
+            Err(_) => Ending::MoreFollows { stream: false },
+        }),
+        Err(DumpError::Output(_)) => {}
+        Err(e) => sink.ended(&Ending::Broken(e)),
+    }
     let fin = sink.finish();
     res?;
     fin?;
     Ok(())
 }
 
+/// Feeds commands to `sink`; true when it stopped at the first END as
+/// [`Streams::First`] asks.
 fn feed<Src: Source, S: Sink>(
     reader: &mut Reader<Src>,
     sink: &mut S,
     streams: Streams,
-) -> Result<(), DumpError> {
+) -> Result<bool, DumpError> {
     while let Some((cmd, pos)) = reader.next_framed()? {
         let end = matches!(cmd, Command::End {});
         sink.command(&cmd, pos).map_err(|e| match e {
@@ -127,10 +171,10 @@ fn feed<Src: Source, S: Sink>(
             },
         })?;
         if end && streams == Streams::First {
-            break;
+            return Ok(true);
         }
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Writes to `out` through a large buffer.

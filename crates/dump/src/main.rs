@@ -4,13 +4,25 @@ use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use rdump::{buffered, dump_input, DumpError, Input, JsonDump, Streams, Summary, TextDump};
+
+/// Real jobs, shown at the end of `--help` and in the man page.
+const EXAMPLES: &str = "\
+Examples:
+  Inspect a stream file, one line per command as `btrfs receive --dump` prints:
+    rdump backup.stream
+
+  What an incremental backup would send, without sending it anywhere:
+    rsend -d /dev/sdb -p snaps/mon snaps/tue | rdump --summary
+
+  The files a stream writes data to, from the JSON lines:
+    rdump --json backup.stream | jq -c 'select(.command == \"write\") | .path' | sort -u";
 
 /// Print a btrfs send stream as `btrfs receive --dump` does, as JSON lines,
 /// or as a summary.
 #[derive(Parser)]
-#[command(name = "rdump", version)]
+#[command(name = "rdump", version, after_long_help = EXAMPLES)]
 struct Args {
     /// One JSON object per command per line.
     #[arg(long, conflicts_with = "summary")]
@@ -24,6 +36,8 @@ struct Args {
     all_streams: bool,
     /// Stream file; standard input when absent or "-".
     file: Option<PathBuf>,
+    #[command(flatten)]
+    extra: rsend_cli::ExtraArgs,
 }
 
 fn main() -> ExitCode {
@@ -34,6 +48,9 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    if let Some(what) = args.extra.requested() {
+        return rsend_cli::print(Args::command(), &what);
+    }
     let input = match args.file.as_deref() {
         None => Input::stdin(),
         Some(p) if p.as_os_str() == "-" => Input::stdin(),

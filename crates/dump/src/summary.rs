@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use btrfs_stream::{Command, CommandKind, Position};
 
 use crate::escape::escape_into;
-use crate::{Sink, SinkError};
+use crate::{Ending, Sink, SinkError};
 
 /// One stream's identity: its SUBVOL or SNAPSHOT command.
 #[derive(Debug, Clone, Default)]
@@ -33,8 +33,8 @@ fn add(total: &mut u64, n: u64) {
 /// Totals gathered over a whole input.
 #[derive(Debug, Default)]
 pub struct Totals {
-    /// Count and encoded bytes, indexed by command number.
-    pub per_command: [(u64, u64); 27],
+    /// Count and encoded bytes, in the order of [`CommandKind::ALL`].
+    pub per_command: [(u64, u64); CommandKind::ALL.len()],
     /// Streams seen.
     pub streams: Vec<StreamInfo>,
     /// Non-directory inodes created.
@@ -56,7 +56,7 @@ pub struct Totals {
 impl Totals {
     /// Adds one command.
     pub fn add(&mut self, cmd: &Command<'_>, pos: Position) {
-        let slot = &mut self.per_command[cmd.kind() as usize];
+        let slot = &mut self.per_command[slot_of(cmd.kind())];
         slot.0 += 1;
         slot.1 += pos.len;
         match *cmd {
@@ -108,8 +108,19 @@ impl Totals {
         }
     }
 
+    /// Commands counted.
+    pub fn commands(&self) -> u64 {
+        self.per_command.iter().map(|(n, _)| n).sum()
+    }
+
     /// Writes the table.
     pub fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
+        self.write_streams(out)?;
+        self.write_counts(out)
+    }
+
+    /// The stream rows.
+    fn write_streams(&self, out: &mut impl Write) -> io::Result<()> {
         let versions: Vec<String> = {
             let mut v: Vec<u32> = self.streams.iter().map(|s| s.version).collect();
             v.dedup();
@@ -139,11 +150,16 @@ impl Totals {
                 None => writeln!(out, "  parent uuid        - (full stream)")?,
             }
         }
+        Ok(())
+    }
+
+    /// The command counts and the totals.
+    fn write_counts(&self, out: &mut impl Write) -> io::Result<()> {
         writeln!(out)?;
         writeln!(out, "{:<16} {:>12} {:>16}", "command", "count", "bytes")?;
         let (mut n, mut b) = (0u64, 0u64);
         for kind in CommandKind::ALL {
-            let (count, bytes) = self.per_command[*kind as usize];
+            let (count, bytes) = self.per_command[slot_of(*kind)];
             if count > 0 {
                 writeln!(out, "{:<16} {:>12} {:>16}", kind.dump_name(), count, bytes)?;
                 n += count;
@@ -169,10 +185,29 @@ impl Totals {
 }
 
 /// Gathers [`Totals`] and prints them when the input ends.
+///
+/// The table says when it is not the whole input: a broken stream adds a
+/// first row `incomplete` naming the fault and where it is, and data left
+/// unread after the first END adds a row `more streams follow` (or `more
+/// data follows`, when it is no valid stream) below the stream rows.
 pub struct Summary<W: Write> {
     out: W,
     /// The totals so far.
     pub totals: Totals,
+    /// What [`Sink::ended`] said about the input beyond the totals.
+    note: Note,
+}
+
+/// How the input ended, as far as the table tells.
+#[derive(Debug, Default)]
+enum Note {
+    /// Read to the end, or to the first END as asked.
+    #[default]
+    None,
+    /// The input is broken: the error's text, offset and command included.
+    Broken(String),
+    /// Bytes follow the first END unread; true when they begin a valid stream.
+    MoreFollows(bool),
 }
 
 impl<W: Write> Summary<W> {
@@ -181,6 +216,7 @@ impl<W: Write> Summary<W> {
         Summary {
             out,
             totals: Totals::default(),
+            note: Note::None,
         }
     }
 }
@@ -191,8 +227,47 @@ impl<W: Write> Sink for Summary<W> {
         Ok(())
     }
 
-    fn finish(&mut self) -> io::Result<()> {
-        self.totals.write_to(&mut self.out)?;
-        self.out.flush()
+    fn wants_trailing(&self) -> bool {
+        true
     }
+
+    fn ended(&mut self, how: &Ending<'_>) {
+        self.note = match how {
+            Ending::Complete | Ending::FirstStream => Note::None,
+            Ending::MoreFollows { stream } => Note::MoreFollows(*stream),
+            Ending::Broken(e) => Note::Broken(e.to_string()),
+        };
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        let out = &mut self.out;
+        if let Note::Broken(e) = &self.note {
+            let n = self.totals.commands();
+            let s = if n == 1 { "" } else { "s" };
+            writeln!(
+                out,
+                "incomplete           broken stream: {e}; the counts cover the {n} command{s} before it"
+            )?;
+        }
+        self.totals.write_streams(out)?;
+        match self.note {
+            Note::MoreFollows(true) => {
+                writeln!(out, "more streams follow  not read (use -a/--all-streams)")?
+            }
+            Note::MoreFollows(false) => {
+                writeln!(out, "more data follows    not read (use -a/--all-streams)")?
+            }
+            Note::None | Note::Broken(_) => {}
+        }
+        self.totals.write_counts(out)?;
+        out.flush()
+    }
+}
+
+/// Where `kind` is counted in [`Totals::per_command`].
+fn slot_of(kind: CommandKind) -> usize {
+    CommandKind::ALL
+        .iter()
+        .position(|k| *k == kind)
+        .unwrap_or_default()
 }

@@ -324,6 +324,16 @@ impl<W: Write> Sink for TextDump<W> {
                 Ok(())
             })?,
             Command::End {} => {}
+            Command::Resume {
+                commands,
+                offset,
+                digest,
+            } => self.line(op, b"", |f| {
+                f.num("commands", commands).raw(" ").num("offset", offset);
+                f.raw(" ").key("digest");
+                push_uuid(f.line, &digest);
+                Ok(())
+            })?,
             Command::UpdateExtent { path, offset, len } => self.line(op, path, |f| {
                 f.num("offset", offset).raw(" ").num("len", len);
                 Ok(())

@@ -134,6 +134,7 @@ struct Broken {
     file: String,
     offset: u64,
     command: u64,
+    valid_commands: u64,
     progs_rc: i32,
 }
 
@@ -143,6 +144,7 @@ fn broken_cases() -> Vec<Broken> {
     let header: Vec<&str> = lines.next().unwrap().split('\t').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     let (f, o, c, p) = (col("file"), col("offset"), col("command"), col("progs_rc"));
+    let n = col("valid_commands");
     lines
         .filter(|l| !l.is_empty())
         .map(|l| {
@@ -151,6 +153,7 @@ fn broken_cases() -> Vec<Broken> {
                 file: v[f].to_owned(),
                 offset: v[o].parse().unwrap(),
                 command: v[c].parse().unwrap(),
+                valid_commands: v[n].parse().unwrap(),
                 progs_rc: v[p].parse().unwrap(),
             }
         })
@@ -198,6 +201,15 @@ fn broken_streams_fail_with_offset_and_keep_the_valid_prefix() {
             let e = String::from_utf8_lossy(&o.stderr);
             assert_eq!(o.status.code(), Some(1), "{} {mode}: {e}", case.file);
             assert!(e.trim_end().ends_with(&where_), "{} {mode}: {e}", case.file);
+            if mode == "--summary" {
+                // The table says on stdout that it stops at the fault.
+                let table = String::from_utf8_lossy(&o.stdout);
+                let first = table.lines().next().unwrap_or("");
+                assert!(first.starts_with("incomplete "), "{}: {table}", case.file);
+                assert!(first.contains(&where_), "{}: {first}", case.file);
+                let counted = format!("the {} command", case.valid_commands);
+                assert!(first.contains(&counted), "{}: {first}", case.file);
+            }
         }
     }
 }

@@ -6,8 +6,9 @@
 //! resolves paths and creates files; a new file whose commands all came
 //! (MKFILE, RENAME, WRITE, CHOWN, CHMOD, UTIMES, folded into one recipe) is
 //! handed over with its descriptor as a [`Job`], and the finishing thread
-//! writes the data, fixes owner and mode and sets the times, in the order
-//! the jobs were handed over. A third thread then closes each file, first
+//! writes the data, fixes owner and mode (or, with `--fake-super`, records
+//! them: [`crate::fake_super`]) and sets the times, in the order the jobs
+//! were handed over. A third thread then closes each file, first
 //! starting the writeback of its data where [`Finish::flush`] asks for it:
 //! btrfs has to write a new file's data back soon anyway (each dirty inode
 //! holds a large metadata reservation, and once those fill up, creates
@@ -36,6 +37,7 @@ use nix::sys::stat::{fchmod, fstat, futimens, Mode};
 use nix::unistd::{fchown, Gid, Uid};
 
 use crate::error::{escape, CmdError, Error};
+use crate::fake_super;
 use crate::meta;
 
 /// Jobs are handed over in batches: one wake-up of the thread per batch.
@@ -59,6 +61,8 @@ pub struct Finish {
     pub mode: Option<(u32, Position)>,
     /// UTIMES: atime, mtime.
     pub times: Option<(Timespec, Timespec, Position)>,
+    /// Record owner and mode in the xattr instead ([`crate::fake_super`]).
+    pub fake_super: bool,
     /// Start writing the data back before closing (sync_file_range).
     pub flush: bool,
 }
@@ -391,20 +395,23 @@ fn finish_file(file: &File, f: &Finish, shared: &Shared) -> Result<(), Error> {
         let st = fstat(file.as_raw_fd())
             .map_err(|e| err(CommandKind::Mkfile, f.create, path, CmdError::os("stat")(e)))?;
         let mut chowned = false;
-        if let Some((u, g, pos)) = f.owner {
+        if f.fake_super {
+            fake_super::finish_new(file, &st, f.owner, f.mode)
+                .map_err(|(k, p, e)| err(k, p, path, e))?;
+        } else if let Some((u, g, pos)) = f.owner {
             if (st.st_uid, st.st_gid) != (u, g) {
                 fchown(
                     file.as_raw_fd(),
                     Some(Uid::from_raw(u)),
                     Some(Gid::from_raw(g)),
                 )
-                .map_err(|e| err(CommandKind::Chown, pos, path, CmdError::os("chown")(e)))?;
+                .map_err(|e| err(CommandKind::Chown, pos, path, CmdError::chown(u, g)(e)))?;
                 chowned = true;
             } else {
                 shared.chowns_skipped.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if let Some((m, pos)) = f.mode {
+        if let Some((m, pos)) = f.mode.filter(|_| !f.fake_super) {
             // chown clears set-id bits: the mode goes on again after it.
             if chowned || st.st_mode & 0o7777 != m {
                 fchmod(file.as_raw_fd(), Mode::from_bits_retain(m))

@@ -63,6 +63,37 @@ pub struct CopyPlan {
     pub reflink: bool,
 }
 
+/// One subvolume received in DEST, as `rreceive --list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Its name in DEST.
+    pub name: Vec<u8>,
+    /// What rreceive (or, on btrfs, the kernel) knows of it.
+    pub state: SubvolState,
+}
+
+impl Listed {
+    /// `complete`, `resumable` (incomplete, stopped cleanly) or `incomplete`.
+    pub fn status(&self) -> &'static str {
+        if self.state.complete {
+            "complete"
+        } else if self.state.resume.is_some() {
+            "resumable"
+        } else {
+            "incomplete"
+        }
+    }
+}
+
+/// What is already at a name a stream wants to create.
+#[derive(Debug, Clone)]
+pub enum Existing {
+    /// A subvolume received before.
+    Received(SubvolState),
+    /// Something else.
+    Other,
+}
+
 /// The parent a subvolume took over in place, to give it back.
 #[derive(Debug, Clone)]
 pub struct Taken {
@@ -246,7 +277,11 @@ impl Dest {
             dst.as_fd(),
             share,
             work,
-            &|n| n.starts_with(subvol::XATTR_RESERVED_PREFIX),
+            // The root's --fake-super record goes with the tree.
+            &|n| {
+                n.starts_with(subvol::XATTR_RESERVED_PREFIX)
+                    && n != crate::fake_super::XATTR.as_bytes()
+            },
             tick,
         )?;
         Ok((dst, Made::Tree(tree)))
@@ -315,6 +350,116 @@ impl Dest {
             }
         }
         Ok(())
+    }
+
+    /// What is at `name` in DEST already, if anything.
+    pub fn existing(&self, name: &[u8]) -> io::Result<Option<Existing>> {
+        match nix::sys::stat::fstatat(
+            Some(self.fd.as_raw_fd()),
+            name,
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(e.into()),
+            Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFDIR => {
+                return Ok(Some(Existing::Other))
+            }
+            Ok(_) => {}
+        }
+        Ok(Some(match self.received(name)? {
+            Some(st) => Existing::Received(st),
+            None => Existing::Other,
+        }))
+    }
+
+    /// The state of directory `name` as a received subvolume: rreceive's
+    /// record, or on btrfs the kernel's for a read-only received one.
+    fn received(&self, name: &[u8]) -> io::Result<Option<SubvolState>> {
+        if self.kind == Kind::Btrfs {
+            let Ok(f) = open_dir_at(self.fd(), name) else {
+                return Ok(None);
+            };
+            use std::os::unix::fs::MetadataExt;
+            if f.metadata()?.ino() != BTRFS_FIRST_FREE_OBJECTID {
+                return Ok(None);
+            }
+            let info = ioctl::get_subvol_info(f.as_fd())?;
+            let ro = info.flags & ioctl::ROOT_SUBVOL_RDONLY != 0;
+            if !ro {
+                return subvol::lookup(self.fd(), name);
+            }
+            let ru = Uuid::from_bytes(info.received_uuid);
+            if ru.is_nil() {
+                return Ok(None);
+            }
+            return Ok(Some(SubvolState {
+                received_uuid: ru,
+                ctransid: info.stransid,
+                parent_uuid: self.received_uuid_of_own(Uuid::from_bytes(info.parent_uuid)),
+                parent_ctransid: 0,
+                complete: true,
+                resume: None,
+            }));
+        }
+        subvol::lookup(self.fd(), name)
+    }
+
+    /// The received uuid of the subvolume in DEST whose own uuid is `own`.
+    fn received_uuid_of_own(&self, own: Uuid) -> Option<Uuid> {
+        if own.is_nil() {
+            return None;
+        }
+        let names = self.child_dirs().ok()?;
+        names.into_iter().find_map(|n| {
+            let f = open_dir_at(self.fd(), &n).ok()?;
+            let info = ioctl::get_subvol_info(f.as_fd()).ok()?;
+            let ru = Uuid::from_bytes(info.received_uuid);
+            (Uuid::from_bytes(info.uuid) == own && !ru.is_nil()).then_some(ru)
+        })
+    }
+
+    fn child_dirs(&self) -> io::Result<Vec<Vec<u8>>> {
+        let mut d = nix::dir::Dir::openat(
+            Some(self.fd.as_raw_fd()),
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut names = Vec::new();
+        for e in d.iter() {
+            let e = e?;
+            let n = e.file_name().to_bytes();
+            if n == b"." || n == b".." || n.starts_with(subvol::RESERVED_PREFIX) {
+                continue;
+            }
+            if matches!(e.file_type(), Some(nix::dir::Type::Directory) | None) {
+                names.push(n.to_vec());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Every subvolume received in DEST, by name.
+    pub fn list(&self) -> io::Result<Vec<Listed>> {
+        let mut out = Vec::new();
+        for name in self.child_dirs()? {
+            if let Some(state) = self.received(&name)? {
+                out.push(Listed { name, state });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records the state of subvolume `name` (incomplete: on btrfs a
+    /// complete one is marked by [`Dest::finish`]).
+    pub fn set_state(&mut self, name: &[u8], state: &SubvolState) -> io::Result<()> {
+        self.record(name, state)
+    }
+
+    /// The state rreceive recorded for `name`, if any.
+    pub fn state_of(&self, name: &[u8]) -> io::Result<Option<SubvolState>> {
+        subvol::lookup(self.fd(), name)
     }
 
     /// Records the state of `name`. On btrfs only an incomplete state is
@@ -490,6 +635,7 @@ mod tests {
             parent_uuid: None,
             parent_ctransid: 0,
             complete,
+            resume: None,
         }
     }
 

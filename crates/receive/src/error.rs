@@ -39,6 +39,9 @@ pub enum Error {
     /// Earlier command errors were reported and skipped (`-E`).
     #[error("{0} command(s) failed")]
     Failed(u64),
+    /// A signal asked the receive to stop.
+    #[error("stopped by {0} after command #{1}")]
+    Interrupted(&'static str, u64),
 }
 
 /// What went wrong with one command.
@@ -71,6 +74,12 @@ pub enum CmdError {
     /// A command that needs a subvolume came before SUBVOL or SNAPSHOT.
     #[error("no subvolume is being received (missing SUBVOL or SNAPSHOT)")]
     NoSubvol,
+    /// A resumed stream that does not continue what DEST holds.
+    #[error("cannot resume: {0}")]
+    Resume(String),
+    /// SUBVOL or SNAPSHOT of a subvolume DEST already has.
+    #[error("{0}")]
+    Exists(String),
     /// SUBVOL or SNAPSHOT before the END of the previous one.
     #[error("a new subvolume starts before the END of the previous one")]
     NestedSubvol,
@@ -113,9 +122,37 @@ pub enum CmdError {
     /// The final component is a symlink and the operation would follow it.
     #[error("refusing to follow a symlink")]
     Symlink,
-    /// An xattr name rreceive keeps for itself on a subvolume root.
+    /// An xattr name rreceive keeps for itself (`user.rreceive.*`, on
+    /// every inode).
     #[error("refused xattr {0}: reserved by rreceive")]
     ReservedXattr(String),
+    /// EPERM from an operation only root may do, as an ordinary user.
+    #[error(
+        "{what} needs root ({op}: EPERM as uid {euid}); --fake-super records owners, \
+         set-id modes and device nodes in the xattr user.rreceive.stat instead"
+    )]
+    NeedsRoot {
+        /// What was tried: "changing the owner to 0:0", ...
+        what: String,
+        /// The system call.
+        op: &'static str,
+        /// The effective uid.
+        euid: u32,
+    },
+    /// `--fake-super` on a filesystem without user xattrs.
+    #[error(
+        "--fake-super keeps owners and modes in the xattr user.rreceive.stat, and this \
+         filesystem does not support user xattrs ({op}: {errno})"
+    )]
+    NoUserXattrs {
+        /// The operation.
+        op: &'static str,
+        /// Its error.
+        errno: Errno,
+    },
+    /// A `user.rreceive.stat` value that is not one rreceive writes.
+    #[error("xattr user.rreceive.stat holds '{0}', which is not a mode, device and owner")]
+    BadFakeStat(String),
     /// An empty or NUL-holding xattr name.
     #[error("invalid xattr name")]
     BadXattrName,
@@ -158,6 +195,30 @@ impl CmdError {
         move |errno| CmdError::Os { op, errno }
     }
 
+    /// chown's error: EPERM as an ordinary user says that this needs root.
+    pub fn chown(uid: u32, gid: u32) -> impl FnOnce(Errno) -> CmdError {
+        move |errno| {
+            CmdError::needs_root(errno, "chown", || {
+                format!("changing the owner to {uid}:{gid}")
+            })
+        }
+    }
+
+    /// `op`'s error, or [`CmdError::NeedsRoot`] for EPERM as an ordinary
+    /// user.
+    pub fn needs_root(errno: Errno, op: &'static str, what: impl FnOnce() -> String) -> CmdError {
+        let euid = nix::unistd::geteuid().as_raw();
+        if errno == Errno::EPERM && euid != 0 {
+            CmdError::NeedsRoot {
+                what: what(),
+                op,
+                euid,
+            }
+        } else {
+            CmdError::Os { op, errno }
+        }
+    }
+
     /// An I/O error during `op`.
     pub fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> CmdError {
         move |err| match err.raw_os_error() {
@@ -192,13 +253,25 @@ fn quoted(b: &[u8]) -> String {
 
 /// The path(s) a command names, for messages: `'path'`, then its other
 /// paths (`-> 'to'`, `(target 'contents')`, `(from 'source')`) and an
-/// xattr's name (`(xattr 'name')`); `-` for a command without any.
+/// xattr's name (`(xattr 'name')`); `-` for a command without any. The
+/// subvolume root (the empty path of a command changing an inode's own
+/// metadata) is `'.'`.
 pub fn describe(cmd: &Command<'_>) -> String {
     use std::fmt::Write;
     let mut head = String::new();
     let mut tail = String::new();
+    let on_inode = matches!(
+        cmd.kind(),
+        CommandKind::Chown
+            | CommandKind::Chmod
+            | CommandKind::Utimes
+            | CommandKind::SetXattr
+            | CommandKind::RemoveXattr
+            | CommandKind::Fileattr
+    );
     for (role, p) in cmd.paths() {
         let _ = match role {
+            PathRole::Path if p.is_empty() && on_inode => write!(head, "'.'"),
             PathRole::Path => write!(head, "{}", quoted(p)),
             PathRole::PathTo | PathRole::LinkTarget => write!(tail, " -> {}", quoted(p)),
             PathRole::SymlinkTarget => write!(tail, " (target {})", quoted(p)),
@@ -223,7 +296,7 @@ mod tests {
     #[test]
     fn describe_names_every_path_of_a_command() {
         let t = btrfs_stream::Timespec::default();
-        let cases: [(Command<'_>, &str); 9] = [
+        let cases: [(Command<'_>, &str); 10] = [
             (
                 Command::Mkfile {
                     path: b"a/f",
@@ -278,8 +351,11 @@ mod tests {
                     path: b"",
                     name: b"user.\xff",
                 },
-                "'' (xattr 'user.\\xff')",
+                "'.' (xattr 'user.\\xff')",
             ),
+            // Only an inode's own metadata may name the root; elsewhere
+            // the empty path is shown as it came (and refused).
+            (Command::Mkfile { path: b"", ino: 1 }, "''"),
             (
                 Command::Utimes {
                     path: b"d\n",

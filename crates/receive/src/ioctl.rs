@@ -247,6 +247,8 @@ pub struct SubvolInfo {
     pub uuid: [u8; 16],
     /// The uuid it was received from, all zero when not received.
     pub received_uuid: [u8; 16],
+    /// The uuid of the subvolume it is a snapshot of, all zero if none.
+    pub parent_uuid: [u8; 16],
     /// Root item flags (`ROOT_SUBVOL_RDONLY`).
     pub flags: u64,
     /// Transid of the received subvolume on the sending side.
@@ -264,6 +266,7 @@ pub fn get_subvol_info(fd: BorrowedFd<'_>) -> nix::Result<SubvolInfo> {
     Ok(SubvolInfo {
         uuid: args.uuid,
         received_uuid: args.received_uuid,
+        parent_uuid: args.parent_uuid,
         flags: args.flags,
         stransid: args.stransid,
     })

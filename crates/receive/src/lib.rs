@@ -26,17 +26,19 @@ pub mod closer;
 pub mod copy;
 pub mod dest;
 pub mod error;
+pub mod fake_super;
 pub mod flags;
 #[allow(unsafe_code)]
 pub mod ioctl;
 pub mod meta;
 pub mod overlay;
 pub mod path;
+pub mod progress;
 pub mod subvol;
 pub mod workdir;
 
 use std::fmt::Arguments;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 
 use btrfs_stream::{Command, Reader};
@@ -70,7 +72,24 @@ pub struct Options {
     /// directory changes again: the result is the same, only memory is
     /// bounded (about 300 bytes per directory).
     pub max_dir_times: usize,
+    /// Receive as an ordinary user (`--fake-super`, as in rsync): owners,
+    /// set-id bits and device numbers are recorded in the xattr
+    /// `user.rreceive.stat` of each inode instead of applied; devices,
+    /// fifos and sockets become empty regular files. See [`fake_super`].
+    pub fake_super: bool,
+    /// Set (to the signal's number) when the receive must stop: it stops
+    /// after the command being applied, as when the stream is cut off, so
+    /// that it can be resumed.
+    pub stop: Option<StopFlag>,
+    /// Show a progress bar on a terminal (of `input_size` when known).
+    pub progress: bool,
+    /// The stream's size, when it is a file.
+    pub input_size: Option<u64>,
 }
+
+/// The signal that asked a receive to stop (0: none), set by the caller's
+/// signal handlers (see [`Options::stop`]).
+pub type StopFlag = std::sync::Arc<std::sync::atomic::AtomicUsize>;
 
 /// The default [`Options::max_dir_times`]: about 5 MiB.
 pub const MAX_DIR_TIMES: usize = 16_384;
@@ -88,6 +107,10 @@ impl Options {
             snapshot: Snapshot::Copy,
             verbosity: 1,
             max_dir_times: MAX_DIR_TIMES,
+            fake_super: false,
+            stop: None,
+            progress: false,
+            input_size: None,
         }
     }
 }
@@ -96,26 +119,28 @@ impl Options {
 pub struct Log {
     /// The verbosity (see [`Options::verbosity`]).
     pub level: u8,
+    /// The progress bar they stay apart from.
+    pub meter: progress::Meter,
 }
 
 impl Log {
     /// A normal message (`At subvol ...`), hidden by `-q`.
     pub fn info(&mut self, args: Arguments<'_>) {
         if self.level >= 1 {
-            let _ = writeln!(std::io::stderr(), "{args}");
+            self.meter.line(&args.to_string());
         }
     }
 
     /// A detail shown with `-v`.
     pub fn note(&mut self, args: Arguments<'_>) {
         if self.level >= 2 {
-            let _ = writeln!(std::io::stderr(), "rreceive: {args}");
+            self.meter.line(&format!("rreceive: {args}"));
         }
     }
 
     /// An error that does not stop the receive (`-E`).
     pub fn error(&mut self, e: &Error) {
-        let _ = writeln!(std::io::stderr(), "rreceive: error: {e}");
+        self.meter.line(&format!("rreceive: error: {e}"));
     }
 }
 
@@ -171,6 +196,11 @@ pub struct Failure {
     pub in_place_of: Option<Vec<u8>>,
     /// A parent taken over in place and given back unchanged.
     pub given_back: Option<Vec<u8>>,
+    /// The incomplete subvolume's state, when it stopped cleanly and can
+    /// be resumed (`rreceive --resume-token`, `rsend --resume`).
+    pub resumable: Option<subvol::SubvolState>,
+    /// Why the incomplete subvolume cannot be resumed, when it cannot.
+    pub not_resumable: Option<String>,
     /// What was done before the failure.
     pub stats: Stats,
 }
@@ -185,6 +215,11 @@ impl std::fmt::Display for Failure {
 pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>> {
     let log = Log {
         level: opts.verbosity,
+        meter: if opts.verbosity >= 1 && opts.progress {
+            progress::Meter::new(opts.input_size)
+        } else {
+            progress::Meter::quiet()
+        },
     };
     let dest = match Dest::open(&opts.dest, opts.plain) {
         Ok(d) => d,
@@ -197,6 +232,8 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
                 incomplete: None,
                 in_place_of: None,
                 given_back: None,
+                resumable: None,
+                not_resumable: None,
                 stats: Stats::default(),
             }))
         }
@@ -217,16 +254,61 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
             incomplete,
             in_place_of: in_place_of.filter(|_| given_back.is_none()),
             given_back,
+            resumable: None,
+            not_resumable: None,
             stats: rx.stats,
         })
     };
+    // A stream that stops early, cleanly: what was applied is kept, and
+    // where it stopped is recorded to resume from.
+    let stop = |rx: &mut Receiver<'_>, error: Error| {
+        let path = rx.current_path();
+        match rx.suspend() {
+            Ok(state) => Box::new(Failure {
+                error,
+                incomplete: path,
+                in_place_of: None,
+                given_back: None,
+                resumable: Some(state),
+                not_resumable: None,
+                stats: rx.stats,
+            }),
+            Err(why) => {
+                let mut f = fail(rx, error);
+                if f.incomplete.is_some() {
+                    f.not_resumable = Some(why);
+                }
+                f
+            }
+        }
+    };
+    let signalled = || {
+        let n = opts
+            .stop
+            .as_ref()?
+            .load(std::sync::atomic::Ordering::Relaxed);
+        (n != 0).then(|| signal_name(n))
+    };
     loop {
+        if let Some(sig) = signalled() {
+            let e = Error::Interrupted(sig, reader.commands());
+            return Err(stop(&mut rx, e));
+        }
         let (cmd, pos) = match reader.next_framed() {
             Ok(Some(c)) => c,
             Ok(None) => break,
-            Err(e) => return Err(fail(&mut rx, e.into())),
+            Err(e) => {
+                let e = match signalled() {
+                    Some(sig) => Error::Interrupted(sig, e.command.saturating_sub(1)),
+                    None => e.into(),
+                };
+                return Err(stop(&mut rx, e));
+            }
         };
         let end = matches!(cmd, Command::End {});
+        if pos.index % 64 == 0 {
+            rx.log.meter.update(pos.offset + pos.len, pos.index);
+        }
         let res = rx.apply(&cmd, pos);
         failed += std::mem::take(&mut rx.extra_errors);
         if opts.max_errors != 0 && failed >= opts.max_errors && res.is_ok() {
@@ -236,6 +318,13 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
             Ok(_) => {}
             Err(e) => {
                 failed += 1;
+                if opts.max_errors == 1
+                    && matches!(e, Error::Command { command, .. } if command == pos.index)
+                {
+                    // This command failed and nothing after it was applied:
+                    // resumable from the one before (ENOSPC, say).
+                    return Err(stop(&mut rx, e));
+                }
                 rx.note_error();
                 if opts.max_errors != 0 && failed >= opts.max_errors {
                     return Err(fail(&mut rx, e));
@@ -285,6 +374,100 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
         ));
     }
     Ok(rx.stats)
+}
+
+/// The name of signal `n`, for messages.
+fn signal_name(n: usize) -> &'static str {
+    match i32::try_from(n).unwrap_or(0) {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => "a signal",
+    }
+}
+
+/// Reads `inner` on a thread of its own, so that a read waiting for input
+/// (a pipe, a socket) gives up when `stop` is set: the receive can stop
+/// cleanly even while the sender is silent.
+pub fn interruptible<R: Read + Send + 'static>(mut inner: R, stop: StopFlag) -> impl Read {
+    use std::sync::atomic::Ordering;
+    use std::sync::mpsc;
+    const CHUNK: usize = 1 << 20;
+    let (tx, rx) = mpsc::sync_channel::<std::io::Result<Vec<u8>>>(4);
+    let (back_tx, back_rx) = mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || loop {
+        let mut buf = back_rx.try_recv().unwrap_or_default();
+        buf.resize(CHUNK, 0);
+        let r = loop {
+            match inner.read(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => break r,
+            }
+        };
+        let last = !matches!(r, Ok(n) if n > 0);
+        let msg = r.map(|n| {
+            buf.truncate(n);
+            buf
+        });
+        if tx.send(msg).is_err() || last {
+            return;
+        }
+    });
+    struct Feed {
+        rx: mpsc::Receiver<std::io::Result<Vec<u8>>>,
+        back: mpsc::Sender<Vec<u8>>,
+        cur: Vec<u8>,
+        at: usize,
+        stop: StopFlag,
+        done: bool,
+    }
+    impl Read for Feed {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            while self.at == self.cur.len() {
+                if self.done {
+                    return Ok(0);
+                }
+                let n = self.stop.load(Ordering::Relaxed);
+                if n != 0 {
+                    return Err(std::io::Error::other(format!(
+                        "stopped by {}",
+                        signal_name(n)
+                    )));
+                }
+                match self.rx.recv_timeout(std::time::Duration::from_millis(200)) {
+                    Ok(Ok(buf)) => {
+                        if buf.is_empty() {
+                            self.done = true;
+                        }
+                        let old = std::mem::replace(&mut self.cur, buf);
+                        let _ = self.back.send(old);
+                        self.at = 0;
+                    }
+                    Ok(Err(e)) => {
+                        self.done = true;
+                        return Err(e);
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        self.done = true;
+                    }
+                }
+            }
+            let n = out.len().min(self.cur.len() - self.at);
+            out[..n].copy_from_slice(&self.cur[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+    Feed {
+        rx,
+        back: back_tx,
+        cur: Vec::new(),
+        at: 0,
+        stop,
+        done: false,
+    }
 }
 
 /// Raises the soft limit on open files to the hard limit (tree copies of

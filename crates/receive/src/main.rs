@@ -7,13 +7,13 @@ use std::io::{self, Read};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{ArgAction, Parser};
+use clap::{ArgAction, CommandFactory, Parser};
 use rdump::{buffered, dump, DumpError, Streams, TextDump};
 
 /// Receive btrfs send streams into DEST: real subvolumes on btrfs,
 /// directories anywhere else. Every path stays beneath DEST.
 #[derive(Parser)]
-#[command(name = "rreceive", version)]
+#[command(name = "rreceive", version, after_long_help = EXAMPLES)]
 struct Args {
     /// Read the stream from FILE instead of standard input.
     #[arg(short = 'f', value_name = "FILE")]
@@ -66,21 +66,84 @@ struct Args {
     /// On btrfs a real snapshot is taken instead (--plain to force this).
     #[arg(long)]
     link: bool,
+    /// Receive as an ordinary user: record owners, set-id bits and device
+    /// numbers in the xattr user.rreceive.stat instead of applying them.
+    ///
+    /// As rsync's --fake-super: CHOWN only records uid:gid; CHMOD records
+    /// the mode and applies its permission bits without setuid/setgid, with
+    /// u+rw (u+rwx on directories); devices, fifos and sockets become
+    /// empty regular files of mode 0600. The value is "MODE MAJOR,MINOR
+    /// UID:GID" (mode in octal with the file type). Symlinks cannot carry
+    /// it: their owner is lost (counted as skipped, named under -v). Needs
+    /// a filesystem with user xattrs.
+    #[arg(long)]
+    fake_super: bool,
     /// Print nothing but errors.
     #[arg(short = 'q', long, conflicts_with = "verbose")]
     quiet: bool,
     /// More messages; twice prints every command.
     #[arg(short = 'v', long, action = ArgAction::Count)]
     verbose: u8,
+    /// Print the subvolumes received in DEST, one per line: name,
+    /// received uuid, ctransid, parent uuid and status (complete,
+    /// resumable or incomplete), tab-separated; names escaped as rdump does
+    ///
+    /// `rsend --parent-from` reads this to pick the parent of the next
+    /// incremental send.
+    #[arg(long, conflicts_with_all = ["dump", "resume_token"])]
+    list: bool,
+    /// With --list: one JSON object per line instead (name, received_uuid,
+    /// ctransid, parent_uuid, parent_ctransid, complete, resumable).
+    #[arg(long, requires = "list")]
+    json: bool,
+    /// Print the token that resumes the receive of DEST/NAME where it
+    /// stopped, for `rsend --resume TOKEN`
+    ///
+    /// A receive that stops early (the stream cut off, SIGINT, SIGTERM or
+    /// SIGHUP, a failed command) applies what it holds, syncs, and records
+    /// where it stopped. Exit code 1 when NAME cannot be resumed: complete,
+    /// not received by rreceive, or killed without stopping cleanly.
+    /// Resuming needs a stream made by rsend.
+    #[arg(long, value_name = "DEST/NAME", conflicts_with = "dump")]
+    resume_token: Option<PathBuf>,
     /// Destination directory.
-    #[arg(required_unless_present = "dump")]
+    #[arg(required_unless_present_any = ["dump", "resume_token", "completions", "man"])]
     dest: Option<PathBuf>,
+    #[command(flatten)]
+    extra: rsend_cli::ExtraArgs,
 }
 
-fn input(file: Option<&std::path::Path>) -> Result<Box<dyn Read>, ExitCode> {
+/// Real jobs, shown at the end of `--help` and in the man page.
+const EXAMPLES: &str = "\
+Examples:
+  Receive a backup sent over ssh (on the backup host):
+    rsend -d /dev/sdb -p snaps/mon snaps/tue | ssh backup rreceive /srv/backup
+
+  What the backup holds, for `rsend --parent-from` (one line per subvolume):
+    rreceive --list /srv/backup
+
+  Complete a receive that a cut connection stopped:
+    t=$(ssh backup rreceive --resume-token /srv/backup/tue) &&
+      rsend -d /dev/sdb --resume \"$t\" snaps/tue | ssh backup rreceive /srv/backup";
+
+fn input(
+    file: Option<&std::path::Path>,
+    stop: Option<rreceive::StopFlag>,
+) -> Result<Box<dyn Read>, ExitCode> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let stdin = || -> Box<dyn Read> {
+        // A pipe or socket may wait for input forever: read it so that a
+        // signal still stops the receive cleanly.
+        let regular = nix::sys::stat::fstat(io::stdin().as_fd().as_raw_fd())
+            .is_ok_and(|st| st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFREG);
+        match stop.clone() {
+            Some(s) if !regular => Box::new(rreceive::interruptible(io::stdin(), s)),
+            _ => Box::new(io::stdin().lock()),
+        }
+    };
     match file {
-        None => Ok(Box::new(io::stdin().lock())),
-        Some(p) if p.as_os_str() == "-" => Ok(Box::new(io::stdin().lock())),
+        None => Ok(stdin()),
+        Some(p) if p.as_os_str() == "-" => Ok(stdin()),
         Some(p) => match File::open(p) {
             Ok(f) => Ok(Box::new(f)),
             Err(e) => {
@@ -91,6 +154,124 @@ fn input(file: Option<&std::path::Path>) -> Result<Box<dyn Read>, ExitCode> {
     }
 }
 
+/// `--list DEST`.
+fn list(dest: &std::path::Path, json: bool) -> ExitCode {
+    use std::io::Write;
+    let listed = match rreceive::Dest::open(dest, false).and_then(|d| d.list()) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("rreceive: error: destination {}: {e}", dest.display());
+            return ExitCode::from(1);
+        }
+    };
+    let mut out = io::stdout().lock();
+    for l in &listed {
+        let st = &l.state;
+        let parent = st.parent_uuid.map(|u| u.hyphenated().to_string());
+        let line = if json {
+            let name = match std::str::from_utf8(&l.name) {
+                Ok(s) => serde_json::json!(s),
+                Err(_) => serde_json::json!({
+                    "hex": l.name.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                }),
+            };
+            serde_json::json!({
+                "name": name,
+                "received_uuid": st.received_uuid.hyphenated().to_string(),
+                "ctransid": st.ctransid,
+                "parent_uuid": parent,
+                "parent_ctransid": st.parent_ctransid,
+                "complete": st.complete,
+                "resumable": st.token().is_some(),
+            })
+            .to_string()
+        } else {
+            format!(
+                "{}\t{}\t{}\t{}\t{}",
+                rreceive::error::escape(&l.name),
+                st.received_uuid.hyphenated(),
+                st.ctransid,
+                parent.as_deref().unwrap_or("-"),
+                l.status()
+            )
+        };
+        if writeln!(out, "{line}").is_err() {
+            return ExitCode::SUCCESS;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `--resume-token DEST/NAME`.
+fn resume_token(path: &std::path::Path) -> ExitCode {
+    use std::os::unix::ffi::OsStrExt;
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        eprintln!(
+            "rreceive: error: --resume-token {}: give DEST/NAME, the subvolume's directory",
+            path.display()
+        );
+        return ExitCode::from(2);
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        std::path::Path::new(".")
+    } else {
+        dir
+    };
+    let name = name.as_bytes();
+    let shown = path.display();
+    let found = rreceive::Dest::open(dir, false).and_then(|d| d.existing(name));
+    let why = match found {
+        Err(e) => format!("{}: {e}", dir.display()),
+        Ok(None) => format!("{shown} does not exist"),
+        Ok(Some(rreceive::dest::Existing::Other)) => {
+            format!("{shown} is not a subvolume rreceive received")
+        }
+        Ok(Some(rreceive::dest::Existing::Received(st))) => match st.token() {
+            Some(t) => {
+                println!("{t}");
+                return ExitCode::SUCCESS;
+            }
+            None if st.complete => format!("{shown} is complete: there is nothing to resume"),
+            None => format!(
+                "{shown} is incomplete, but its receive did not stop cleanly (killed, a failed \
+                 command, or the system went down): it cannot be resumed; delete it and receive \
+                 the stream again"
+            ),
+        },
+    };
+    eprintln!("rreceive: error: no resume token: {why}");
+    ExitCode::from(1)
+}
+
+/// The size of the stream when it is a regular file (`-f FILE`, or
+/// standard input redirected from one).
+fn input_size(file: Option<&std::path::Path>) -> Option<u64> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let st = match file {
+        Some(p) if p.as_os_str() != "-" => nix::sys::stat::stat(p).ok()?,
+        _ => nix::sys::stat::fstat(io::stdin().as_fd().as_raw_fd()).ok()?,
+    };
+    (st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFREG).then_some(st.st_size as u64)
+}
+
+/// Signals that stop a receive cleanly (a second one kills it).
+fn stop_on_signals() -> Option<rreceive::StopFlag> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    use std::sync::Arc;
+    let flag: rreceive::StopFlag = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register_conditional_default(sig, seen.clone()).ok()?;
+        signal_hook::flag::register(sig, seen.clone()).ok()?;
+        signal_hook::flag::register_usize(sig, flag.clone(), sig as usize).ok()?;
+    }
+    Some(flag)
+}
+
 fn main() -> ExitCode {
     let args = match Args::try_parse() {
         Ok(a) => a,
@@ -99,7 +280,20 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    let stream = match input(args.file.as_deref()) {
+    if let Some(what) = args.extra.requested() {
+        return rsend_cli::print(Args::command(), &what);
+    }
+    if let Some(p) = &args.resume_token {
+        return resume_token(p);
+    }
+    if args.list {
+        return match &args.dest {
+            Some(d) => list(d, args.json),
+            None => ExitCode::from(2),
+        };
+    }
+    let stop = if args.dump { None } else { stop_on_signals() };
+    let stream = match input(args.file.as_deref(), stop.clone()) {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -126,6 +320,10 @@ fn main() -> ExitCode {
     opts.force_decompress = args.force_decompress;
     opts.force = args.force;
     opts.plain = args.plain;
+    opts.fake_super = args.fake_super;
+    opts.stop = stop;
+    opts.progress = true;
+    opts.input_size = input_size(args.file.as_deref());
     opts.snapshot = if args.in_place {
         rreceive::Snapshot::InPlace
     } else if args.link {
@@ -144,12 +342,25 @@ fn main() -> ExitCode {
                     rreceive::error::escape(&p)
                 );
             }
-            if let Some(p) = f.incomplete {
+            if let (Some(p), Some(st)) = (&f.incomplete, &f.resumable) {
+                let at = st.resume.map_or(0, |r| r.point.commands);
+                eprintln!(
+                    "rreceive: subvolume {} stopped after command {at}; what was received is kept \
+                     and synced. To complete it, run the same rsend with --resume \
+                     \"$(rreceive --resume-token {})\" and receive that into the same \
+                     destination (or delete it and receive the whole stream again)",
+                    p.display(),
+                    p.display()
+                );
+            } else if let Some(p) = f.incomplete {
                 eprintln!(
                     "rreceive: subvolume {} is left incomplete: it will not be used as a \
                      parent or clone source unless --force is given",
                     p.display()
                 );
+                if let Some(why) = &f.not_resumable {
+                    eprintln!("rreceive: it cannot be resumed: {why}");
+                }
                 if let Some(parent) = f.in_place_of {
                     eprintln!(
                         "rreceive: it was received in place onto parent {}, which is gone: \

@@ -156,6 +156,16 @@ impl Handle {
         }
     }
 
+    /// Xattr `name`, if it is set.
+    pub fn get_xattr(&self, name: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        if proc_available() {
+            xattr::get_deref(proc_path(self.fd()), name_os(name))
+        } else {
+            use xattr::FileExt;
+            self.real()?.get_xattr(name_os(name))
+        }
+    }
+
     /// Removes xattr `name`.
     pub fn remove_xattr(&self, name: &[u8]) -> io::Result<()> {
         if proc_available() {

@@ -23,6 +23,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+use btrfs_stream::resume::{Point, Token};
 use nix::errno::Errno;
 use nix::fcntl::{renameat, OFlag};
 use nix::sys::stat::Mode;
@@ -38,7 +39,8 @@ pub const STATE_FILE: &str = ".rreceive-state";
 const STATE_TMP: &str = ".rreceive-state.tmp";
 /// The xattr holding a received directory's state.
 pub const XATTR_NAME: &str = "user.rreceive.subvol";
-/// Xattr names the stream may not touch on a subvolume root.
+/// Xattr names the stream may not touch, on any inode (rreceive's own:
+/// this state on a subvolume root, [`crate::fake_super::XATTR`] anywhere).
 pub const XATTR_RESERVED_PREFIX: &[u8] = b"user.rreceive.";
 
 /// Identity and completeness of one received subvolume.
@@ -54,21 +56,70 @@ pub struct SubvolState {
     pub parent_ctransid: u64,
     /// Whether the stream's END was applied.
     pub complete: bool,
+    /// Where the receive stopped cleanly, when it did: a stream resumed
+    /// from there (`rsend --resume`) completes it. `None` while a receive
+    /// runs, so one killed outright is never taken as resumable.
+    pub resume: Option<Resumable>,
+}
+
+/// How far an incomplete subvolume was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resumable {
+    /// The stream's protocol version.
+    pub version: u32,
+    /// The point reached.
+    pub point: Point,
+}
+
+impl Resumable {
+    fn to_field(self) -> String {
+        format!(
+            "{}:{}:{}:{:032x}",
+            self.version, self.point.commands, self.point.offset, self.point.digest
+        )
+    }
+
+    fn from_field(s: &str) -> Option<Resumable> {
+        let mut it = s.split(':');
+        let r = Resumable {
+            version: it.next()?.parse().ok()?,
+            point: Point {
+                commands: it.next()?.parse().ok()?,
+                offset: it.next()?.parse().ok()?,
+                digest: u128::from_str_radix(it.next()?, 16).ok()?,
+            },
+        };
+        it.next().is_none().then_some(r)
+    }
 }
 
 impl SubvolState {
     /// The xattr value.
     pub fn to_xattr(&self) -> Vec<u8> {
         format!(
-            "v1 received_uuid={} ctransid={} parent_uuid={} parent_ctransid={} complete={}\n",
+            "v1 received_uuid={} ctransid={} parent_uuid={} parent_ctransid={} complete={}{}\n",
             self.received_uuid.hyphenated(),
             self.ctransid,
             self.parent_uuid
                 .map_or_else(|| "-".to_string(), |u| u.hyphenated().to_string()),
             self.parent_ctransid,
-            u8::from(self.complete)
+            u8::from(self.complete),
+            self.resume
+                .map_or_else(String::new, |r| format!(" resume={}", r.to_field()))
         )
         .into_bytes()
+    }
+
+    /// The token `rsend --resume` takes, when the receive stopped cleanly.
+    pub fn token(&self) -> Option<Token> {
+        let r = self.resume.filter(|_| !self.complete)?;
+        Some(Token {
+            uuid: self.received_uuid,
+            ctransid: self.ctransid,
+            parent: self.parent_uuid.map(|u| (u, self.parent_ctransid)),
+            version: r.version,
+            point: r.point,
+        })
     }
 
     /// Parses an xattr value; `None` if it is not one rreceive wrote.
@@ -93,13 +144,20 @@ impl SubvolState {
                 "0" => false,
                 _ => return None,
             },
+            resume: match kv.get("resume") {
+                Some(r) => Some(Resumable::from_field(r)?),
+                None => None,
+            },
         })
     }
 
     fn to_line(&self, name: &[u8]) -> String {
         let hex: String = name.iter().map(|b| format!("{b:02x}")).collect();
+        let resume = self
+            .resume
+            .map_or_else(String::new, |r| format!("\t{}", r.to_field()));
         format!(
-            "{}\t{}\t{}\t{}\t{}\t{hex}\n",
+            "{}\t{}\t{}\t{}\t{}\t{hex}{resume}\n",
             self.received_uuid.hyphenated(),
             self.ctransid,
             self.parent_uuid
@@ -115,7 +173,7 @@ impl SubvolState {
 
     fn from_line(line: &str) -> Option<(Vec<u8>, SubvolState)> {
         let f: Vec<&str> = line.split('\t').collect();
-        if f.len() != 6 {
+        if f.len() != 6 && f.len() != 7 {
             return None;
         }
         let name = unhex(f[5])?;
@@ -130,6 +188,10 @@ impl SubvolState {
                     "complete" => true,
                     "incomplete" => false,
                     _ => return None,
+                },
+                resume: match f.get(6) {
+                    Some(r) => Some(Resumable::from_field(r)?),
+                    None => None,
                 },
             },
         ))
@@ -340,6 +402,7 @@ mod tests {
             parent_uuid: Some(Uuid::from_u128(7)),
             parent_ctransid: 9,
             complete,
+            resume: None,
         }
     }
 
@@ -357,6 +420,30 @@ mod tests {
             "v1 received_uuid=01234567-89ab-cdef-0011-223344556677 ctransid=42 \
              parent_uuid=00000000-0000-0000-0000-000000000007 parent_ctransid=9 complete=1\n"
         );
+        let mut r = sample(false);
+        r.resume = Some(Resumable {
+            version: 2,
+            point: Point {
+                commands: 10,
+                offset: 4096,
+                digest: 0xabc,
+            },
+        });
+        assert_eq!(SubvolState::from_xattr(&r.to_xattr()), Some(r.clone()));
+        assert!(String::from_utf8(r.to_xattr())
+            .unwrap()
+            .ends_with(" complete=0 resume=2:10:4096:00000000000000000000000000000abc\n"));
+        let line = r.to_line(b"x");
+        assert_eq!(
+            SubvolState::from_line(line.trim_end()),
+            Some((b"x".to_vec(), r.clone()))
+        );
+        let t = r.token().unwrap();
+        assert_eq!(
+            (t.version, t.point.commands, t.parent.map(|p| p.1)),
+            (2, 10, Some(9))
+        );
+        assert_eq!(sample(false).token(), None);
         assert_eq!(SubvolState::from_xattr(b"v2 x=1"), None);
         assert_eq!(SubvolState::from_xattr(b"v1 complete=1"), None);
     }

@@ -7,6 +7,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use btrfs_stream::resume::Token;
 use btrfs_stream::Writer;
 
 use crate::progress::{totals, Progress};
@@ -79,6 +80,172 @@ pub struct SendArgs {
     pub parent: Option<SubvolSelector>,
     /// Clone sources (`-c`); without a parent they choose one.
     pub clone_srcs: Vec<SubvolSelector>,
+    /// Whether `proto` was asked for (`--proto`), not a default.
+    pub proto_given: bool,
+    /// Measure the stream instead of writing it (`-n`).
+    pub dry_run: bool,
+    /// Continue a stream a receive stopped in (`--resume`).
+    pub resume: Option<Token>,
+    /// Pick the parent from what a destination holds (`--parent-from`):
+    /// the `rreceive --list` output in this file (`-`: standard input).
+    pub parent_from: Option<PathBuf>,
+}
+
+/// One subvolume a destination holds, as `rreceive --list` prints it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The uuid it was received as.
+    pub uuid: uuid::Uuid,
+    /// Whether its receive finished.
+    pub complete: bool,
+}
+
+/// Reads `rreceive --list` output (text or `--json`). Lines it cannot
+/// read are an error naming the line.
+pub fn parse_list(text: &str) -> anyhow::Result<Vec<Held>> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = || {
+            anyhow::anyhow!(
+                "line {} of the list is not what rreceive --list prints: {line:?}",
+                n + 1
+            )
+        };
+        let held = if line.trim_start().starts_with('{') {
+            let v: serde_json::Value = serde_json::from_str(line).map_err(|_| bad())?;
+            Held {
+                uuid: v["received_uuid"]
+                    .as_str()
+                    .and_then(|u| uuid::Uuid::parse_str(u).ok())
+                    .ok_or_else(bad)?,
+                complete: v["complete"].as_bool().ok_or_else(bad)?,
+            }
+        } else {
+            // NAME UUID CTRANSID PARENT STATE, tab-separated; the name
+            // (escaped) comes first, so read from the right.
+            let f: Vec<&str> = line.rsplitn(5, '\t').collect();
+            if f.len() != 5 {
+                return Err(bad());
+            }
+            Held {
+                uuid: uuid::Uuid::parse_str(f[3]).map_err(|_| bad())?,
+                complete: match f[0] {
+                    "complete" => true,
+                    "incomplete" | "resumable" => false,
+                    _ => return Err(bad()),
+                },
+            }
+        };
+        out.push(held);
+    }
+    Ok(out)
+}
+
+/// The parent `--parent-from` picks for `sv`: the newest read-only
+/// snapshot (by ctransid) that the destination holds complete, other than
+/// `sv` itself.
+fn parent_from_list(
+    fs: &Filesystem,
+    sv: &Subvolume,
+    path: &std::path::Path,
+    quiet: bool,
+) -> anyhow::Result<Option<Subvolume>> {
+    let text = if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut s)
+            .context("reading the destination's list from standard input")?;
+        s
+    } else {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the destination's list {}", path.display()))?
+    };
+    let held = parse_list(&text)?;
+    let complete: std::collections::HashSet<uuid::Uuid> =
+        held.iter().filter(|h| h.complete).map(|h| h.uuid).collect();
+    let own = crate::send::stream_uuid_of(sv);
+    if complete.contains(&own) {
+        anyhow::bail!(
+            "the destination already holds {} complete (received uuid {own}): there is nothing to send",
+            label(sv)
+        );
+    }
+    let best = fs
+        .subvolumes()?
+        .into_iter()
+        .filter(|c| c.id != sv.id && c.is_readonly() && !c.is_dead())
+        .filter(|c| complete.contains(&crate::send::stream_uuid_of(c)))
+        .max_by_key(|c| (c.ctransid, c.id));
+    if !quiet {
+        match &best {
+            Some(p) => eprintln!(
+                "rsend: parent {} (uuid {}): the newest of this filesystem's snapshots the destination holds complete ({} listed there)",
+                label(p),
+                crate::send::stream_uuid_of(p),
+                held.len()
+            ),
+            None => eprintln!(
+                "rsend: the destination holds none of this filesystem's snapshots complete ({} listed there): sending {} in full",
+                held.len(),
+                label(sv)
+            ),
+        }
+    }
+    Ok(best)
+}
+
+/// The snapshot and parent a resumed send continues: `sv` must be the
+/// token's, and so must the parent (found by its uuid when not given).
+fn check_resume(
+    fs: &Filesystem,
+    sv: &Subvolume,
+    parent: Option<Subvolume>,
+    t: &Token,
+) -> anyhow::Result<Option<Subvolume>> {
+    let own = crate::send::stream_uuid_of(sv);
+    if own != t.uuid || sv.ctransid != t.ctransid {
+        anyhow::bail!(
+            "cannot resume: the token is for the snapshot with uuid {} (ctransid {}), and {} has uuid {own} (ctransid {})",
+            t.uuid,
+            t.ctransid,
+            label(sv),
+            sv.ctransid
+        );
+    }
+    match (t.parent, parent) {
+        (None, None) => Ok(None),
+        (None, Some(p)) => anyhow::bail!(
+            "cannot resume: the stream received before was a full one, and -p {} asks for an incremental one",
+            label(&p)
+        ),
+        (Some((pu, pc)), Some(p)) => {
+            let u = crate::send::stream_uuid_of(&p);
+            if u != pu || p.ctransid != pc {
+                anyhow::bail!(
+                    "cannot resume: the stream received before was against the parent with uuid {pu} (ctransid {pc}), and -p {} has uuid {u} (ctransid {})",
+                    label(&p),
+                    p.ctransid
+                );
+            }
+            Ok(Some(p))
+        }
+        (Some((pu, pc)), None) => {
+            let p = find_parent(fs, &SubvolSelector::Uuid(pu)).with_context(|| {
+                format!("cannot resume: the parent of the stream received before (uuid {pu})")
+            })?;
+            if p.ctransid != pc {
+                anyhow::bail!(
+                    "cannot resume: the parent {} has ctransid {}, and the stream received before had {pc}",
+                    label(&p),
+                    p.ctransid
+                );
+            }
+            Ok(Some(p))
+        }
+    }
 }
 
 /// Finds the parent `sel` and checks that it can be one (read-only, alive).
@@ -125,11 +292,7 @@ fn parent_missing(fs: &Filesystem, e: btrfs_disk::error::Error) -> anyhow::Error
     anyhow::anyhow!(
         "parent not found: this filesystem (fsid {}) has no subvolume {asked}; it has: {}",
         fs.fsid(),
-        if available.is_empty() {
-            "no subvolumes".to_string()
-        } else {
-            available.join(", ")
-        }
+        crate::send::list_or_none(&available)
     )
 }
 
@@ -178,13 +341,27 @@ pub fn refuse_terminal(f: &impl IsTerminal, what: &str) -> anyhow::Result<()> {
 /// `btrfs send SUBVOL...` does. On error the streams written so far are
 /// flushed, the failing one without its END.
 pub fn send(args: &SendArgs) -> anyhow::Result<()> {
+    let mut proto = args.proto;
+    if let Some(t) = &args.resume {
+        if args.subvols.len() != 1 {
+            anyhow::bail!("--resume continues one stream: give exactly one SUBVOL");
+        }
+        if args.proto_given && proto != t.version {
+            anyhow::bail!(
+                "cannot resume: the stream received before is protocol version {}, and --proto {proto} was given",
+                t.version
+            );
+        }
+        proto = t.version;
+    }
     crate::send::check_flavor(&SendOptions {
-        proto: args.proto,
+        proto,
         compressed: args.compressed,
         no_data: args.no_data,
         ..SendOptions::default()
     })?;
-    if args.output.is_none() {
+    let to_stdout = args.output.as_ref().is_none_or(|p| p.as_os_str() == "-");
+    if to_stdout && !args.dry_run {
         refuse_terminal(&std::io::stdout(), "standard output")?;
     }
     // A send reads the tree once in order; a smaller block cache than the
@@ -207,10 +384,15 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
     for sel in &args.subvols {
         svs.push(find_sendable(&fs, sel)?);
     }
-    let explicit_parent = match &args.parent {
+    let mut explicit_parent = match &args.parent {
         Some(sel) => Some(find_parent(&fs, sel)?),
         None => None,
     };
+    if let Some(t) = &args.resume {
+        explicit_parent = check_resume(&fs, &svs[0], explicit_parent, t)?;
+    } else if let (Some(list), Some(sv)) = (&args.parent_from, svs.first()) {
+        explicit_parent = parent_from_list(&fs, sv, list, args.quiet)?;
+    }
     let mut sources = Vec::new();
     for sel in &args.clone_srcs {
         sources.push(find_parent(&fs, sel).context("clone source")?);
@@ -250,7 +432,11 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
         }
     }
     let file = match &args.output {
-        Some(p) => {
+        _ if args.dry_run => std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .context("/dev/null")?,
+        Some(p) if p.as_os_str() != "-" => {
             let f = std::fs::OpenOptions::new()
                 .write(true)
                 .create(true)
@@ -261,7 +447,7 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
             refuse_terminal(&f, &p.display().to_string())?;
             f
         }
-        None => File::from(
+        _ => File::from(
             std::io::stdout()
                 .as_fd()
                 .try_clone_to_owned()
@@ -270,18 +456,21 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
     };
     // Small commands are gathered; WRITEs (larger than the buffer) go straight out.
     let mut w = Writer::new(BufWriter::with_capacity(32 << 10, file));
-    let show_progress = !args.quiet && std::io::stderr().is_terminal();
+    let show_progress = !args.quiet && !args.dry_run && std::io::stderr().is_terminal();
+    let mut total = 0u64;
     for ((sv, parent), clone_srcs) in svs.iter().zip(&parents).zip(&clone_sets) {
         if !args.quiet {
             eprintln!("At subvol {}", sv.path_lossy());
         }
         let progress = show_progress.then(|| Progress::new(&sv.path_lossy()));
         let opts = SendOptions {
-            proto: args.proto,
+            proto,
             compressed: args.compressed,
             no_data: args.no_data,
             progress: progress.clone(),
             no_clones: false,
+            dry_run: args.dry_run,
+            resume: args.resume.as_ref().map(|t| t.point),
         };
         let started = std::time::Instant::now();
         let retries = fs.retries();
@@ -303,6 +492,30 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
         }
         match r {
             Ok(stats) => {
+                if args.dry_run {
+                    total += stats.bytes;
+                    println!(
+                        "{}\t{} bytes\t{} commands\t{} files\t{} bytes of file data\t{} cloned\t{} compressed",
+                        sv.path_lossy(),
+                        stats.bytes,
+                        stats.commands,
+                        stats.files,
+                        stats.data_bytes + stats.encoded_file_bytes,
+                        stats.cloned_bytes,
+                        stats.encoded_bytes
+                    );
+                }
+                if let Some(t) = &args.resume {
+                    if !args.quiet {
+                        eprintln!(
+                            "rsend: resumed {} after command {} (byte {}): {} bytes written",
+                            label(sv),
+                            t.point.commands,
+                            t.point.offset,
+                            stats.bytes
+                        );
+                    }
+                }
                 if args.verbose > 0 {
                     let encoded = if stats.encoded_writes > 0 {
                         format!(
@@ -343,5 +556,8 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
         }
     }
     w.flush().context("writing the stream")?;
+    if args.dry_run {
+        println!("size\t{total}");
+    }
     Ok(())
 }

@@ -7,9 +7,25 @@ use clap::{CommandFactory, Parser};
 use rsend::cli::SendArgs;
 use rsend::cli::SubvolSelector;
 
+/// Real jobs, shown at the end of `--help` and in the man page.
+const EXAMPLES: &str = "\
+Examples:
+  Back up a snapshot incrementally to another machine over ssh:
+    rsend -d /dev/sdb -p snaps/mon snaps/tue | ssh backup rreceive /srv/backup
+
+  The nightly cron job: the parent is the newest snapshot the backup holds,
+  and a cut connection is resumed instead of sent again:
+    ssh backup rreceive --list /srv/backup |
+      rsend -d /dev/sdb --parent-from - snaps/today | ssh backup rreceive /srv/backup
+    t=$(ssh backup rreceive --resume-token /srv/backup/today) &&
+      rsend -d /dev/sdb --resume \"$t\" snaps/today | ssh backup rreceive /srv/backup
+
+  How large the stream would be, without reading file data:
+    rsend -d /dev/sdb -p snaps/mon snaps/tue -n";
+
 /// Send btrfs subvolumes as `btrfs send` does, reading devices or image files (no kernel, no mount).
 #[derive(Parser)]
-#[command(name = "rsend", version)]
+#[command(name = "rsend", version, after_long_help = EXAMPLES)]
 struct Args {
     /// A device or image file of the filesystem; repeat for multi-device filesystems
     ///
@@ -17,12 +33,49 @@ struct Args {
     /// Trees the kernel rewrites meanwhile are read again from newer commits (-v counts
     /// them); a snapshot deleted, made writable or changed during the send fails it
     /// (exit code 1, no END).
-    #[arg(short = 'd', long = "device", value_name = "PATH", required = true)]
+    #[arg(
+        short = 'd',
+        long = "device",
+        value_name = "PATH",
+        required_unless_present_any = ["completions", "man"]
+    )]
     devices: Vec<PathBuf>,
 
-    /// Write the stream to OUT instead of standard output
+    /// Write the stream to OUT instead of standard output ("-" is standard output)
     #[arg(short = 'f', long = "file", value_name = "OUT")]
     file: Option<PathBuf>,
+
+    /// Write nothing: print the exact size the stream would have, with its
+    /// command, file and byte counts, without reading file data
+    ///
+    /// One line per SUBVOL on standard output (path, bytes, commands, files,
+    /// bytes of file data, bytes cloned, compressed bytes, tab-separated),
+    /// then `size<TAB>TOTAL`. A job can log it or check the free space of
+    /// the destination first.
+    #[arg(short = 'n', long)]
+    dry_run: bool,
+
+    /// Pick the parent from a list of what the destination holds: the
+    /// output of `rreceive --list DEST` in FILE ("-" for standard input)
+    ///
+    /// The parent is the newest read-only snapshot of this filesystem
+    /// (highest ctransid) that the destination holds complete; with none,
+    /// the send is a full one. Either is said on standard error.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["parent", "parent_id"])]
+    parent_from: Option<PathBuf>,
+
+    /// Continue a stream a receive stopped in: TOKEN is what
+    /// `rreceive --resume-token DEST/NAME` prints
+    ///
+    /// Give the same SUBVOL and options (-c, --compressed-data, --no-data)
+    /// as the first send; the parent and protocol version come from the
+    /// token. The stream written starts after the last command the
+    /// receive applied and reads only the file data of what follows.
+    /// Resuming needs a stream made by rsend (its streams are the same
+    /// every time for the same snapshot, parent and options; the token's
+    /// digest checks it) and received by rreceive.
+    #[arg(long, value_name = "TOKEN")]
+    resume: Option<String>,
 
     /// Print nothing but errors (no "At subvol" line, no progress bar)
     #[arg(short, long, conflicts_with = "verbose")]
@@ -90,10 +143,16 @@ struct Args {
     /// Subvolumes to send, as paths from the top level (`snap1`, `snaps/s1`)
     #[arg(value_name = "SUBVOL")]
     subvols: Vec<String>,
+
+    #[command(flatten)]
+    extra: rsend_cli::ExtraArgs,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(what) = args.extra.requested() {
+        return rsend_cli::print(Args::command(), &what);
+    }
     let r = if args.list {
         let stdout = std::io::stdout();
         rsend::cli::list(&args.devices, &mut stdout.lock())
@@ -119,6 +178,16 @@ fn main() -> ExitCode {
             .map(|p| SubvolSelector::Path(p.clone()))
             .chain(args.subvolid.iter().map(|id| SubvolSelector::Id(*id)))
             .collect();
+        let resume = match args.resume.as_deref().map(str::parse) {
+            None => None,
+            Some(Ok(t)) => Some(t),
+            Some(Err(e)) => Args::command()
+                .error(
+                    clap::error::ErrorKind::ValueValidation,
+                    format!("--resume: {e}"),
+                )
+                .exit(),
+        };
         rsend::cli::send(&SendArgs {
             devices: args.devices.clone(),
             subvols,
@@ -141,13 +210,31 @@ fn main() -> ExitCode {
                 .iter()
                 .map(|p| SubvolSelector::Path(p.clone()))
                 .collect(),
+            proto_given: args.proto.is_some(),
+            dry_run: args.dry_run,
+            resume,
+            parent_from: args.parent_from.clone(),
         })
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("rsend: error: {e:#}");
+            eprintln!("rsend: error: {}", report(&e));
             ExitCode::from(1)
         }
     }
+}
+
+/// `e` and its causes, each said once (a cause whose text is already in
+/// the message is not repeated).
+fn report(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg
 }

@@ -509,6 +509,13 @@ commands! {
     EnableVerity = 26, "ENABLE_VERITY", "enable_verity", since 3 {
         path: &'a [u8] = Path, algorithm: u8 = VerityAlgorithm, block_size: u32 = VerityBlockSize,
         salt: &'a [u8] = VeritySaltData, sig: &'a [u8] = VeritySigData };
+    /// rsend's own: this stream continues an earlier one that a receive
+    /// applied up to command `commands` (byte `offset` of that stream, the
+    /// commands so far fingerprinted as `digest`; see [`crate::resume`]).
+    /// It comes first, before the SUBVOL or SNAPSHOT of the stream it
+    /// continues; btrfs receive refuses it as an unknown command.
+    Resume = 0x7273, "RESUME", "resume", since 1 {
+        commands: u64 = Size, offset: u64 = FileOffset, digest: Uuid = Uuid };
 }
 
 impl std::fmt::Display for CommandKind {
@@ -606,6 +613,11 @@ mod tests {
                 path: b"sv",
                 uuid: ID,
                 ctransid: 1,
+            },
+            K::Resume => Command::Resume {
+                commands: 3,
+                offset: 200,
+                digest: ID,
             },
             K::Snapshot => Command::Snapshot {
                 path: b"snap",
@@ -758,7 +770,7 @@ mod tests {
             K::Unlink => vec![(P::Path, b"d/h")],
             K::Clone => vec![(P::Path, b"f"), (P::CloneSource, b"src")],
             K::Chmod => vec![(P::Path, b"")],
-            K::End => vec![],
+            K::End | K::Resume => vec![],
         }
     }
 

@@ -2,6 +2,10 @@
 
 /// The 13 magic bytes that open every stream, NUL included.
 pub const MAGIC: &[u8; 13] = b"btrfs-stream\0";
+/// The magic of a resumed stream (rsend's own, see [`crate::resume`]):
+/// receivers that do not know it refuse the stream at once instead of
+/// applying its second half on its own.
+pub const RESUME_MAGIC: &[u8; 13] = b"rsend-resume\0";
 /// Total length of the stream header.
 pub const STREAM_HEADER_LEN: usize = 17;
 /// The highest protocol version this crate reads and writes.

@@ -12,16 +12,17 @@ pub mod crc;
 pub mod error;
 pub mod header;
 pub mod reader;
+pub mod resume;
 pub mod source;
 pub mod writer;
 
 pub use attr::Attr;
 pub use command::{Command, CommandKind, FieldValue, PathRole, Paths, Timespec, Uuid};
 pub use error::{Error, ErrorKind, WriteError};
-pub use header::{StreamHeader, MAGIC, MAX_VERSION, STREAM_HEADER_LEN};
+pub use header::{StreamHeader, MAGIC, MAX_VERSION, RESUME_MAGIC, STREAM_HEADER_LEN};
 pub use reader::{decode_payload, Position, Reader, DEFAULT_MAX_COMMAND_LEN};
 pub use source::{ReadSource, SliceSource, Source};
-pub use writer::{encode_command, max_command_len, Writer};
+pub use writer::{encode_command, encoded_len, max_command_len, Writer};
 
 /// Length of a command header: le32 payload length, le16 command, le32 crc.
 pub const COMMAND_HEADER_LEN: usize = 10;

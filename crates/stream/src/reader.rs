@@ -5,7 +5,7 @@ use std::io::{self, Read};
 use crate::attr::{Attr, ATTR_MAX};
 use crate::command::{Attrs, Command, CommandKind, FieldError};
 use crate::error::{Error, ErrorKind};
-use crate::header::{MAGIC, MAX_VERSION, STREAM_HEADER_LEN};
+use crate::header::{MAGIC, MAX_VERSION, RESUME_MAGIC, STREAM_HEADER_LEN};
 use crate::source::{ReadSource, SliceSource, Source};
 use crate::{crc, COMMAND_HEADER_LEN};
 
@@ -54,6 +54,7 @@ pub struct Reader<S> {
     streams: u64,
     max_len: u32,
     last_offset: u64,
+    resumed: bool,
 }
 
 impl<R: Read> Reader<ReadSource<R>> {
@@ -84,6 +85,7 @@ impl<S: Source> Reader<S> {
             streams: 0,
             max_len: DEFAULT_MAX_COMMAND_LEN,
             last_offset: 0,
+            resumed: false,
         }
     }
 
@@ -96,6 +98,11 @@ impl<S: Source> Reader<S> {
     /// Protocol version of the current stream (0 before the first header).
     pub fn version(&self) -> u32 {
         self.version
+    }
+
+    /// Whether the current stream is a resumed one ([`RESUME_MAGIC`]).
+    pub fn resumed(&self) -> bool {
+        self.resumed
     }
 
     /// Number of stream headers read so far.
@@ -154,9 +161,11 @@ impl<S: Source> Reader<S> {
             return Ok(false);
         }
         let h = &self.src.window()[..got.min(STREAM_HEADER_LEN)];
-        if h.len() >= MAGIC.len() && &h[..MAGIC.len()] != MAGIC {
+        let resumed = h.len() >= MAGIC.len() && &h[..MAGIC.len()] == RESUME_MAGIC;
+        if h.len() >= MAGIC.len() && &h[..MAGIC.len()] != MAGIC && !resumed {
             return Err(self.fail(at, ErrorKind::BadMagic));
         }
+        self.resumed = resumed;
         if got < STREAM_HEADER_LEN {
             return Err(self.fail(at, ErrorKind::TruncatedStreamHeader { got }));
         }

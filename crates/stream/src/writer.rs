@@ -66,6 +66,30 @@ pub fn encode_command(
     Ok(())
 }
 
+/// The encoded length, header included, of `head` (a command whose file
+/// data is left out, see [`crate::resume::without_data`]) carrying
+/// `data_len` bytes of data, as protocol `version` encodes it.
+pub fn encoded_len(
+    head: &Command<'_>,
+    data_len: u64,
+    version: u32,
+    scratch: &mut Vec<u8>,
+) -> Result<u64, WriteError> {
+    scratch.clear();
+    encode_command(head, version, scratch)?;
+    let total = scratch.len() as u64 + data_len;
+    let limit = max_command_len(version);
+    if total > limit as u64 {
+        return Err(WriteError::TooLarge {
+            cmd: head.kind(),
+            len: usize::try_from(total).unwrap_or(usize::MAX),
+            limit,
+            version,
+        });
+    }
+    Ok(total)
+}
+
 /// Writes one or more concatenated streams to `W`.
 pub struct Writer<W> {
     inner: W,
@@ -91,6 +115,20 @@ impl<W: Write> Writer<W> {
             return Err(WriteError::UnsupportedVersion(version));
         }
         self.inner.write_all(&StreamHeader { version }.to_bytes())?;
+        self.written += crate::STREAM_HEADER_LEN as u64;
+        self.version = Some(version);
+        Ok(())
+    }
+
+    /// Writes the header of a resumed stream ([`crate::RESUME_MAGIC`]) for
+    /// `version`; its first command should be RESUME.
+    pub fn start_resumed_stream(&mut self, version: u32) -> Result<(), WriteError> {
+        if !(1..=MAX_VERSION).contains(&version) {
+            return Err(WriteError::UnsupportedVersion(version));
+        }
+        let mut h = StreamHeader { version }.to_bytes();
+        h[..13].copy_from_slice(crate::RESUME_MAGIC);
+        self.inner.write_all(&h)?;
         self.written += crate::STREAM_HEADER_LEN as u64;
         self.version = Some(version);
         Ok(())

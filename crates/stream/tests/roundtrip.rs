@@ -62,6 +62,11 @@ fn build(kind: CommandKind, p: &Pool) -> Command<'_> {
             uuid: id(0),
             ctransid: u[0],
         },
+        CommandKind::Resume => Command::Resume {
+            commands: u[0],
+            offset: u[1],
+            digest: id(0),
+        },
         CommandKind::Snapshot => Command::Snapshot {
             path: a,
             uuid: id(0),

@@ -14,6 +14,7 @@ use nix::unistd::{fchown, Gid, Uid};
 use crate::closer::{Finish, Job};
 use crate::dest::Kind;
 use crate::error::{CmdError, Error};
+use crate::fake_super;
 use crate::meta;
 use crate::path;
 
@@ -252,6 +253,8 @@ impl Receiver<'_> {
         let me = self.me;
         let chown_expected = r.owner.is_some_and(|(u, g, _)| (u, g) != me);
         let mode = match r.mode {
+            // --fake-super never chowns; the xattr keeps the rest.
+            Some((m, _)) if self.opts.fake_super => fake_super::applied_mode(libc::S_IFREG | m),
             Some((m, _)) if !chown_expected => m,
             _ => 0o600,
         };
@@ -310,6 +313,7 @@ impl Receiver<'_> {
                         owner: r.owner,
                         mode: r.mode,
                         times: r.times,
+                        fake_super: self.opts.fake_super,
                         flush,
                     })),
                 });
@@ -333,21 +337,24 @@ impl Receiver<'_> {
             .map_err(|e| err_at(kind, cmd_pos, &at, CmdError::os("stat")(e)))?;
         let mut chowned = false;
         f.owner = Some((st.st_uid, st.st_gid));
-        if let Some((u, g, opos)) = r.owner {
+        if self.opts.fake_super {
+            fake_super::finish_new(&f.file, &st, r.owner, r.mode)
+                .map_err(|(k, p, e)| err_at(k, p, &at, e))?;
+        } else if let Some((u, g, opos)) = r.owner {
             if (st.st_uid, st.st_gid) != (u, g) {
                 fchown(
                     f.file.as_raw_fd(),
                     Some(Uid::from_raw(u)),
                     Some(Gid::from_raw(g)),
                 )
-                .map_err(|e| err_at(CommandKind::Chown, opos, &at, CmdError::os("chown")(e)))?;
+                .map_err(|e| err_at(CommandKind::Chown, opos, &at, CmdError::chown(u, g)(e)))?;
                 chowned = true;
             } else {
                 self.stats.chowns_skipped += 1;
             }
             f.owner = Some((u, g));
         }
-        if let Some((m, mpos)) = r.mode {
+        if let Some((m, mpos)) = r.mode.filter(|_| !self.opts.fake_super) {
             if chowned || st.st_mode & 0o7777 != m {
                 fchmod(f.file.as_raw_fd(), Mode::from_bits_retain(m))
                     .map_err(|e| err_at(CommandKind::Chmod, mpos, &at, CmdError::os("chmod")(e)))?;

@@ -7,10 +7,11 @@ use std::os::fd::AsRawFd;
 use btrfs_stream::CommandKind;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::sys::stat::{mkdirat, mknodat, Mode, SFlag};
+use nix::sys::stat::{fstat, mkdirat, mknodat, Mode, SFlag};
 use nix::unistd::{mkfifoat, symlinkat};
 
 use crate::error::CmdError;
+use crate::fake_super;
 use crate::ioctl;
 
 use super::{OpenFile, Receiver, R, RESOLVE};
@@ -49,6 +50,7 @@ impl Receiver<'_> {
         change: u64,
     ) -> R<()> {
         self.entries_change(&[crate::path::split(at).0], change)?;
+        let fake_super = self.opts.fake_super;
         let cur = self.cur()?;
         let (dir, name) = cur.res.parent(at).map_err(CmdError::os(RESOLVE))?;
         let raw = Some(dir.as_raw_fd());
@@ -102,14 +104,36 @@ impl Receiver<'_> {
                 {
                     return Err(CmdError::BadMode(*mode));
                 }
-                mknodat(
-                    raw,
-                    name,
-                    SFlag::from_bits_truncate(kind),
-                    Mode::empty(),
-                    *rdev,
-                )
-                .map_err(CmdError::os("mknod"))?
+                if fake_super {
+                    stand_in(raw, name, *mode as u32, *rdev)?;
+                } else {
+                    let device = kind == libc::S_IFCHR || kind == libc::S_IFBLK;
+                    mknodat(
+                        raw,
+                        name,
+                        SFlag::from_bits_truncate(kind),
+                        Mode::empty(),
+                        *rdev,
+                    )
+                    .map_err(|e| {
+                        if device {
+                            CmdError::needs_root(e, "mknod", || "creating a device node".into())
+                        } else {
+                            CmdError::Os {
+                                op: "mknod",
+                                errno: e,
+                            }
+                        }
+                    })?
+                }
+            }
+            Create::Fifo | Create::Sock if fake_super => {
+                let kind = if matches!(what, Create::Fifo) {
+                    libc::S_IFIFO
+                } else {
+                    libc::S_IFSOCK
+                };
+                stand_in(raw, name, kind | 0o600, 0)?;
             }
             Create::Fifo => mkfifoat(raw, name, Mode::from_bits_retain(0o600))
                 .map_err(CmdError::os("mkfifo"))?,
@@ -125,4 +149,21 @@ impl Receiver<'_> {
         }
         Ok(())
     }
+}
+
+/// `--fake-super`: an empty regular file of mode 0600 in place of a device,
+/// fifo or socket of `mode` (with its type) and device number `rdev`,
+/// recorded in its xattr ([`fake_super`]).
+fn stand_in(dir: Option<std::os::fd::RawFd>, name: &[u8], mode: u32, rdev: u64) -> R<()> {
+    let fd = ioctl::openat(
+        dir,
+        name,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_retain(0o600),
+    )
+    .map_err(CmdError::os("create file"))?;
+    let file = File::from(fd);
+    let st = fstat(file.as_raw_fd()).map_err(CmdError::os("stat"))?;
+    let rec = fake_super::Stat::special(mode, rdev, st.st_uid, st.st_gid);
+    fake_super::write(&file, &rec)
 }

@@ -13,6 +13,7 @@ use nix::unistd::{fchown, Gid, Uid};
 use crate::copy;
 use crate::dest::Dest;
 use crate::error::{escape, CmdError};
+use crate::fake_super::{self, Stat};
 use crate::ioctl;
 use crate::meta::{self, At};
 use crate::subvol::XATTR_RESERVED_PREFIX;
@@ -45,6 +46,9 @@ impl Receiver<'_> {
     pub(super) fn chown(&mut self, path: &[u8], uid: u64, gid: u64) -> R<Flow> {
         let uid = u32::try_from(uid).map_err(|_| CmdError::OutOfRange("uid"))?;
         let gid = u32::try_from(gid).map_err(|_| CmdError::OutOfRange("gid"))?;
+        if self.opts.fake_super {
+            return self.fake_chown(path, uid, gid);
+        }
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
         let caps = match &cur.caps {
             Some((p, v)) if p == path => Some(v.clone()),
@@ -64,7 +68,7 @@ impl Receiver<'_> {
                 ),
                 Target::At(at) => at.chown(uid, gid),
             }
-            .map_err(CmdError::os("chown"))?;
+            .map_err(CmdError::chown(uid, gid))?;
             if let Some(f) = cur.file.as_mut().filter(|f| f.path == path) {
                 f.owner = Some((uid, gid));
             }
@@ -79,6 +83,9 @@ impl Receiver<'_> {
 
     pub(super) fn chmod(&mut self, path: &[u8], mode: u64) -> R<Flow> {
         let mode = (mode & 0o7777) as u32;
+        if self.opts.fake_super {
+            return self.fake_chmod(path, mode);
+        }
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
         match target(cur, &self.dest, path)? {
             Target::File(f) => {
@@ -115,18 +122,105 @@ impl Receiver<'_> {
         Ok(Flow::Continue)
     }
 
-    fn check_xattr(path: &[u8], name: &[u8]) -> R<()> {
+    /// `--fake-super` CHOWN: records the owner (see [`fake_super`]).
+    fn fake_chown(&mut self, path: &[u8], uid: u32, gid: u32) -> R<Flow> {
+        if let Some(kind) = self.fake_record(path, |s| s.chown(uid, gid))? {
+            self.stats.skipped += 1;
+            self.log.note(format_args!(
+                "owner {uid}:{gid} of {} '{}' not kept: only regular files and directories \
+                 carry user.rreceive.stat",
+                if kind == libc::S_IFLNK {
+                    "symlink"
+                } else {
+                    "special file"
+                },
+                escape(path)
+            ));
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// `--fake-super` CHMOD: records the mode and applies what an ordinary
+    /// user can (see [`fake_super`]).
+    fn fake_chmod(&mut self, path: &[u8], mode: u32) -> R<Flow> {
+        match self.fake_record(path, |s| s.chmod(mode))? {
+            None => {}
+            Some(libc::S_IFLNK) => return Err(CmdError::Symlink),
+            Some(kind) => {
+                // A real fifo, socket or device (from a tree received
+                // without --fake-super): only its permission bits.
+                let want = fake_super::applied_mode(kind | mode);
+                let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
+                let (dir, name) = cur.res.parent(path).map_err(CmdError::os(RESOLVE))?;
+                At { dir, name }
+                    .chmod(want)
+                    .map_err(CmdError::os("chmod"))?;
+                if want != mode {
+                    self.stats.skipped += 1;
+                    self.log.note(format_args!(
+                        "mode {mode:04o} of special file '{}' applied as {want:04o}: only \
+                         regular files and directories carry user.rreceive.stat",
+                        escape(path)
+                    ));
+                }
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Changes the record of `path` in its `user.rreceive.stat` (made from
+    /// its own stat if it has none) and applies its mode. For an inode that
+    /// cannot carry user xattrs (anything but a regular file or directory)
+    /// nothing is done and its file type is returned.
+    fn fake_record(&mut self, path: &[u8], change: impl FnOnce(&mut Stat)) -> R<Option<u32>> {
+        use xattr::FileExt;
+        let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
+        match target(cur, &self.dest, path)? {
+            Target::File(f) => {
+                let st = fstat(f.as_raw_fd()).map_err(CmdError::os("stat"))?;
+                let mut s = fake_super::parse(f.get_xattr(fake_super::XATTR))?
+                    .unwrap_or_else(|| Stat::of(&st));
+                change(&mut s);
+                fake_super::write(f, &s)?;
+                let want = fake_super::applied_mode(s.mode);
+                if st.st_mode & 0o7777 != want {
+                    fchmod(f.as_raw_fd(), Mode::from_bits_retain(want))
+                        .map_err(CmdError::os("chmod"))?;
+                }
+            }
+            Target::At(at) => {
+                let h = at.handle().map_err(CmdError::os("open"))?;
+                let st = fstat(h.fd().as_raw_fd()).map_err(CmdError::os("stat"))?;
+                let kind = st.st_mode & libc::S_IFMT;
+                if kind != libc::S_IFREG && kind != libc::S_IFDIR {
+                    return Ok(Some(kind));
+                }
+                let name = fake_super::XATTR.as_bytes();
+                let mut s = fake_super::parse(h.get_xattr(name))?.unwrap_or_else(|| Stat::of(&st));
+                change(&mut s);
+                h.set_xattr(name, &s.to_xattr())
+                    .map_err(fake_super::xattr_error("set xattr user.rreceive.stat"))?;
+                let want = fake_super::applied_mode(s.mode);
+                if st.st_mode & 0o7777 != want {
+                    at.chmod(want).map_err(CmdError::os("chmod"))?;
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn check_xattr(name: &[u8]) -> R<()> {
         if name.is_empty() || name.contains(&0) {
             return Err(CmdError::BadXattrName);
         }
-        if path.is_empty() && name.starts_with(XATTR_RESERVED_PREFIX) {
+        if name.starts_with(XATTR_RESERVED_PREFIX) {
             return Err(CmdError::ReservedXattr(escape(name)));
         }
         Ok(())
     }
 
     pub(super) fn set_xattr(&mut self, path: &[u8], name: &[u8], data: &[u8]) -> R<Flow> {
-        Self::check_xattr(path, name)?;
+        Self::check_xattr(name)?;
         if name == b"security.capability" {
             self.cur()?.caps = Some((path.to_vec(), data.to_vec()));
         }
@@ -135,7 +229,7 @@ impl Receiver<'_> {
     }
 
     pub(super) fn remove_xattr(&mut self, path: &[u8], name: &[u8]) -> R<Flow> {
-        Self::check_xattr(path, name)?;
+        Self::check_xattr(name)?;
         self.xattr_op(path, name, None)?;
         Ok(Flow::Continue)
     }
@@ -176,6 +270,19 @@ impl Receiver<'_> {
                 ));
                 Ok(())
             }
+            Err(e)
+                if self.opts.fake_super
+                    && meta::errno(&e) == Some(Errno::EPERM)
+                    && !name.starts_with(b"user.") =>
+            {
+                self.stats.skipped += 1;
+                self.log.note(format_args!(
+                    "xattr {} of '{}' needs root; skipped (--fake-super)",
+                    escape(name),
+                    escape(path)
+                ));
+                Ok(())
+            }
             Err(e) if meta::errno(&e) == Some(Errno::EOPNOTSUPP) => {
                 self.stats.skipped += 1;
                 self.log.note(format_args!(
@@ -189,7 +296,7 @@ impl Receiver<'_> {
         }
     }
     /// A real descriptor on a regular file or directory (never a device).
-    fn open_for_ioctl(&mut self, path: &[u8]) -> R<File> {
+    pub(super) fn open_for_ioctl(&mut self, path: &[u8]) -> R<File> {
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
         let (dir, name): (BorrowedFd<'_>, &[u8]) = if path.is_empty() {
             (self.dest.fd(), &cur.name)

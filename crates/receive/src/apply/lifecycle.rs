@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 use uuid::Uuid;
 
 use crate::copy::Tick;
-use crate::dest::{Kind, Made, Snapshot};
+use crate::dest::{Existing, Kind, Made, Snapshot};
 use crate::error::{escape, CmdError};
 use crate::ioctl;
 use crate::overlay::Overlay;
@@ -51,16 +51,54 @@ impl Drop for Bar {
 }
 
 impl Receiver<'_> {
+    /// The error for a stream whose subvolume `name` is in DEST already.
+    fn refuse_existing(&self, name: &[u8], uuid: Uuid) -> R<()> {
+        let Some(there) = self
+            .dest
+            .existing(name)
+            .map_err(CmdError::io("look at the destination"))?
+        else {
+            return Ok(());
+        };
+        let dest = self.dest.path().display();
+        let shown = escape(name);
+        let again = "delete it (btrfs subvolume delete on btrfs, else rm -rf) to receive it again";
+        Err(CmdError::Exists(match there {
+            Existing::Received(st) if st.received_uuid != uuid => format!(
+                "{dest}/{shown} exists: a subvolume received from another snapshot (uuid {}, {});                  delete or rename it to receive this one (uuid {uuid})",
+                st.received_uuid,
+                if st.complete { "complete" } else { "incomplete" }
+            ),
+            Existing::Received(st) if st.complete => format!(
+                "subvolume {shown} was already received in {dest} (complete, received uuid {uuid}): nothing was changed; {again}"
+            ),
+            Existing::Received(st) => match st.resume {
+                Some(r) => format!(
+                    "subvolume {shown} in {dest} is incomplete: an earlier receive stopped after                      command {} (byte {}). Resume it with rsend --resume                      \"$(rreceive --resume-token {dest}/{shown})\" and the same rsend arguments                      as before, or {again}",
+                    r.point.commands, r.point.offset
+                ),
+                None => format!(
+                    "subvolume {shown} in {dest} is incomplete from an earlier receive that did                      not stop cleanly (killed, a failed command, or the system went down), so it                      cannot be resumed: {again}"
+                ),
+            },
+            Existing::Other => format!(
+                "{dest}/{shown} exists and is not a subvolume rreceive received: move it away,                  or receive into another directory"
+            ),
+        }))
+    }
+
     pub(super) fn subvol(&mut self, name: &[u8], uuid: Uuid, ctransid: u64) -> R<Flow> {
         if self.cur.is_some() {
             return Err(CmdError::NestedSubvol);
         }
+        self.refuse_existing(name, uuid)?;
         let state = SubvolState {
             received_uuid: uuid,
             ctransid,
             parent_uuid: None,
             parent_ctransid: 0,
             complete: false,
+            resume: None,
         };
         let root = self
             .dest
@@ -88,6 +126,7 @@ impl Receiver<'_> {
         if self.cur.is_some() {
             return Err(CmdError::NestedSubvol);
         }
+        self.refuse_existing(name, uuid)?;
         let parent = self
             .dest
             .find(parent_uuid)
@@ -111,6 +150,7 @@ impl Receiver<'_> {
             parent_uuid: Some(parent_uuid),
             parent_ctransid,
             complete: false,
+            resume: None,
         };
         let mut how = self.opts.snapshot;
         if self.dest.kind() == Kind::Btrfs && how != Snapshot::Copy {
@@ -282,6 +322,7 @@ impl Receiver<'_> {
         self.dest
             .finish(&name, root.as_fd(), &state)
             .map_err(CmdError::io("mark subvolume received"))?;
+        super::resume::forget_side(self.dest.fd(), &name);
         if let Some(w) = work {
             w.remove(self.dest.fd())
                 .map_err(CmdError::io("remove the work directory"))?;

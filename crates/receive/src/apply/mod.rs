@@ -33,6 +33,7 @@ mod guard;
 mod inode;
 mod lifecycle;
 mod names;
+mod resume;
 mod schedule;
 
 use std::collections::{HashMap, VecDeque};
@@ -129,6 +130,8 @@ pub struct Current {
     taken: Option<crate::dest::Taken>,
     /// The work directory (`--in-place`, `--link`).
     work: Option<crate::workdir::Workdir>,
+    /// How far its stream is applied.
+    track: resume::Track,
 }
 
 /// Applies commands to a destination.
@@ -149,6 +152,8 @@ pub struct Receiver<'o> {
     now: (CommandKind, Position),
     /// Whether the note that a parent is copied was given.
     told_copy: bool,
+    /// The point a RESUME gave, for the SUBVOL or SNAPSHOT after it.
+    resume: Option<btrfs_stream::resume::Point>,
 }
 
 type R<T> = Result<T, CmdError>;
@@ -190,6 +195,7 @@ impl Current {
             guard: guard::Guard::Own,
             taken: None,
             work: None,
+            track: resume::Track::default(),
         }
     }
 
@@ -303,6 +309,7 @@ impl<'o> Receiver<'o> {
                 },
             ),
             told_copy: false,
+            resume: None,
         }
     }
 
@@ -409,11 +416,24 @@ impl<'o> Receiver<'o> {
             self.collect()?;
         }
         let res = self.apply_one(cmd, pos);
-        if res.is_err() {
-            self.closer.wait();
-            self.collect()?;
+        match (&res, self.cur.as_mut()) {
+            (Err(_), _) => {
+                self.closer.wait();
+                self.collect()?;
+            }
+            (Ok(_), Some(c)) => match cmd {
+                Command::Subvol { .. } | Command::Snapshot { .. } if c.track.count > 0 => {}
+                Command::Resume { .. } | Command::End {} => {}
+                _ => c.track.add(cmd, pos),
+            },
+            (Ok(_), None) => {}
         }
         res
+    }
+
+    /// Commands of the current subvolume's stream applied so far.
+    pub fn applied(&self) -> u64 {
+        self.cur.as_ref().map_or(0, |c| c.track.count)
     }
 
     fn apply_one(&mut self, cmd: &Command<'_>, pos: Position) -> Result<Flow, Error> {
@@ -496,14 +516,36 @@ impl<'o> Receiver<'o> {
                 path,
                 uuid,
                 ctransid,
-            } => self.subvol(path, uuid, ctransid),
+            } => match self.resume.take() {
+                Some(p) => self.resume_subvol(path, uuid, ctransid, None, p, pos),
+                None => self.subvol(path, uuid, ctransid),
+            },
             C::Snapshot {
                 path,
                 uuid,
                 ctransid,
                 clone_uuid,
                 clone_ctransid,
-            } => self.snapshot(path, uuid, ctransid, clone_uuid, clone_ctransid),
+            } => match self.resume.take() {
+                Some(p) => self.resume_subvol(
+                    path,
+                    uuid,
+                    ctransid,
+                    Some((clone_uuid, clone_ctransid)),
+                    p,
+                    pos,
+                ),
+                None => self.snapshot(path, uuid, ctransid, clone_uuid, clone_ctransid),
+            },
+            C::Resume {
+                commands,
+                offset,
+                digest,
+            } => self.resume_mark(btrfs_stream::resume::Point {
+                commands,
+                offset,
+                digest: digest.as_u128(),
+            }),
             C::End {} => self.end(),
             C::Mkfile { path, .. } => self.defer(pos, path, Create::File),
             C::Mkdir { path, .. } => self.defer(pos, path, Create::Dir),

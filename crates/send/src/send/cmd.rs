@@ -156,6 +156,13 @@ pub(crate) enum Cmd {
         sig: Vec<u8>,
     },
     End,
+    /// A WRITE or ENCODED_WRITE whose data was not read (a dry run, or
+    /// commands a resumed send skips): `cmd` holds no data, `len` is how
+    /// long it is.
+    Unread {
+        cmd: Box<Cmd>,
+        len: u64,
+    },
 }
 
 impl Cmd {
@@ -322,6 +329,7 @@ impl Cmd {
                 sig,
             },
             Cmd::End => Command::End {},
+            Cmd::Unread { cmd, .. } => cmd.as_command(),
         }
     }
 

@@ -160,6 +160,18 @@ impl Walk<'_, '_> {
         let mut sent = 0u64;
         while sent < len {
             let n = (len - sent).min(self.read_chunk);
+            if !self.out.wants_data(n, true) {
+                self.push(Cmd::Unread {
+                    cmd: Box::new(Cmd::Write {
+                        path: path.clone(),
+                        offset: offset + sent,
+                        data: Vec::new(),
+                    }),
+                    len: n,
+                })?;
+                sent += n;
+                continue;
+            }
             let mut data = self.out.buffer(n as usize);
             if zero {
                 data.fill(0);
@@ -211,11 +223,18 @@ impl Walk<'_, '_> {
             }
             Compression::None => compression::NONE,
         };
-        let mut data = self.out.buffer(stored as usize);
-        let tree = self.send.tree;
-        self.fs
-            .read_extent_encoded(&tree, inode, item_off, fe, &mut data)?;
-        self.push(Cmd::EncodedWrite {
+        let read = self.out.wants_data(stored, false);
+        let mut data = if read {
+            self.out.buffer(stored as usize)
+        } else {
+            Vec::new()
+        };
+        if read {
+            let tree = self.send.tree;
+            self.fs
+                .read_extent_encoded(&tree, inode, item_off, fe, &mut data)?;
+        }
+        let cmd = Cmd::EncodedWrite {
             path,
             offset,
             unencoded_file_len: item_off
@@ -227,6 +246,14 @@ impl Walk<'_, '_> {
             compression,
             encryption: (!inline).then_some(0),
             data,
+        };
+        self.push(if read {
+            cmd
+        } else {
+            Cmd::Unread {
+                cmd: Box::new(cmd),
+                len: stored,
+            }
         })?;
         Ok(())
     }

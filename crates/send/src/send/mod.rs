@@ -118,6 +118,9 @@ pub enum SendError {
         /// Its id.
         id: u64,
     },
+    /// The top level (subvolume 5) was asked for.
+    #[error("the top level (subvolume 5) cannot be sent: it has no name to receive it as, and it is not a read-only snapshot; send a read-only snapshot of it (btrfs subvolume snapshot -r MNT MNT/snap) instead")]
+    TopLevel,
     /// The subvolume has no ROOT_BACKREF (the top level), so SUBVOL has no name.
     #[error("subvolume id {id} has no name in a parent (the top level cannot be sent)")]
     Unnamed {
@@ -214,6 +217,9 @@ pub enum SendError {
     /// Writing the stream failed.
     #[error("writing the stream")]
     Output(#[source] std::io::Error),
+    /// A resumed send cannot go on from the point its token gives.
+    #[error("cannot resume: {0}")]
+    Resume(String),
     /// The walk thread died.
     #[error("{subvol}: the walk stopped unexpectedly")]
     Walk {
@@ -370,11 +376,18 @@ fn explain(fs: &Filesystem, reads: &[(&'static str, &Subvolume)], failed: SendEr
     failed
 }
 
-fn list_or_none(v: &[String]) -> String {
-    if v.is_empty() {
-        "no subvolumes".into()
-    } else {
-        v.join(", ")
+/// The subvolumes of a message: "no subvolumes", or the first 20 of
+/// them and how many more there are.
+pub fn list_or_none(v: &[String]) -> String {
+    const SHOWN: usize = 20;
+    match v.len() {
+        0 => "no subvolumes".into(),
+        n if n <= SHOWN => v.join(", "),
+        n => format!(
+            "{}, and {} more (rsend --list shows them all)",
+            v[..SHOWN].join(", "),
+            n - SHOWN
+        ),
     }
 }
 
@@ -409,6 +422,13 @@ pub struct SendOptions {
     /// Write every extent instead of cloning shared ones (as a stream
     /// without clone search looks; for comparisons).
     pub no_clones: bool,
+    /// Write nothing and read no file data; [`StreamStats::bytes`] is the
+    /// exact length the stream would have (`rsend -n`).
+    pub dry_run: bool,
+    /// Continue a stream that a receive applied up to this point (see
+    /// [`btrfs_stream::resume`]): RESUME, the first command, then the
+    /// commands after the point, whose data alone is read.
+    pub resume: Option<btrfs_stream::resume::Point>,
 }
 
 impl Default for SendOptions {
@@ -419,6 +439,8 @@ impl Default for SendOptions {
             no_data: false,
             progress: None,
             no_clones: false,
+            dry_run: false,
+            resume: None,
         }
     }
 }
@@ -448,7 +470,9 @@ pub fn check_flavor(opts: &SendOptions) -> Result<(), SendError> {
 /// `path (subvolume id)`, for messages.
 pub fn label(sv: &Subvolume) -> String {
     let p = sv.path_lossy();
-    if p.is_empty() {
+    if sv.id == btrfs_disk::items::objectid::FS_TREE {
+        "the top level (subvolume 5)".to_string()
+    } else if p.is_empty() {
         format!("subvolume {}", sv.id)
     } else {
         format!("{p} (subvolume {})", sv.id)
@@ -480,6 +504,9 @@ pub fn find_sendable(fs: &Filesystem, sel: &SubvolSelector) -> Result<Subvolume,
 
 /// Whether `sv` can be sent: read-only, alive, with a name.
 pub fn check_sendable(sv: &Subvolume) -> Result<(), SendError> {
+    if sv.id == btrfs_disk::items::objectid::FS_TREE {
+        return Err(SendError::TopLevel);
+    }
     let name = sv.path_lossy();
     if sv.is_dead() {
         return Err(SendError::Dead { name, id: sv.id });
@@ -514,6 +541,12 @@ pub fn send_incremental<W: Write>(
     opts: &SendOptions,
 ) -> Result<StreamStats, SendError> {
     send_with(fs, sv, Some(parent), &[], out, opts)
+}
+
+/// The uuid a stream gives `sv` (its received uuid when set, else its
+/// own): what a receiver knows it by.
+pub fn stream_uuid_of(sv: &Subvolume) -> uuid::Uuid {
+    uuid::Uuid::from_bytes(*stream_uuid(sv).as_bytes())
 }
 
 /// The uuid a receiver knows a subvolume by: its received uuid when set.
@@ -626,7 +659,12 @@ pub fn send_with<W: Write>(
     }
     let subvol = label(sv);
     let before = out.bytes_written();
-    out.start_stream(proto).map_err(|e| match e {
+    let started = if opts.resume.is_some() && !opts.dry_run {
+        out.start_resumed_stream(proto)
+    } else {
+        out.start_stream(proto)
+    };
+    started.map_err(|e| match e {
         WriteError::Io(io) => SendError::Output(io),
         other => SendError::Encode {
             subvol: subvol.clone(),
@@ -650,12 +688,17 @@ pub fn send_with<W: Write>(
             clone_ctransid: p.ctransid,
         },
     };
+    let (mode, unread_until) = match (opts.dry_run, opts.resume) {
+        (true, _) => (sink::Mode::Measure, u64::MAX),
+        (false, Some(p)) => (sink::Mode::Resume(p), p.commands),
+        (false, None) => (sink::Mode::Write, 0),
+    };
     let mut stats = std::thread::scope(|s| {
         let (tx, rx) = mpsc::sync_channel(sink::CHANNEL_BATCHES);
         let (pool_tx, pool_rx) = mpsc::channel();
         let walk_label = subvol.clone();
         let walker = s.spawn(move || {
-            let mut em = Emitter::new(tx, pool_rx);
+            let mut em = Emitter::new(tx, pool_rx, flavor.write_size(), unread_until);
             if em.push(first).is_err() {
                 return;
             }
@@ -710,14 +753,14 @@ pub fn send_with<W: Write>(
             };
             em.fail(e);
         });
-        let mut sink = Sink {
-            w: out,
-            chunk: flavor.write_size(),
-            pool: pool_tx,
-            progress: opts.progress.as_ref(),
-            stats: StreamStats::default(),
-            ended: false,
-        };
+        let mut sink = Sink::new(
+            out,
+            flavor.write_size(),
+            pool_tx,
+            opts.progress.as_ref(),
+            mode,
+            proto,
+        );
         let res = loop {
             match rx.recv() {
                 Ok(Msg::Batch(b)) => {
@@ -740,10 +783,30 @@ pub fn send_with<W: Write>(
             Ok(()) if panicked || !sink.ended => Err(SendError::Walk {
                 subvol: subvol.clone(),
             }),
+            Ok(()) => match mode {
+                sink::Mode::Resume(p) if sink.count <= p.commands => {
+                    Err(SendError::Resume(format!(
+                        "the token is for command {} and later, and this send has {} commands: \
+                     the receive had all of it (is the subvolume complete?)",
+                        p.commands + 1,
+                        sink.count
+                    )))
+                }
+                _ => Ok(()),
+            },
             other => other,
         };
-        res.map(|()| sink.stats)
+        let measured = sink.offset;
+        res.map(|()| (sink.stats, measured))
+    })
+    .map(|(mut st, measured)| {
+        if opts.dry_run {
+            st.bytes = measured;
+        }
+        st
     })?;
-    stats.bytes = out.bytes_written() - before;
+    if !opts.dry_run {
+        stats.bytes = out.bytes_written() - before;
+    }
     Ok(stats)
 }

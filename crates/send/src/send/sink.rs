@@ -10,7 +10,8 @@
 use std::io::Write;
 use std::sync::mpsc::{Receiver, Sender, SyncSender};
 
-use btrfs_stream::{Command, WriteError, Writer};
+use btrfs_stream::resume::{without_data, Digest, Point};
+use btrfs_stream::{encoded_len, Command, WriteError, Writer};
 
 use super::cmd::Cmd;
 use super::SendError;
@@ -49,16 +50,40 @@ pub(crate) struct Emitter {
     pool: Receiver<Vec<u8>>,
     batch: Batch,
     data: usize,
+    /// Largest WRITE payload: how the writer cuts [`Cmd::Write`].
+    chunk: u64,
+    /// Wire commands queued so far.
+    count: u64,
+    /// Wire commands up to this one need no file data (a dry run: all).
+    unread_until: u64,
 }
 
 impl Emitter {
-    pub(crate) fn new(tx: SyncSender<Msg>, pool: Receiver<Vec<u8>>) -> Emitter {
+    /// An emitter for a stream whose WRITEs are cut at `chunk` bytes and
+    /// whose first `unread_until` commands are not written (their data need
+    /// not be read).
+    pub(crate) fn new(
+        tx: SyncSender<Msg>,
+        pool: Receiver<Vec<u8>>,
+        chunk: usize,
+        unread_until: u64,
+    ) -> Emitter {
         Emitter {
             tx,
             pool,
             batch: Batch::default(),
             data: 0,
+            chunk: chunk.max(1) as u64,
+            count: 0,
+            unread_until,
         }
+    }
+
+    /// Whether the next command, a WRITE of `len` bytes of file data when
+    /// `write` (else an ENCODED_WRITE), needs its data read.
+    pub(crate) fn wants_data(&self, len: u64, write: bool) -> bool {
+        let pieces = if write { len.div_ceil(self.chunk) } else { 1 };
+        self.count + pieces > self.unread_until
     }
 
     /// Queues one command.
@@ -69,6 +94,13 @@ impl Emitter {
             | Cmd::EncodedWrite { data, .. } => data.len(),
             Cmd::Symlink { target, .. } => target.len(),
             _ => 0,
+        };
+        self.count += match &c {
+            Cmd::Write { data, .. } => (data.len() as u64).div_ceil(self.chunk),
+            Cmd::Unread { cmd, len } if matches!(**cmd, Cmd::Write { .. }) => {
+                len.div_ceil(self.chunk)
+            }
+            _ => 1,
         };
         self.batch.cmds.push(c);
         if self.batch.cmds.len() >= BATCH_COMMANDS || self.data >= BATCH_DATA {
@@ -135,6 +167,18 @@ pub struct StreamStats {
     pub encoded_bytes: u64,
 }
 
+/// What the sink does with the commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Writes them.
+    Write,
+    /// Writes nothing and measures the stream (a dry run).
+    Measure,
+    /// Writes RESUME, the first command, and those after the point; the
+    /// ones up to it are measured and fingerprinted, and must match it.
+    Resume(Point),
+}
+
 /// The writer's end: encodes and writes what the walk sends.
 pub(crate) struct Sink<'w, W: Write> {
     pub(crate) w: &'w mut Writer<W>,
@@ -144,19 +188,104 @@ pub(crate) struct Sink<'w, W: Write> {
     pub(crate) progress: Option<&'w Progress>,
     pub(crate) stats: StreamStats,
     pub(crate) ended: bool,
+    pub(crate) mode: Mode,
+    /// The stream's protocol version.
+    pub(crate) version: u32,
+    /// Commands of the stream so far, written or not.
+    pub(crate) count: u64,
+    /// The stream's length so far, written or not, header included.
+    pub(crate) offset: u64,
+    digest: Digest,
+    scratch: Vec<u8>,
 }
 
-impl<W: Write> Sink<'_, W> {
+impl<'w, W: Write> Sink<'w, W> {
+    /// A sink writing to `w` (whose stream header is written) as `mode` says.
+    pub(crate) fn new(
+        w: &'w mut Writer<W>,
+        chunk: usize,
+        pool: Sender<Vec<u8>>,
+        progress: Option<&'w Progress>,
+        mode: Mode,
+        version: u32,
+    ) -> Sink<'w, W> {
+        Sink {
+            w,
+            chunk,
+            pool,
+            progress,
+            stats: StreamStats::default(),
+            ended: false,
+            mode,
+            version,
+            count: 0,
+            offset: btrfs_stream::STREAM_HEADER_LEN as u64,
+            digest: Digest::default(),
+            scratch: Vec::new(),
+        }
+    }
+
     fn put(&mut self, c: &Command<'_>, what: &Cmd) -> Result<(), SendError> {
-        self.w.write_command(c).map_err(|e| match e {
-            WriteError::Io(io) => SendError::Output(io),
-            other => SendError::Encode {
-                subvol: String::new(),
-                path: String::from_utf8_lossy(what.path()).into_owned(),
-                source: other,
-            },
-        })?;
-        self.stats.commands += 1;
+        self.w.write_command(c).map_err(|e| encode_error(e, what))?;
+        Ok(())
+    }
+
+    /// One wire command, with `data_len` bytes of file data (which `c`
+    /// holds unless `unread`).
+    fn emit(
+        &mut self,
+        c: &Command<'_>,
+        data_len: u64,
+        unread: bool,
+        what: &Cmd,
+    ) -> Result<(), SendError> {
+        self.count += 1;
+        let (skip, point) = match self.mode {
+            Mode::Write => (false, None),
+            Mode::Measure => (true, None),
+            Mode::Resume(p) => (self.count > 1 && self.count <= p.commands, Some(p)),
+        };
+        if self.mode != Mode::Write {
+            let (head, len) = without_data(c, data_len);
+            self.offset += encoded_len(&head, len, self.version, &mut self.scratch)
+                .map_err(|e| encode_error(e, what))?;
+            if point.is_some_and(|p| self.count <= p.commands) {
+                self.digest
+                    .add(&head, len, self.version)
+                    .map_err(|e| encode_error(e, what))?;
+            }
+        }
+        if let Some(p) = point.filter(|_| self.count == 1) {
+            self.put(&p.command(), what)?;
+            self.stats.commands += 1;
+        }
+        if !skip {
+            if unread {
+                return Err(SendError::Resume(format!(
+                    "command {} was to be written without its data having been read (a bug)",
+                    self.count
+                )));
+            }
+            self.put(c, what)?;
+        }
+        if !skip || self.mode == Mode::Measure {
+            self.stats.commands += 1;
+        }
+        if let Some(p) = point.filter(|p| self.count == p.commands) {
+            if self.offset != p.offset || self.digest.value() != p.digest {
+                return Err(SendError::Resume(format!(
+                    "the stream this send makes is not the one received before: at command {} \
+                     it is at byte {} with digest {:032x}, the token says byte {} with digest \
+                     {:032x} (other options than the first send's, such as --proto, \
+                     --compressed-data, --no-data or -c, or another rsend version)",
+                    p.commands,
+                    self.offset,
+                    self.digest.value(),
+                    p.offset,
+                    p.digest
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -166,17 +295,29 @@ impl<W: Write> Sink<'_, W> {
         let sent = |s: &StreamStats| s.data_bytes + s.cloned_bytes + s.encoded_file_bytes;
         let before = sent(&self.stats);
         for c in b.cmds {
-            match &c {
+            let (inner, unread) = match &c {
+                Cmd::Unread { cmd, len } => (&**cmd, Some(*len)),
+                other => (other, None),
+            };
+            match inner {
                 Cmd::Write { path, offset, data } => {
-                    for (k, piece) in data.chunks(self.chunk).enumerate() {
+                    let total = unread.unwrap_or(data.len() as u64);
+                    let chunk = self.chunk as u64;
+                    for k in 0..total.div_ceil(chunk) {
+                        let at = k * chunk;
+                        let n = chunk.min(total - at);
+                        let piece = match unread {
+                            Some(_) => &[][..],
+                            None => &data[at as usize..(at + n) as usize],
+                        };
                         let cmd = Command::Write {
                             path,
-                            offset: offset + (k * self.chunk) as u64,
+                            offset: offset + at,
                             data: piece,
                         };
-                        self.put(&cmd, &c)?;
+                        self.emit(&cmd, n, unread.is_some(), &c)?;
                     }
-                    self.stats.data_bytes += data.len() as u64;
+                    self.stats.data_bytes += total;
                 }
                 other => {
                     match other {
@@ -192,11 +333,15 @@ impl<W: Write> Sink<'_, W> {
                         } => {
                             self.stats.encoded_writes += 1;
                             self.stats.encoded_file_bytes += unencoded_file_len;
-                            self.stats.encoded_bytes += data.len() as u64;
+                            self.stats.encoded_bytes += unread.unwrap_or(data.len() as u64);
                         }
                         _ => {}
                     }
-                    self.put(&other.as_command(), other)?;
+                    let len = match other {
+                        Cmd::EncodedWrite { data, .. } => unread.unwrap_or(data.len() as u64),
+                        _ => 0,
+                    };
+                    self.emit(&other.as_command(), len, unread.is_some(), other)?;
                     if matches!(other, Cmd::End) {
                         self.ended = true;
                     }
@@ -213,5 +358,16 @@ impl<W: Write> Sink<'_, W> {
             p.advance(sent(&self.stats) - before, b.files);
         }
         Ok(())
+    }
+}
+
+fn encode_error(e: WriteError, what: &Cmd) -> SendError {
+    match e {
+        WriteError::Io(io) => SendError::Output(io),
+        other => SendError::Encode {
+            subvol: String::new(),
+            path: String::from_utf8_lossy(what.path()).into_owned(),
+            source: other,
+        },
     }
 }

@@ -1,0 +1,243 @@
+//! What every tool's command line prints besides its own work: shell
+//! completion scripts and the man page, both generated from the tool's
+//! [`clap::Command`], so they never drift from its flags.
+//!
+//! A `main.rs` whose `Args` derives [`clap::Parser`] flattens [`ExtraArgs`]
+//! into it and, right after parsing, hands the request to [`print()`]:
+//!
+//! ```no_run
+//! use clap::{CommandFactory, Parser};
+//!
+//! #[derive(Parser)]
+//! #[command(name = "rdump")]
+//! struct Args {
+//!     #[command(flatten)]
+//!     extra: rsend_cli::ExtraArgs,
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     let args = Args::parse();
+//!     if let Some(what) = args.extra.requested() {
+//!         return rsend_cli::print(Args::command(), &what);
+//!     }
+//!     // ... the tool's own work ...
+//!     std::process::ExitCode::SUCCESS
+//! }
+//! ```
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use clap_complete::Generator;
+pub use clap_complete::Shell;
+
+/// Something to print instead of the tool's own work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extra {
+    /// The completion script for this shell.
+    Completions(Shell),
+    /// The man page (section 1), in roff.
+    Man,
+}
+
+/// The `--completions SHELL` and `--man` flags, to `#[command(flatten)]`
+/// into a tool's arguments. Both are left out of `-h` and documented in
+/// `--help` and the man page.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ExtraArgs {
+    /// Print the completion script for SHELL to standard output and exit
+    ///
+    /// Shells look for them, under /usr/local or /usr, in
+    /// share/bash-completion/completions/TOOL,
+    /// share/zsh/site-functions/_TOOL and
+    /// share/fish/vendor_completions.d/TOOL.fish.
+    #[arg(long, value_name = "SHELL", hide_short_help = true)]
+    pub completions: Option<Shell>,
+    /// Print this manual page (roff) to standard output and exit
+    ///
+    /// Read it with `TOOL --man | man -l -`, or install it as
+    /// share/man/man1/TOOL.1.
+    #[arg(long, hide_short_help = true, conflicts_with = "completions")]
+    pub man: bool,
+}
+
+impl ExtraArgs {
+    /// What the flags ask for, if anything.
+    pub fn requested(&self) -> Option<Extra> {
+        match (self.completions, self.man) {
+            (Some(shell), _) => Some(Extra::Completions(shell)),
+            (None, true) => Some(Extra::Man),
+            (None, false) => None,
+        }
+    }
+}
+
+/// Heading that makes a command's after-help text the man page's EXAMPLES.
+const EXAMPLES: &str = "Examples:";
+
+/// Writes `what` for the command line `cmd` (such as `Args::command()`) to
+/// `out`. Completions are for the program named by `cmd`'s name.
+///
+/// In the man page, an after-help text (`after_long_help`, else
+/// `after_help`) whose first line is `Examples:` becomes an EXAMPLES section,
+/// its lines kept as laid out; any other becomes clap_mangen's EXTRA section.
+pub fn extra(mut cmd: clap::Command, what: &Extra, out: &mut dyn Write) -> io::Result<()> {
+    match *what {
+        Extra::Completions(shell) => {
+            let name = cmd.get_name().to_owned();
+            cmd.set_bin_name(name);
+            cmd.build();
+            // Generated whole first: the generators' infallible entry points
+            // panic on a write error, such as a closed pipe.
+            let mut script = Vec::new();
+            shell.try_generate(&cmd, &mut script)?;
+            out.write_all(&script)
+        }
+        Extra::Man => {
+            let after = cmd
+                .get_after_long_help()
+                .or_else(|| cmd.get_after_help())
+                .map(|s| s.to_string());
+            let examples = after.as_deref().and_then(|s| {
+                let (head, body) = s.split_once('\n')?;
+                (head.trim_end() == EXAMPLES).then_some(body)
+            });
+            let Some(examples) = examples else {
+                return clap_mangen::Man::new(cmd).render(out);
+            };
+            let cmd = cmd
+                .after_help(None::<&'static str>)
+                .after_long_help(None::<&'static str>);
+            clap_mangen::Man::new(cmd).render(out)?;
+            let mut roff = roff::Roff::new();
+            roff.control("SH", ["EXAMPLES"]).control("nf", []);
+            for line in examples.lines() {
+                roff.text([roff::roman(line)]);
+            }
+            roff.control("fi", []);
+            roff.to_writer(out)
+        }
+    }
+}
+
+/// Writes `what` for `cmd` to standard output, the whole of a `main` that
+/// was asked for it: 0 when written (or when the reader closed the pipe
+/// early), 1 with a message on standard error when writing failed.
+pub fn print(cmd: clap::Command, what: &Extra) -> ExitCode {
+    let name = cmd.get_name().to_owned();
+    let mut stdout = io::stdout().lock();
+    match extra(cmd, what, &mut stdout).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: error: write error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    /// A tool with one flag of its own.
+    #[derive(Parser)]
+    #[command(name = "demo", about = "A demonstration tool.")]
+    struct Args {
+        /// Be loud.
+        #[arg(long)]
+        loud: bool,
+        #[command(flatten)]
+        extra: ExtraArgs,
+    }
+
+    fn render(what: Extra) -> String {
+        let mut out = Vec::new();
+        extra(Args::command(), &what, &mut out).expect("render");
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    #[test]
+    fn every_shell_completes_the_tools_own_flag() {
+        for shell in [
+            Shell::Bash,
+            Shell::Zsh,
+            Shell::Fish,
+            Shell::Elvish,
+            Shell::PowerShell,
+        ] {
+            let s = render(Extra::Completions(shell));
+            assert!(s.contains("loud"), "{shell}: {s}");
+            assert!(s.contains("demo"), "{shell}: {s}");
+        }
+    }
+
+    #[test]
+    fn man_page_is_roff_with_name_and_options() {
+        let s = render(Extra::Man);
+        assert!(s.contains("\n.TH demo 1"), "{s}");
+        assert!(s.contains("\n.SH OPTIONS\n"), "{s}");
+        assert!(s.contains("\\fB\\-\\-loud\\fR\nBe loud"), "{s}");
+        // Hidden from -h, but the man page still explains them.
+        assert!(
+            s.contains("\\fB\\-\\-man\\fR\nPrint this manual page"),
+            "{s}"
+        );
+        assert!(s.contains("Print the completion script for SHELL"), "{s}");
+    }
+
+    #[test]
+    fn examples_after_help_becomes_an_examples_section_kept_as_laid_out() {
+        let cmd = Args::command().after_long_help("Examples:\n  Be loud:\n    demo --loud");
+        let mut out = Vec::new();
+        extra(cmd, &Extra::Man, &mut out).expect("render");
+        let s = String::from_utf8(out).expect("utf-8");
+        assert!(
+            s.contains("\n.SH EXAMPLES\n.nf\n  Be loud:\n    demo \\-\\-loud\n.fi\n"),
+            "{s}"
+        );
+        assert!(!s.contains("EXTRA"), "{s}");
+
+        let cmd = Args::command().after_long_help("See also btrfs-send(8).");
+        let mut out = Vec::new();
+        extra(cmd, &Extra::Man, &mut out).expect("render");
+        let s = String::from_utf8(out).expect("utf-8");
+        assert!(
+            s.contains("\n.SH EXTRA\nSee also btrfs\\-send(8).\n"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn flags_parse_into_a_request() {
+        let req = |argv: &[&str]| Args::try_parse_from(argv).map(|a| a.extra.requested());
+        assert_eq!(req(&["demo"]).unwrap(), None);
+        assert_eq!(req(&["demo", "--man"]).unwrap(), Some(Extra::Man));
+        assert_eq!(
+            req(&["demo", "--completions", "fish"]).unwrap(),
+            Some(Extra::Completions(Shell::Fish))
+        );
+        let err = req(&["demo", "--completions", "nosuchshell"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+    }
+
+    /// Fails every write, as a full disk does.
+    struct Full;
+    impl Write for Full {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::other("disk full"))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn write_errors_are_returned_not_panicked() {
+        for what in [Extra::Man, Extra::Completions(Shell::Bash)] {
+            let err = extra(Args::command(), &what, &mut Full).unwrap_err();
+            assert_eq!(err.to_string(), "disk full");
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Progress on a terminal: the stream bytes read (against the input's size
+//! when it is known, with an ETA), the rate, and the commands applied.
+//!
+//! In `rsend | rreceive` on one terminal, rsend draws its own bar: two
+//! bars on one line would overwrite each other, so rreceive then draws
+//! none, and starts each of its messages on a cleared line of its own.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Where messages and the bar go.
+#[derive(Default)]
+pub struct Meter {
+    bar: Option<ProgressBar>,
+    /// Standard error is a terminal (another tool may draw on it).
+    tty: bool,
+}
+
+impl Meter {
+    /// No bar, plain messages.
+    pub fn quiet() -> Meter {
+        Meter::default()
+    }
+
+    /// A bar on standard error when it is a terminal: against `total`
+    /// bytes when given, else a byte count and rate.
+    pub fn new(total: Option<u64>) -> Meter {
+        let tty = std::io::stderr().is_terminal();
+        if !tty || (total.is_none() && sender_draws()) {
+            return Meter { bar: None, tty };
+        }
+        let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
+        let style = match total {
+            Some(_) => ProgressStyle::with_template(
+                "receiving [{wide_bar}] {bytes}/{total_bytes} ({binary_bytes_per_sec}), {msg}, ETA {eta}",
+            )
+            .map(|s| s.progress_chars("=> ")),
+            None => ProgressStyle::with_template(
+                "receiving {spinner} {bytes} ({binary_bytes_per_sec}), {msg}",
+            ),
+        };
+        bar.set_style(style.unwrap_or_else(|_| ProgressStyle::default_bar()));
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Meter {
+            bar: Some(bar),
+            tty,
+        }
+    }
+
+    /// Stream bytes read so far and commands applied.
+    pub fn update(&self, bytes: u64, commands: u64) {
+        if let Some(b) = &self.bar {
+            b.set_position(bytes);
+            b.set_message(format!("{commands} commands"));
+        }
+    }
+
+    /// Writes one message line, apart from any bar.
+    pub fn line(&self, text: &str) {
+        use std::io::Write;
+        match &self.bar {
+            Some(b) => b.suspend(|| {
+                let _ = writeln!(std::io::stderr(), "{text}");
+            }),
+            // Another tool's bar may be on this line: clear it first.
+            None if self.tty => {
+                let _ = writeln!(std::io::stderr(), "\r\x1b[2K{text}");
+            }
+            None => {
+                let _ = writeln!(std::io::stderr(), "{text}");
+            }
+        }
+    }
+
+    /// Removes the bar.
+    pub fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// Whether an rsend in this process group (a shell pipeline on this
+/// terminal) draws its own bar.
+fn sender_draws() -> bool {
+    let group = |stat: &str| -> Option<(String, i64)> {
+        let open = stat.find('(')?;
+        let close = stat.rfind(')')?;
+        let comm = stat.get(open + 1..close)?.to_string();
+        let pgrp = stat.get(close + 2..)?.split(' ').nth(2)?.parse().ok()?;
+        Some((comm, pgrp))
+    };
+    let Some((_, mine)) = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .as_deref()
+        .and_then(group)
+    else {
+        return false;
+    };
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|e| {
+        e.file_name()
+            .to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            && std::fs::read_to_string(e.path().join("stat"))
+                .ok()
+                .as_deref()
+                .and_then(group)
+                .is_some_and(|(comm, pgrp)| pgrp == mine && comm == "rsend")
+    })
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}

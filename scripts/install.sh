@@ -1,0 +1,75 @@
+#!/bin/sh
+# Builds rsend, rreceive and rdump and installs them under PREFIX (default
+# /usr/local) with their shell completions (bash, zsh, fish) and man pages,
+# which each built tool prints itself (--completions SHELL, --man).
+#
+#   scripts/install.sh [--no-build] [PREFIX]
+#
+#   PREFIX/bin/TOOL
+#   PREFIX/share/bash-completion/completions/TOOL
+#   PREFIX/share/zsh/site-functions/_TOOL
+#   PREFIX/share/fish/vendor_completions.d/TOOL.fish
+#   PREFIX/share/man/man1/TOOL.1
+#
+# DESTDIR, when set, is put before every installed path (for packaging:
+# `DESTDIR=/tmp/pkg scripts/install.sh /usr`). --no-build installs what
+# `cargo build --release --locked` already built, so the build need not run
+# as root: build as yourself, then `sudo scripts/install.sh --no-build`.
+# CARGO_TARGET_DIR is honoured. TOOLS (default "rsend rreceive rdump")
+# picks which tools to build and install.
+set -eu
+
+build=1
+if [ "${1:-}" = "--no-build" ]; then
+    build=0
+    shift
+fi
+if [ $# -gt 1 ]; then
+    echo "usage: $0 [--no-build] [PREFIX]" >&2
+    exit 2
+fi
+prefix=${1:-/usr/local}
+case $prefix in
+    /*) ;;
+    *) echo "install.sh: PREFIX must be an absolute path, not '$prefix'" >&2; exit 2 ;;
+esac
+root=${DESTDIR:-}$prefix
+tools=${TOOLS:-rsend rreceive rdump}
+
+cd "$(dirname "$0")/.."
+target=${CARGO_TARGET_DIR:-target}/release
+
+if [ "$build" = 1 ]; then
+    bins=
+    for tool in $tools; do
+        bins="$bins --bin $tool"
+    done
+    # shellcheck disable=SC2086 # one word per --bin and name
+    cargo build --release --locked $bins
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+for tool in $tools; do
+    bin=$target/$tool
+    if [ ! -x "$bin" ]; then
+        echo "install.sh: $bin is not built" >&2
+        exit 1
+    fi
+    # Everything is generated before anything is installed, so a tool that
+    # cannot print them leaves no half-installed set behind.
+    "$bin" --completions bash >"$tmp/$tool.bash"
+    "$bin" --completions zsh >"$tmp/$tool.zsh"
+    "$bin" --completions fish >"$tmp/$tool.fish"
+    "$bin" --man >"$tmp/$tool.1"
+done
+
+for tool in $tools; do
+    install -D -m 755 "$target/$tool" "$root/bin/$tool"
+    install -D -m 644 "$tmp/$tool.bash" "$root/share/bash-completion/completions/$tool"
+    install -D -m 644 "$tmp/$tool.zsh" "$root/share/zsh/site-functions/_$tool"
+    install -D -m 644 "$tmp/$tool.fish" "$root/share/fish/vendor_completions.d/$tool.fish"
+    install -D -m 644 "$tmp/$tool.1" "$root/share/man/man1/$tool.1"
+    echo "installed $tool in $root"
+done
