@@ -1,0 +1,776 @@
+//! The cron job, scripts/nightly-backup.sh, run the way cron runs it, for
+//! five nights, against the real kernel (root, loop devices, the btrfs
+//! module; one SKIP line otherwise, a failure under RSEND_REQUIRE_KERNEL=1).
+//!
+//! The source is a btrfs in an image file, mounted; subvolume `data`
+//! changes every night ([`NIGHTS`]: a tree of directories, files of many
+//! sizes, hard links, symlinks, xattrs and ACLs; then renames and moves of
+//! files and directories, deletions, new files, writes into the middle of
+//! files, truncations, a directory replaced by a file of the same name and
+//! inode numbers freed and, after a remount, taken by new files of other
+//! names), and then gets its read-only snapshot `snaps/nightN`. Each night
+//! the job sends that snapshot from the image file (`-d IMAGE`, the
+//! filesystem still mounted) into a directory on ext4 and one on btrfs,
+//! and:
+//!
+//! - each received `DEST/nightN` equals its source snapshot
+//!   (testdata/manifest.py --links: type, mode, owner, size, content,
+//!   mtime and atime of every inode including the root, xattrs, symlink
+//!   targets, rdev, nlink, hard-link groups; only rreceive's own
+//!   `user.rreceive.*` and, on ext4, `btrfs.*` left out), right after its
+//!   night and again after the fifth;
+//! - night 1 is sent in full, nights 2 to 5 incrementally from the night
+//!   before (rsend's `parent` line in the job's log);
+//! - on night 3 the job reaches DEST over "ssh" (a fake one, [`FAKE_SSH`],
+//!   that runs the command here), and the connection is cut halfway
+//!   through the first stream: the job's first attempt fails, the list the
+//!   second attempt reads shows night3 `resumable`, the second attempt
+//!   resumes it from the point the receive recorded (the resumed stream is
+//!   the rest of the stream the first attempt sent, after a short
+//!   preamble, so much smaller than the whole) and the job exits 0;
+//! - after night 5 `rreceive --list DEST` holds night1 to night5 complete,
+//!   each with the source snapshot's uuid and its parent's, and running
+//!   the job for night 5 again sends nothing.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use common::receivers::{listing, manifest_of_tree, rreceive_bin, Receiver};
+use common::scenarios::Manifest;
+use testkit::{ext4_image, kernel_available, run, BtrfsImage, LoopImage};
+
+// ---------------------------------------------------------------------------
+// The nights
+
+/// What happens to subvolume `data` on one night: `before_remount` (if
+/// any), an unmount and mount of the source, then `changes`. Both run
+/// with bash in `data`; `$SCRATCH` is a directory outside the filesystem,
+/// where a night that frees inode numbers writes them (`freed`) and the
+/// inode numbers of the new files that should take them (`taken`).
+struct Night {
+    before_remount: Option<&'static str>,
+    changes: &'static str,
+}
+
+const NIGHTS: [Night; 5] = [
+    Night {
+        before_remount: None,
+        changes: r#"
+RANDOM=1
+mkdir -p docs/a/b/c src/lib src/bin photos/2024 photos/2025 music empty-dir
+for d in docs docs/a docs/a/b docs/a/b/c src/lib src/bin music; do
+  for i in $(seq 1 30); do head -c $((RANDOM % 12000 + 1)) /dev/urandom > $d/f$i; done
+done
+for i in $(seq 1 8); do head -c $((RANDOM * 8 + 65536)) /dev/urandom > photos/2024/img$i.jpg; done
+head -c 3M /dev/urandom > photos/2025/big.raw
+truncate -s 5M sparse
+printf 'in the middle' | dd of=sparse bs=1 seek=2097152 conv=notrunc status=none
+echo tiny > tiny
+: > empty-file
+ln docs/f1 docs/a/hard1
+ln docs/f1 src/hard2
+ln -s ../docs/f2 src/link-rel
+ln -s /nonexistent/target dangling
+ln -s docs/a dirlink
+setfattr -n user.comment -v 'night one' docs/f3
+setfattr -n user.bin -v 0x00ff00 docs/a/f4
+setfattr -n user.dir -v tagged docs/a
+setfattr -n user.empty docs/f5
+setfacl -m u:1234:rw docs/f6
+setfacl -d -m u:1234:rx src
+chmod 0750 src/bin
+chmod 4755 src/bin/f1
+chmod 0600 docs/f7
+chown 1000:1000 docs/a/b/f2
+chown -h 1001:1001 dangling
+mkfifo music/fifo
+mknod music/null c 1 3
+touch -d '2001-02-03 04:05:06.123456789' docs/old
+touch -h -d '1999-12-31 23:59:59' dirlink
+# Made last, so they have the highest inode numbers: night 2 deletes them.
+mkdir tail
+for i in $(seq 1 12); do head -c $((RANDOM % 5000 + 1)) /dev/urandom > tail/t$i; done
+"#,
+    },
+    Night {
+        before_remount: Some(
+            r#"
+stat -c %i tail tail/* > "$SCRATCH/freed"
+rm -r tail
+"#,
+        ),
+        changes: r#"
+RANDOM=2
+# New names take the numbers tail/ left: a directory's goes to a file, a
+# file's to a directory.
+for i in $(seq 1 12); do echo "reused $i" > reused-$i; done
+mkdir fresh
+stat -c %i reused-* fresh > "$SCRATCH/taken"
+echo 'in a reused directory' > fresh/inside
+mv docs/a/b docs/b-moved
+mv src/lib/f1 src/bin/f1-moved
+mv src/lib/f2 src/lib/f2.renamed
+mv music/f3 music/swap; mv music/f4 music/f3; mv music/swap music/f4
+mv docs/a/hard1 docs/a/hard1-renamed
+rm docs/b-moved/c/f1 docs/b-moved/c/f2 docs/b-moved/c/f3 music/f20 src/lib/f30
+rm docs/f1
+rmdir empty-dir
+dd if=/dev/urandom of=photos/2025/big.raw bs=4096 seek=300 count=16 conv=notrunc status=none
+truncate -s 50000 photos/2024/img1.jpg
+truncate -s +1M photos/2024/img2.jpg
+head -c 7000 /dev/urandom >> src/lib/f5
+cp --reflink=always photos/2025/big.raw photos/big-copy
+mkdir new
+for i in $(seq 1 20); do head -c $((RANDOM % 20000 + 1)) /dev/urandom > new/n$i; done
+setfattr -n user.comment -v 'night two' docs/f3
+setfattr -x user.bin docs/a/f4
+chmod 0644 docs/f7
+chown 2000:2000 src/lib/f6
+touch -d '2010-01-01 00:00:00' music/f10
+"#,
+    },
+    Night {
+        before_remount: None,
+        changes: r#"
+RANDOM=3
+head -c 3M /dev/urandom > photos/2025/big-night3.raw
+dd if=/dev/urandom of=photos/2025/big.raw bs=65536 seek=10 count=8 conv=notrunc status=none
+# A directory replaced by a file of the same name, and a file by a directory.
+rm -r photos/2024
+head -c 40000 /dev/urandom > photos/2024
+rm tiny
+mkdir tiny
+echo inner > tiny/inner
+# A directory renamed, and a file (with src's default ACL) takes its name.
+mv src/lib src/library
+echo 'not a directory' > src/lib
+# Names moved round a cycle.
+mv music/f5 music/cycle; mv music/f6 music/f5; mv music/f7 music/f6; mv music/cycle music/f7
+# A directory moved under its former sibling.
+mv docs/b-moved docs/a/b-back
+mv new/n1 new/n1.bak
+rm music/f8 music/f9 docs/a/f10 docs/a/f11 docs/a/f12
+truncate -s 0 docs/f8
+head -c 100 /dev/urandom >> docs/a/f13
+# Made last, so they have the highest inode numbers: night 4 deletes them.
+mkdir late
+for i in $(seq 1 10); do head -c $((RANDOM % 3000 + 1)) /dev/urandom > late/l$i; done
+ln late/l1 late/l1-link
+"#,
+    },
+    Night {
+        before_remount: Some(
+            r#"
+stat -c %i late late/* | sort -u > "$SCRATCH/freed"
+rm -r late
+rm docs/f9 docs/f10
+"#,
+        ),
+        changes: r#"
+RANDOM=4
+# New names elsewhere take the numbers late/ left: a symlink the
+# directory's, a directory a file's.
+ln -s photos/2024 reborn-link
+for i in 1 2 3 4 5; do head -c $((RANDOM % 9000 + 1)) /dev/urandom > docs/a/r$i; done
+mkdir music/sub
+for i in 1 2 3 4; do echo "sub $i" > music/sub/s$i; done
+ln docs/a/r1 music/sub/r1-link
+stat -c %i reborn-link docs/a/r* music/sub music/sub/s* > "$SCRATCH/taken"
+mv docs/a/b-back/c docs/c-up
+mv src/bin src/library/bin
+mv photos/2024 photos/2024.jpg
+mv new music/new
+dd if=/dev/urandom of=photos/2025/big-night3.raw bs=4096 seek=100 count=3 conv=notrunc status=none
+truncate -s 1234567 photos/2025/big-night3.raw
+head -c 3000 /dev/urandom | dd of=sparse bs=1 seek=4000000 conv=notrunc status=none
+setfattr -n user.moved -v yes src/library/bin
+rm photos/big-copy
+for i in $(seq 1 15); do head -c $((RANDOM % 4000 + 1)) /dev/urandom > docs/c-up/g$i; done
+"#,
+    },
+    Night {
+        before_remount: None,
+        changes: r#"
+RANDOM=5
+rm -r docs/a/b-back
+rm src/library/f3 src/library/f4 music/new/n2 music/new/n3
+# A file replaced by a symlink of the same name, a symlink by a file.
+rm docs/f11
+ln -s f12 docs/f11
+rm dangling
+echo 'was a symlink' > dangling
+# A directory renamed and a new one of its old name holding some of it.
+mv music music-old
+mkdir music
+mv music-old/f1 music-old/sub music/
+truncate -s 0 photos/2025/big.raw
+head -c 100000 /dev/urandom > photos/2025/big.raw
+truncate -s 1M sparse
+setfattr -x user.comment docs/f3
+setfacl -b docs/f6
+chmod 0700 docs/c-up
+for i in $(seq 1 10); do head -c $((RANDOM % 6000 + 1)) /dev/urandom > music/m$i; done
+"#,
+    },
+];
+
+// ---------------------------------------------------------------------------
+// The source
+
+/// The source filesystem: subvolume `data`, snapshots in `snaps/`.
+struct Source {
+    fs: BtrfsImage,
+}
+
+impl Source {
+    fn new() -> Source {
+        let fs = BtrfsImage::new(512, &[], "");
+        run(Command::new("btrfs")
+            .args(["-q", "subvolume", "create"])
+            .arg(fs.mnt().join("data")));
+        std::fs::create_dir(fs.mnt().join("snaps")).unwrap();
+        Source { fs }
+    }
+
+    fn image(&self) -> &Path {
+        self.fs.image()
+    }
+
+    fn mnt(&self) -> &Path {
+        self.fs.mnt()
+    }
+
+    /// Night `n`'s changes (1-based); the inode numbers it freed and the
+    /// ones its new files took, when it frees some.
+    fn change(&mut self, n: usize) -> Option<(BTreeSet<u64>, BTreeSet<u64>)> {
+        let night = &NIGHTS[n - 1];
+        let scratch = self.fs.scratch().join(format!("night{n}"));
+        std::fs::create_dir_all(&scratch).unwrap();
+        let data = self.fs.mnt().join("data");
+        let bash = |script: &str| {
+            run(Command::new("bash")
+                .args(["-euo", "pipefail", "-c", script])
+                .current_dir(&data)
+                .env("SCRATCH", &scratch));
+        };
+        if let Some(script) = night.before_remount {
+            bash(script);
+            self.fs.remount("");
+        }
+        bash(night.changes);
+        let numbers = |f: &str| -> BTreeSet<u64> {
+            std::fs::read_to_string(scratch.join(f))
+                .unwrap()
+                .split_whitespace()
+                .map(|x| x.parse().unwrap())
+                .collect()
+        };
+        night
+            .before_remount
+            .map(|_| (numbers("freed"), numbers("taken")))
+    }
+
+    /// Takes the read-only snapshot `snaps/nightN` of `data` and syncs, so
+    /// that the image file holds it; its path from the top level.
+    fn snapshot(&self, n: usize) -> String {
+        let snap = format!("snaps/night{n}");
+        run(Command::new("btrfs")
+            .args(["-q", "subvolume", "snapshot", "-r"])
+            .arg(self.mnt().join("data"))
+            .arg(self.mnt().join(&snap)));
+        run(&mut Command::new("sync"));
+        snap
+    }
+
+    /// The uuid of the subvolume at `path` (from the top level).
+    fn uuid(&self, path: &str) -> String {
+        let out = run(Command::new("btrfs")
+            .args(["subvolume", "show"])
+            .arg(self.mnt().join(path)));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix("UUID:"))
+            .map(|u| u.trim().to_owned())
+            .unwrap_or_else(|| panic!("btrfs subvolume show {path}: no UUID line"))
+    }
+
+    /// rsend's stream of `snap` with parent `parent`, written to a file.
+    fn stream(&self, parent: &str, snap: &str) -> Vec<u8> {
+        let file = self.fs.scratch().join("stream");
+        run(Command::new(env!("CARGO_BIN_EXE_rsend"))
+            .arg("-q")
+            .arg("-d")
+            .arg(self.image())
+            .args(["-p", parent, "-f"])
+            .arg(&file)
+            .arg(snap));
+        let s = std::fs::read(&file).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        s
+    }
+
+    /// The size `rsend -n --parent-from -` gives for `snap` with `list`
+    /// (`rreceive --list` output) on its standard input, and its stderr.
+    fn dry_run(&self, list: &str, snap: &str) -> (u64, String) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rsend"))
+            .arg("-d")
+            .arg(self.image())
+            .args(["-n", "--parent-from", "-", snap])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(list.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "rsend -n failed: {stderr}");
+        let size = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("size\t"))
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or_else(|| panic!("rsend -n printed no size line:\n{stdout}"));
+        (size, stderr)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The destinations and the fake ssh
+
+/// The filesystem a destination is on, unmounted when dropped.
+enum DestFs {
+    Ext4(LoopImage),
+    Btrfs(BtrfsImage),
+}
+
+/// A backup destination: `DEST` on its own filesystem, and a fake ssh
+/// that reaches it.
+struct Destination {
+    receiver: Receiver,
+    dir: PathBuf,
+    ssh: FakeSsh,
+    _fs: DestFs,
+}
+
+impl Destination {
+    fn new(receiver: Receiver) -> Destination {
+        let fs = match receiver {
+            Receiver::RreceiveExt4 => DestFs::Ext4(ext4_image(512, &[], "noatime")),
+            _ => DestFs::Btrfs(BtrfsImage::new(512, &[], "noatime")),
+        };
+        let mnt = match &fs {
+            DestFs::Ext4(f) => f.mnt(),
+            DestFs::Btrfs(f) => f.mnt(),
+        };
+        let dir = mnt.join("backup");
+        std::fs::create_dir(&dir).unwrap();
+        Destination {
+            receiver,
+            dir,
+            ssh: FakeSsh::new(),
+            _fs: fs,
+        }
+    }
+
+    fn label(&self) -> &'static str {
+        self.receiver.label()
+    }
+
+    /// `rreceive --list DEST`.
+    fn list(&self, rreceive: &Path) -> String {
+        let out = run(Command::new(rreceive).arg("--list").arg(&self.dir));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Panics unless `DEST/<name>` equals the snapshot `want` describes.
+    fn check_tree(&self, name: &str, want: &Manifest, when: &str) {
+        let got = self.dir.join(name);
+        if let Err(d) = self.receiver.compare_received(want, &got, false) {
+            panic!(
+                "{} {when}: {name} differs from its source snapshot: {d}\n  {} holds:\n{}",
+                self.label(),
+                got.display(),
+                listing(&got)
+            );
+        }
+    }
+}
+
+/// `ssh HOST COMMAND` as far as the job needs it: runs COMMAND with bash
+/// here. It numbers and keeps every command (N.cmd), what `--list` and
+/// `--resume-token` printed (N.out, exit code in N.rc) and the stream
+/// each receive got (N.stream); when the file `cut` exists it removes it
+/// and cuts that receive's stream after the number of bytes it holds, as a
+/// dropped connection would (the sender gets EPIPE, the receiver EOF).
+const FAKE_SSH: &str = r#"#!/bin/bash
+set -u
+dir=$(cd "$(dirname "$0")" && pwd)
+n=$(( $(cat "$dir/count" 2>/dev/null || echo 0) + 1 ))
+echo $n > "$dir/count"
+printf '%s\n' "$2" > "$dir/$n.cmd"
+case $2 in
+    *--list*|*--resume-token*)
+        bash -c "$2" > "$dir/$n.out"
+        rc=$?
+        echo $rc > "$dir/$n.rc"
+        cat "$dir/$n.out"
+        exit $rc
+        ;;
+esac
+if [ -e "$dir/cut" ]; then
+    limit=$(cat "$dir/cut")
+    rm "$dir/cut"
+    head -c "$limit" | tee "$dir/$n.stream" | bash -c "$2"
+else
+    tee "$dir/$n.stream" | bash -c "$2"
+fi
+"#;
+
+struct FakeSsh {
+    dir: tempfile::TempDir,
+}
+
+/// One command the fake ssh ran.
+struct Call {
+    command: String,
+    output: Option<(String, i32)>,
+    stream: Option<Vec<u8>>,
+}
+
+impl FakeSsh {
+    fn new() -> FakeSsh {
+        let dir = tempfile::Builder::new()
+            .prefix("rsend-fake-ssh-")
+            .tempdir()
+            .unwrap();
+        let prog = dir.path().join("fake-ssh");
+        std::fs::write(&prog, FAKE_SSH).unwrap();
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+        FakeSsh { dir }
+    }
+
+    fn program(&self) -> PathBuf {
+        self.dir.path().join("fake-ssh")
+    }
+
+    /// Cuts the next receive's stream after `bytes`.
+    fn cut_next_receive(&self, bytes: u64) {
+        std::fs::write(self.dir.path().join("cut"), bytes.to_string()).unwrap();
+    }
+
+    /// Every command it ran, in order.
+    fn calls(&self) -> Vec<Call> {
+        let p = |n: usize, ext: &str| self.dir.path().join(format!("{n}.{ext}"));
+        let count: usize = std::fs::read_to_string(self.dir.path().join("count"))
+            .map(|s| s.trim().parse().unwrap())
+            .unwrap_or(0);
+        (1..=count)
+            .map(|n| Call {
+                command: std::fs::read_to_string(p(n, "cmd")).unwrap(),
+                output: std::fs::read_to_string(p(n, "out")).ok().map(|o| {
+                    let rc = std::fs::read_to_string(p(n, "rc")).unwrap();
+                    (o, rc.trim().parse().unwrap())
+                }),
+                stream: std::fs::read(p(n, "stream")).ok(),
+            })
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The job
+
+/// What one run of nightly-backup.sh did.
+struct Job {
+    code: Option<i32>,
+    log: String,
+}
+
+impl Job {
+    /// Panics, showing the log, unless the log has a line containing `what`.
+    fn says(&self, what: &str, context: &str) {
+        assert!(
+            self.log.lines().any(|l| l.contains(what)),
+            "{context}: the job's log has no line with {what:?}:\n{}",
+            self.log
+        );
+    }
+
+    fn never_says(&self, what: &str, context: &str) {
+        assert!(
+            !self.log.contains(what),
+            "{context}: the job's log says {what:?}:\n{}",
+            self.log
+        );
+    }
+}
+
+/// scripts/nightly-backup.sh -w 0 -d IMAGE SNAP DEST [HOST], with the
+/// rsend of this build and `rreceive`; over the destination's fake ssh
+/// when `over_ssh`.
+fn nightly_backup(
+    src: &Source,
+    snap: &str,
+    dest: &Destination,
+    rreceive: &Path,
+    over_ssh: bool,
+) -> Job {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nightly-backup.sh");
+    let mut cmd = Command::new(script);
+    cmd.args(["-w", "0", "-d"])
+        .arg(src.image())
+        .arg(snap)
+        .arg(&dest.dir)
+        .env("RSEND", env!("CARGO_BIN_EXE_rsend"))
+        .env("RRECEIVE", rreceive)
+        .env_remove("SSH")
+        .current_dir("/")
+        .stdin(Stdio::null());
+    if over_ssh {
+        cmd.arg("backup-host").env("SSH", dest.ssh.program());
+    }
+    let out = cmd.output().unwrap();
+    Job {
+        code: out.status.code(),
+        log: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Night 3 onto `dest`: the job over the fake ssh, the first stream cut
+/// after half its bytes; checks the job resumed it. Returns a summary.
+fn night_with_a_cut(src: &Source, dest: &Destination, rreceive: &Path) -> String {
+    let what = format!("{} night3", dest.label());
+    // What the job's first attempt will send: rsend -n with the list it
+    // will read, and the stream itself.
+    let (size, dry_log) = src.dry_run(&dest.list(rreceive), "snaps/night3");
+    assert!(
+        dry_log.contains("rsend: parent snaps/night2 (subvolume"),
+        "{what}: rsend -n --parent-from picked another parent: {dry_log}"
+    );
+    let full = src.stream("snaps/night2", "snaps/night3");
+    assert_eq!(
+        full.len() as u64,
+        size,
+        "{what}: rsend -n said {size} bytes, the stream has {}",
+        full.len()
+    );
+    let cut = size / 2;
+    dest.ssh.cut_next_receive(cut);
+
+    let job = nightly_backup(src, "snaps/night3", dest, rreceive, true);
+    assert_eq!(job.code, Some(0), "{what}: the job failed:\n{}", job.log);
+    job.says("attempt 1: sending night3", &what);
+    job.says("rsend: parent snaps/night2 (subvolume", &what);
+    job.says("attempt 1 failed (exit codes", &what);
+    job.says("stopped after command", &what);
+    job.says("attempt 2: resuming night3", &what);
+    job.says("night3 is complete in", &what);
+    job.never_says("attempt 3", &what);
+
+    let calls = dest.ssh.calls();
+    let show = || {
+        calls
+            .iter()
+            .map(|c| format!("  {}", c.command.trim_end()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let streams: Vec<&Vec<u8>> = calls.iter().filter_map(|c| c.stream.as_ref()).collect();
+    assert_eq!(
+        streams.len(),
+        2,
+        "{what}: two receives wanted, the fake ssh ran:\n{}",
+        show()
+    );
+    let (first, resumed) = (streams[0], streams[1]);
+    assert!(
+        first.len() as u64 == cut && first[..] == full[..cut as usize],
+        "{what}: the cut receive got {} bytes, not the first {cut} of rsend -p snaps/night2",
+        first.len()
+    );
+
+    // The list the second attempt read: night3 there, resumable.
+    let lists: Vec<&str> = calls
+        .iter()
+        .filter(|c| c.command.contains("--list"))
+        .filter_map(|c| c.output.as_ref().map(|(o, _)| o.as_str()))
+        .collect();
+    assert_eq!(lists.len(), 2, "{what}: two lists wanted:\n{}", show());
+    let status = |list: &str| {
+        list.lines()
+            .find(|l| l.split('\t').next() == Some("night3"))
+            .and_then(|l| l.split('\t').nth(4))
+            .map(str::to_owned)
+    };
+    assert_eq!(status(lists[0]), None, "{what}: first list:\n{}", lists[0]);
+    assert_eq!(
+        status(lists[1]).as_deref(),
+        Some("resumable"),
+        "{what}: the list after the cut:\n{}",
+        lists[1]
+    );
+
+    // The token the resume used, and the resumed stream: the rest of the
+    // first attempt's stream from the token's offset.
+    let token = calls
+        .iter()
+        .filter(|c| c.command.contains("--resume-token"))
+        .filter_map(|c| c.output.as_ref())
+        .find(|(_, rc)| *rc == 0)
+        .map(|(o, _)| o.trim().to_owned())
+        .unwrap_or_else(|| panic!("{what}: no --resume-token succeeded:\n{}", show()));
+    let fields: Vec<&str> = token.split(':').collect();
+    assert!(
+        fields.len() == 9 && fields[0] == "rsend1",
+        "{what}: resume token {token:?}"
+    );
+    assert_eq!(fields[1], src.uuid("snaps/night3"), "{what}: token {token}");
+    assert_eq!(fields[3], src.uuid("snaps/night2"), "{what}: token {token}");
+    let offset: u64 = fields[7].parse().unwrap();
+    assert!(
+        offset <= cut && cut - offset < 1 << 20,
+        "{what}: the receive stopped at byte {offset} of the {cut} it got"
+    );
+    assert!(
+        resumed.starts_with(b"rsend-resume\0"),
+        "{what}: the resumed stream starts {:?}",
+        &resumed[..resumed.len().min(16)]
+    );
+    let rest = &full[offset as usize..];
+    let preamble = resumed.len() as i64 - rest.len() as i64;
+    assert!(
+        resumed.ends_with(rest) && (0..4096).contains(&preamble),
+        "{what}: the resumed stream ({} bytes) is not a short preamble and the {} bytes of \
+         the stream after byte {offset}",
+        resumed.len(),
+        rest.len()
+    );
+    assert!(resumed.len() < full.len() * 3 / 4);
+    format!(
+        "{}: night3 stream {size} bytes, cut after {cut}, receive stopped at byte {offset}, \
+         resumed with {} bytes",
+        dest.label(),
+        resumed.len()
+    )
+}
+
+/// Panics unless `rreceive --list` of `dest` names night1 to night5
+/// complete, each with its source snapshot's uuid and its parent's.
+fn check_list(src: &Source, dest: &Destination, rreceive: &Path) {
+    let list = dest.list(rreceive);
+    let rows: Vec<Vec<&str>> = list.lines().map(|l| l.split('\t').collect()).collect();
+    let names: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+    assert_eq!(
+        names,
+        ["night1", "night2", "night3", "night4", "night5"],
+        "{}: rreceive --list:\n{list}",
+        dest.label()
+    );
+    for (k, row) in rows.iter().enumerate() {
+        let n = k + 1;
+        let parent = match n {
+            1 => "-".to_owned(),
+            _ => src.uuid(&format!("snaps/night{}", n - 1)),
+        };
+        assert!(
+            row.len() == 5
+                && row[1] == src.uuid(&format!("snaps/night{n}"))
+                && row[3] == parent
+                && row[4] == "complete",
+            "{}: rreceive --list line {n} wants received uuid {}, parent {parent}, complete:\n{list}",
+            dest.label(),
+            src.uuid(&format!("snaps/night{n}"))
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The test
+
+#[test]
+fn five_nights_of_the_cron_job_onto_ext4_and_btrfs_resume_a_cut_connection() {
+    let test = "five_nights_of_the_cron_job_onto_ext4_and_btrfs_resume_a_cut_connection";
+    if !kernel_available(test) {
+        return;
+    }
+    let started = Instant::now();
+    let rreceive = rreceive_bin();
+    let mut src = Source::new();
+    let dests = [
+        Destination::new(Receiver::RreceiveExt4),
+        Destination::new(Receiver::RreceiveBtrfs),
+    ];
+    let mut wants: Vec<Manifest> = Vec::new();
+    let mut summary = Vec::new();
+    for n in 1..=NIGHTS.len() {
+        if let Some((freed, taken)) = src.change(n) {
+            let reused = freed.intersection(&taken).count();
+            assert!(
+                reused * 2 >= freed.len(),
+                "night {n}: new files took {reused} of the {} inode numbers freed \
+                 (freed {freed:?}, new {taken:?})",
+                freed.len()
+            );
+            summary.push(format!(
+                "night{n}: new files took {reused} of {} freed inode numbers",
+                freed.len()
+            ));
+        }
+        let snap = src.snapshot(n);
+        let name = format!("night{n}");
+        wants.push(manifest_of_tree(&src.mnt().join(&snap)));
+        for dest in &dests {
+            let what = format!("{} {name}", dest.label());
+            if n == 3 {
+                summary.push(night_with_a_cut(&src, dest, &rreceive));
+            } else {
+                let job = nightly_backup(&src, &snap, dest, &rreceive, false);
+                assert_eq!(job.code, Some(0), "{what}: the job failed:\n{}", job.log);
+                job.says(&format!("attempt 1: sending {name}"), &what);
+                job.says(&format!("{name} is complete in"), &what);
+                job.never_says("failed", &what);
+                if n == 1 {
+                    job.says(
+                        "rsend: the destination holds none of this filesystem's snapshots \
+                         complete (0 listed there): sending snaps/night1 (subvolume",
+                        &what,
+                    );
+                } else {
+                    job.says(
+                        &format!("rsend: parent snaps/night{} (subvolume", n - 1),
+                        &what,
+                    );
+                }
+            }
+            dest.check_tree(&name, &wants[n - 1], &format!("after night {n}"));
+        }
+    }
+    for dest in &dests {
+        for (k, want) in wants.iter().enumerate() {
+            dest.check_tree(&format!("night{}", k + 1), want, "after night 5");
+        }
+        check_list(&src, dest, &rreceive);
+        let what = format!("{} night5 again", dest.label());
+        let job = nightly_backup(&src, "snaps/night5", dest, &rreceive, false);
+        assert_eq!(job.code, Some(0), "{what}: the job failed:\n{}", job.log);
+        job.says("night5 is complete in", &what);
+        job.never_says("attempt", &what);
+    }
+    println!(
+        "{}\nfive nights onto ext4 and btrfs in {:.1?}",
+        summary.join("\n"),
+        started.elapsed()
+    );
+}
