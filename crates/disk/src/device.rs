@@ -71,13 +71,23 @@ fn unreadable(path: &Path, e: std::io::Error) -> Error {
     let why = match e.kind() {
         std::io::ErrorKind::NotFound => "no such file or device".to_string(),
         std::io::ErrorKind::PermissionDenied => {
-            "permission denied (reading a device needs root, or membership of its group, often disk)"
-                .to_string()
+            use std::os::unix::fs::MetadataExt;
+            match std::fs::metadata(path) {
+                Ok(m) if m.file_type().is_block_device() => "permission denied (reading a device needs root, or membership of its group, often disk)".to_string(),
+                Ok(m) => format!(
+                    "permission denied (owner uid {}, mode {:04o}: run as a user who may read it)",
+                    m.uid(),
+                    m.mode() & 0o7777
+                ),
+                Err(_) => "permission denied".to_string(),
+            }
         }
-        _ => return Error::Io {
-            path: path.to_owned(),
-            source: e,
-        },
+        _ => {
+            return Error::Io {
+                path: path.to_owned(),
+                source: e,
+            }
+        }
     };
     Error::NotAFilesystem {
         path: path.to_owned(),

@@ -35,7 +35,7 @@ pub enum Error {
         why: String,
     },
     /// None of the superblock copies of a device is usable.
-    #[error("{path}: no valid btrfs superblock ({reason})", path = path.display())]
+    #[error("{path}: not a btrfs filesystem, or a damaged one: no valid btrfs superblock ({reason})", path = path.display())]
     NoSuperblock {
         /// The device or image.
         path: PathBuf,

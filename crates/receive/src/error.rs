@@ -29,7 +29,7 @@ pub enum Error {
         kind: CmdError,
     },
     /// DEST cannot be used.
-    #[error("destination {}: {source}", path.display())]
+    #[error("destination {}: {}", path.display(), rsend_cli::plain_io(source))]
     Dest {
         /// DEST as given.
         path: PathBuf,

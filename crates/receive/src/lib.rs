@@ -85,6 +85,9 @@ pub struct Options {
     pub progress: bool,
     /// The stream's size, when it is a file.
     pub input_size: Option<u64>,
+    /// An rsend in the same pipeline draws its own bar (see
+    /// [`progress::sender_draws`]): rreceive then draws none.
+    pub sender_bar: bool,
 }
 
 /// The signal that asked a receive to stop (0: none), set by the caller's
@@ -111,6 +114,7 @@ impl Options {
             stop: None,
             progress: false,
             input_size: None,
+            sender_bar: false,
         }
     }
 }
@@ -216,7 +220,7 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
     let log = Log {
         level: opts.verbosity,
         meter: if opts.verbosity >= 1 && opts.progress {
-            progress::Meter::new(opts.input_size)
+            progress::Meter::new(opts.input_size, opts.sender_bar)
         } else {
             progress::Meter::quiet()
         },

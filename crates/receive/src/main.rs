@@ -160,7 +160,11 @@ fn list(dest: &std::path::Path, json: bool) -> ExitCode {
     let listed = match rreceive::Dest::open(dest, false).and_then(|d| d.list()) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("rreceive: error: destination {}: {e}", dest.display());
+            eprintln!(
+                "rreceive: error: destination {}: {}",
+                dest.display(),
+                rsend_cli::plain_io(&e)
+            );
             return ExitCode::from(1);
         }
     };
@@ -221,7 +225,7 @@ fn resume_token(path: &std::path::Path) -> ExitCode {
     let shown = path.display();
     let found = rreceive::Dest::open(dir, false).and_then(|d| d.existing(name));
     let why = match found {
-        Err(e) => format!("{}: {e}", dir.display()),
+        Err(e) => format!("{}: {}", dir.display(), rsend_cli::plain_io(&e)),
         Ok(None) => format!("{shown} does not exist"),
         Ok(Some(rreceive::dest::Existing::Other)) => {
             format!("{shown} is not a subvolume rreceive received")
@@ -293,6 +297,12 @@ fn main() -> ExitCode {
         };
     }
     let stop = if args.dump { None } else { stop_on_signals() };
+    let size = input_size(args.file.as_deref());
+    // Before anything is read: a sender that is done may be gone after.
+    let sender_bar = size.is_none()
+        && !args.quiet
+        && std::io::IsTerminal::is_terminal(&io::stderr())
+        && rreceive::progress::sender_draws();
     let stream = match input(args.file.as_deref(), stop.clone()) {
         Ok(r) => r,
         Err(code) => return code,
@@ -323,7 +333,8 @@ fn main() -> ExitCode {
     opts.fake_super = args.fake_super;
     opts.stop = stop;
     opts.progress = true;
-    opts.input_size = input_size(args.file.as_deref());
+    opts.input_size = size;
+    opts.sender_bar = sender_bar;
     opts.snapshot = if args.in_place {
         rreceive::Snapshot::InPlace
     } else if args.link {
@@ -345,8 +356,8 @@ fn main() -> ExitCode {
             if let (Some(p), Some(st)) = (&f.incomplete, &f.resumable) {
                 let at = st.resume.map_or(0, |r| r.point.commands);
                 eprintln!(
-                    "rreceive: subvolume {} stopped after command {at}; what was received is kept \
-                     and synced. To complete it, run the same rsend with --resume \
+                    "rreceive: subvolume {} stopped after command {at}; it is left incomplete, with \
+                     what was received kept and synced. To complete it, run the same rsend with --resume \
                      \"$(rreceive --resume-token {})\" and receive that into the same \
                      destination (or delete it and receive the whole stream again)",
                     p.display(),

@@ -13,9 +13,17 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 /// Where messages and the bar go.
 #[derive(Default)]
 pub struct Meter {
-    bar: Option<ProgressBar>,
+    /// The bar, made when first needed: by then the stream's first bytes
+    /// came, so a sender in the same pipeline has started and can be seen.
+    bar: std::cell::OnceCell<Option<ProgressBar>>,
+    /// Whether a bar is wanted at all (standard error is a terminal).
+    want: bool,
+    /// The stream's size, when known.
+    total: Option<u64>,
     /// Standard error is a terminal (another tool may draw on it).
     tty: bool,
+    /// An rsend of this pipeline was seen when rreceive started.
+    sender_seen: bool,
 }
 
 impl Meter {
@@ -26,32 +34,36 @@ impl Meter {
 
     /// A bar on standard error when it is a terminal: against `total`
     /// bytes when given, else a byte count and rate.
-    pub fn new(total: Option<u64>) -> Meter {
+    /// `sender_seen`: an rsend of this pipeline was seen already (look with
+    /// [`sender_draws`] before reading the stream: once it is read the
+    /// sender may be gone).
+    pub fn new(total: Option<u64>, sender_seen: bool) -> Meter {
         let tty = std::io::stderr().is_terminal();
-        if !tty || (total.is_none() && sender_draws()) {
-            return Meter { bar: None, tty };
-        }
-        let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
-        let style = match total {
-            Some(_) => ProgressStyle::with_template(
-                "receiving [{wide_bar}] {bytes}/{total_bytes} ({binary_bytes_per_sec}), {msg}, ETA {eta}",
-            )
-            .map(|s| s.progress_chars("=> ")),
-            None => ProgressStyle::with_template(
-                "receiving {spinner} {bytes} ({binary_bytes_per_sec}), {msg}",
-            ),
-        };
-        bar.set_style(style.unwrap_or_else(|_| ProgressStyle::default_bar()));
-        bar.enable_steady_tick(Duration::from_millis(200));
         Meter {
-            bar: Some(bar),
+            bar: std::cell::OnceCell::new(),
+            want: tty,
+            total,
             tty,
+            // Looked for again when the bar is first needed: the sender
+            // may start later than rreceive.
+            sender_seen,
         }
+    }
+
+    fn bar(&self) -> Option<&ProgressBar> {
+        self.bar
+            .get_or_init(|| {
+                if !self.want || self.sender_seen || (self.total.is_none() && sender_draws()) {
+                    return None;
+                }
+                Some(make_bar(self.total))
+            })
+            .as_ref()
     }
 
     /// Stream bytes read so far and commands applied.
     pub fn update(&self, bytes: u64, commands: u64) {
-        if let Some(b) = &self.bar {
+        if let Some(b) = self.bar() {
             b.set_position(bytes);
             b.set_message(format!("{commands} commands"));
         }
@@ -60,7 +72,7 @@ impl Meter {
     /// Writes one message line, apart from any bar.
     pub fn line(&self, text: &str) {
         use std::io::Write;
-        match &self.bar {
+        match self.bar() {
             Some(b) => b.suspend(|| {
                 let _ = writeln!(std::io::stderr(), "{text}");
             }),
@@ -76,15 +88,35 @@ impl Meter {
 
     /// Removes the bar.
     pub fn finish(&self) {
-        if let Some(b) = &self.bar {
+        if let Some(Some(b)) = self.bar.get() {
             b.finish_and_clear();
         }
     }
 }
 
+/// A bar against `total` bytes, or a spinner with a count and rate.
+fn make_bar(total: Option<u64>) -> ProgressBar {
+    // Drawn only once styled.
+    let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::hidden());
+    let style = match total {
+        Some(_) => ProgressStyle::with_template(
+            "receiving [{wide_bar}] {bytes}/{total_bytes} ({binary_bytes_per_sec}), {msg}, ETA {eta}",
+        )
+        .map(|s| s.progress_chars("=> ")),
+        None => {
+            ProgressStyle::with_template("receiving {spinner} {bytes} ({binary_bytes_per_sec}), {msg}")
+        }
+    };
+    bar.set_style(style.unwrap_or_else(|_| ProgressStyle::default_bar()));
+    bar.set_message("0 commands");
+    bar.set_draw_target(ProgressDrawTarget::stderr());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
 /// Whether an rsend in this process group (a shell pipeline on this
 /// terminal) draws its own bar.
-fn sender_draws() -> bool {
+pub fn sender_draws() -> bool {
     let group = |stat: &str| -> Option<(String, i64)> {
         let open = stat.find('(')?;
         let close = stat.rfind(')')?;

@@ -160,8 +160,13 @@ fn parent_from_list(
             .context("reading the destination's list from standard input")?;
         s
     } else {
-        std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the destination's list {}", path.display()))?
+        std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!(
+                "--parent-from {}: {} (give the output of rreceive --list DEST, or - for standard input)",
+                path.display(),
+                rsend_cli::plain_io(&e)
+            )
+        })?
     };
     let held = parse_list(&text)?;
     let complete: std::collections::HashSet<uuid::Uuid> =
@@ -182,8 +187,9 @@ fn parent_from_list(
     if !quiet {
         match &best {
             Some(p) => eprintln!(
-                "rsend: parent {} (uuid {}): the newest of this filesystem's snapshots the destination holds complete ({} listed there)",
-                label(p),
+                "rsend: parent {} (subvolume {}, uuid {}): the newest of this filesystem's snapshots the destination holds complete ({} listed there)",
+                p.path_lossy(),
+                p.id,
                 crate::send::stream_uuid_of(p),
                 held.len()
             ),
@@ -250,6 +256,12 @@ fn check_resume(
 
 /// Finds the parent `sel` and checks that it can be one (read-only, alive).
 fn find_parent(fs: &Filesystem, sel: &SubvolSelector) -> anyhow::Result<Subvolume> {
+    find_source(fs, sel, "parent")
+}
+
+/// Finds `sel`, a parent or (`role`) clone source, and checks that it can
+/// be one (read-only, alive, not the top level).
+fn find_source(fs: &Filesystem, sel: &SubvolSelector, role: &str) -> anyhow::Result<Subvolume> {
     // A parent may be named by its uuid (or received uuid) too.
     let by_uuid = match sel {
         SubvolSelector::Path(p) => uuid::Uuid::parse_str(p).ok(),
@@ -270,7 +282,16 @@ fn find_parent(fs: &Filesystem, sel: &SubvolSelector) -> anyhow::Result<Subvolum
             Err(e) => return Err(parent_missing(fs, e)),
         },
     };
-    check_parent(&found)?;
+    if found.id == btrfs_disk::items::objectid::FS_TREE {
+        anyhow::bail!(
+            "the top level (subvolume 5) cannot be a {role}: it is not a read-only snapshot; give a read-only snapshot of it (btrfs subvolume snapshot -r MNT MNT/snap)"
+        );
+    }
+    if role == "parent" {
+        check_parent(&found)?;
+    } else {
+        crate::send::check_clone_source(&found)?;
+    }
     Ok(found)
 }
 
@@ -395,7 +416,7 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
     }
     let mut sources = Vec::new();
     for sel in &args.clone_srcs {
-        sources.push(find_parent(&fs, sel).context("clone source")?);
+        sources.push(find_source(&fs, sel, "clone source")?);
     }
     if let Some(p) = &explicit_parent {
         sources.push(p.clone());
@@ -443,7 +464,9 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
                 .truncate(true)
                 .mode(0o600)
                 .open(p)
-                .with_context(|| format!("cannot open {}", p.display()))?;
+                .map_err(|e| {
+                    anyhow::anyhow!("cannot write {}: {}", p.display(), rsend_cli::plain_io(&e))
+                })?;
             refuse_terminal(&f, &p.display().to_string())?;
             f
         }

@@ -24,7 +24,8 @@ pub struct Progress {
 impl Progress {
     /// A bar on standard error named `prefix`; totals come later.
     pub fn new(prefix: &str) -> Progress {
-        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        // Drawn only once styled and named.
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
         bar.set_style(
             ProgressStyle::with_template(
                 "{prefix} {spinner} {bytes} ({binary_bytes_per_sec}), {msg}",
@@ -32,13 +33,14 @@ impl Progress {
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
         bar.set_prefix(prefix.to_string());
-        bar.enable_steady_tick(Duration::from_millis(200));
         let p = Progress {
             bar,
             files: Arc::new(AtomicU64::new(0)),
             files_total: Arc::new(AtomicU64::new(0)),
         };
         p.show_files();
+        p.bar.set_draw_target(ProgressDrawTarget::stderr());
+        p.bar.enable_steady_tick(Duration::from_millis(200));
         p
     }
 

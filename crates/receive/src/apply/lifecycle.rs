@@ -65,7 +65,7 @@ impl Receiver<'_> {
         let again = "delete it (btrfs subvolume delete on btrfs, else rm -rf) to receive it again";
         Err(CmdError::Exists(match there {
             Existing::Received(st) if st.received_uuid != uuid => format!(
-                "{dest}/{shown} exists: a subvolume received from another snapshot (uuid {}, {});                  delete or rename it to receive this one (uuid {uuid})",
+                "{dest}/{shown} exists: a subvolume received from another snapshot (uuid {}, {}); delete or rename it to receive this one (uuid {uuid})",
                 st.received_uuid,
                 if st.complete { "complete" } else { "incomplete" }
             ),
@@ -74,15 +74,15 @@ impl Receiver<'_> {
             ),
             Existing::Received(st) => match st.resume {
                 Some(r) => format!(
-                    "subvolume {shown} in {dest} is incomplete: an earlier receive stopped after                      command {} (byte {}). Resume it with rsend --resume                      \"$(rreceive --resume-token {dest}/{shown})\" and the same rsend arguments                      as before, or {again}",
+                    "subvolume {shown} in {dest} is incomplete: an earlier receive stopped after command {} (byte {}). Resume it with rsend --resume \"$(rreceive --resume-token {dest}/{shown})\" and the same rsend arguments as before, or {again}",
                     r.point.commands, r.point.offset
                 ),
                 None => format!(
-                    "subvolume {shown} in {dest} is incomplete from an earlier receive that did                      not stop cleanly (killed, a failed command, or the system went down), so it                      cannot be resumed: {again}"
+                    "subvolume {shown} in {dest} is incomplete from an earlier receive that did not stop cleanly (killed, a failed command, or the system went down), so it cannot be resumed: {again}"
                 ),
             },
             Existing::Other => format!(
-                "{dest}/{shown} exists and is not a subvolume rreceive received: move it away,                  or receive into another directory"
+                "{dest}/{shown} exists and is not a subvolume rreceive received: move it away, or receive into another directory"
             ),
         }))
     }

@@ -1,0 +1,761 @@
+//! What rsend says and does at its edges (issue 12), run against the built
+//! binary on the incremental fixture image (no root, no mounts): bad `-d`
+//! paths, `-f -`, the spellings of a subvolume path and the top level,
+//! `--parent-from` with the list a real `rreceive --list` printed, the
+//! progress of a `rsend | rreceive` pipeline on one terminal, `--help`,
+//! `--man`, `--completions`, and `-n` on a terminal.
+//!
+//! Terminals come from util-linux `script`; a test that needs it and does
+//! not find it says so and passes.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use btrfs_disk::{Filesystem, SubvolSelector};
+use btrfs_stream::{Command as Cmd, Reader};
+use common::receivers::rreceive_bin;
+use common::scenarios::decompress_image;
+
+fn rsend_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_rsend")
+}
+
+/// `rsend -d IMG ARGS...`, nothing on standard input.
+fn rsend(img: &Path, args: &[&OsStr]) -> Output {
+    Command::new(rsend_bin())
+        .arg("-d")
+        .arg(img)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run rsend")
+}
+
+/// `rsend -d IMG ARGS...` with `input` on standard input.
+fn rsend_with_input(img: &Path, args: &[&OsStr], input: &[u8]) -> Output {
+    let mut child = Command::new(rsend_bin())
+        .arg("-d")
+        .arg(img)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run rsend");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn os(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The stream `rsend -q ARGS` writes to standard output; panics on failure.
+fn stream(img: &Path, args: &[&str]) -> Vec<u8> {
+    let mut a: Vec<&OsStr> = vec![os("-q")];
+    a.extend(args.iter().map(|s| os(s)));
+    let o = rsend(img, &a);
+    assert!(
+        o.status.success(),
+        "rsend {args:?} failed ({}): {}",
+        o.status,
+        text(&o.stderr)
+    );
+    assert!(!o.stdout.is_empty(), "rsend {args:?} wrote no stream");
+    o.stdout
+}
+
+/// The incremental fixture image, decompressed into `dir`.
+fn image(dir: &Path) -> PathBuf {
+    decompress_image(dir)
+}
+
+/// A subvolume of the image by path: (id, ctransid, the uuid a receiver
+/// knows it by).
+fn subvol(img: &Path, path: &str) -> (u64, u64, uuid::Uuid) {
+    let fs = Filesystem::open(&[img.to_owned()]).unwrap();
+    let sv = fs
+        .find_subvolume(&SubvolSelector::Path(path.into()))
+        .unwrap();
+    (sv.id, sv.ctransid, rsend::send::stream_uuid_of(&sv))
+}
+
+/// `'s'`, for `sh -c`.
+fn sh_quote(s: &OsStr) -> String {
+    format!("'{}'", s.to_string_lossy().replace('\'', r"'\''"))
+}
+
+/// Runs `sh -c CMD` on a pseudo-terminal (util-linux `script`): its
+/// exit code and everything written to the terminal (standard output
+/// and standard error together); None without `script`.
+fn on_terminal(cmd: &str) -> Option<(Option<i32>, Vec<u8>)> {
+    let o = Command::new("script")
+        .args(["-qfec", cmd, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    Some((o.status.code(), o.stdout))
+}
+
+fn no_script(test: &str) {
+    println!("SKIP {test}: util-linux script is not installed");
+}
+
+fn count(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).filter(|w| *w == needle).count()
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Asserts that `o` is rsend failing with exactly the error line `want`:
+/// exit code 1, nothing on standard output, `path` named once, no OS
+/// error text.
+fn assert_device_error(o: &Output, path: &Path, want: &str) {
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{}: {err}", path.display());
+    assert!(o.stdout.is_empty(), "{}: wrote a stream", path.display());
+    assert_eq!(err, format!("rsend: error: {want}\n"), "{}", path.display());
+    assert_eq!(
+        err.matches(&*path.to_string_lossy()).count(),
+        1,
+        "the path is named once: {err}"
+    );
+    assert!(!err.contains("os error"), "no OS error text: {err}");
+}
+
+#[test]
+fn bad_device_paths_name_the_path_once_with_the_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("missing.img");
+    let small = tmp.path().join("small.img");
+    std::fs::write(&small, vec![0u8; 4096]).unwrap();
+    let zeros = tmp.path().join("zeros.img");
+    std::fs::write(&zeros, vec![0u8; 1 << 20]).unwrap();
+    let dir = tmp.path().to_owned();
+    let cases: [(&Path, String); 5] = [
+        (&missing, "no such file or device".into()),
+        (
+            &dir,
+            "is a directory; give the block device or image file that holds the btrfs \
+             filesystem (for a mounted one, the device in the first column of findmnt PATH)"
+                .into(),
+        ),
+        (
+            Path::new("/dev/null"),
+            "is a character device, not a block device or an image file that could hold btrfs"
+                .into(),
+        ),
+        (
+            &small,
+            "is 4096 bytes, too small for btrfs (its first superblock is at 64 KiB)".into(),
+        ),
+        (
+            &zeros,
+            "not a btrfs filesystem, or a damaged one: no valid btrfs superblock (copy 0: bad magic at physical 65536)".into(),
+        ),
+    ];
+    for (path, why) in &cases {
+        let o = rsend(path, &[os("chain.1")]);
+        assert_device_error(&o, path, &format!("{}: {why}", path.display()));
+    }
+}
+
+#[test]
+fn an_image_the_user_cannot_read_is_permission_denied() {
+    if !nix::unistd::geteuid().is_root() {
+        println!(
+            "SKIP an_image_the_user_cannot_read_is_permission_denied: needs root to run as nobody"
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // Only the file is unreadable: its directory is open to all.
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let img = image(tmp.path());
+    std::fs::set_permissions(&img, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let o = Command::new(rsend_bin())
+        .arg("-d")
+        .arg(&img)
+        .arg("chain.1")
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run rsend as nobody");
+    assert_device_error(
+        &o,
+        &img,
+        &format!(
+            "{}: permission denied (owner uid 0, mode 0600: run as a user who may read it)",
+            img.display()
+        ),
+    );
+}
+
+#[test]
+fn file_dash_is_standard_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let work = tmp.path().join("cwd");
+    std::fs::create_dir(&work).unwrap();
+    let out = tmp.path().join("chain.1.stream");
+    let o = Command::new(rsend_bin())
+        .current_dir(&work)
+        .arg("-d")
+        .arg(&img)
+        .args(["-q", "-f", "-", "chain.1"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let to_file = Command::new(rsend_bin())
+        .current_dir(&work)
+        .arg("-d")
+        .arg(&img)
+        .args(["-q", "-f"])
+        .arg(&out)
+        .arg("chain.1")
+        .output()
+        .unwrap();
+    assert!(to_file.status.success(), "{}", text(&to_file.stderr));
+    assert!(to_file.stdout.is_empty());
+    let want = std::fs::read(&out).unwrap();
+    assert!(want.starts_with(btrfs_stream::MAGIC), "a send stream");
+    assert_eq!(o.stdout, want, "-f - writes the stream -f FILE writes");
+    assert!(!work.join("-").exists(), "no file named -");
+    assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
+}
+
+const TOP_LEVEL: &str = "rsend: error: the top level (subvolume 5) cannot be sent: it has no \
+    name to receive it as, and it is not a read-only snapshot; send a read-only snapshot of it \
+    (btrfs subvolume snapshot -r MNT MNT/snap) instead\n";
+
+#[test]
+fn the_top_level_cannot_be_sent_and_is_named_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    for args in [vec!["/"], vec!["--subvolid", "5"], vec![""]] {
+        let a: Vec<&OsStr> = args.iter().copied().map(os).collect();
+        let o = rsend(&img, &a);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert_eq!(text(&o.stderr), TOP_LEVEL, "{args:?}");
+        assert!(o.stdout.is_empty(), "{args:?}: wrote a stream");
+    }
+}
+
+#[test]
+fn the_top_level_as_a_parent_or_clone_source_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    for flag in ["-p", "-c"] {
+        let o = rsend(&img, &[os(flag), os("/"), os("chain.1")]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{flag} /: {err}");
+        assert!(o.stdout.is_empty());
+        assert!(
+            err.contains("the top level (subvolume 5)") && !err.contains("  ("),
+            "{flag} /: {err}"
+        );
+    }
+}
+
+#[test]
+fn every_spelling_of_a_subvolume_path_sends_the_same_stream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let spellings = |p: &str| {
+        [
+            format!("./{p}"),
+            format!("/{p}"),
+            format!("{p}/"),
+            format!("{p}//"),
+            format!(".//{p}/"),
+        ]
+    };
+    let full = stream(&img, &["chain.1"]);
+    for s in spellings("chain.1") {
+        assert!(stream(&img, &[&s]) == full, "rsend {s:?}");
+    }
+    for flag in ["-p", "-c"] {
+        let want = stream(&img, &[flag, "chain.0", "chain.1"]);
+        assert!(want != full, "{flag} chain.0: an incremental stream");
+        for s in spellings("chain.0") {
+            assert!(
+                stream(&img, &[flag, &s, "chain.1"]) == want,
+                "rsend {flag} {s:?} chain.1"
+            );
+        }
+    }
+}
+
+/// A destination that holds, as received by rreceive from rsend's
+/// streams: chain.1 (full) and chain.2 (against chain.1) complete, and
+/// chain.3 (against chain.2) cut off halfway, so resumable. Returns it and
+/// the `rreceive --list` and `--list --json` of it.
+fn destination(img: &Path, root: &Path) -> (PathBuf, String, String) {
+    let dest = root.join("backup");
+    std::fs::create_dir(&dest).unwrap();
+    let receive = |data: &[u8], ok: bool| {
+        let file = root.join("stream");
+        std::fs::write(&file, data).unwrap();
+        let o = Command::new(rreceive_bin())
+            .arg("-q")
+            .arg("-f")
+            .arg(&file)
+            .arg(&dest)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.success(), ok, "{}", text(&o.stderr));
+    };
+    receive(&stream(img, &["chain.1"]), true);
+    receive(&stream(img, &["-p", "chain.1", "chain.2"]), true);
+    let s3 = stream(img, &["-p", "chain.2", "chain.3"]);
+    receive(&s3[..s3.len() / 2], false);
+    let list = |json: bool| {
+        let mut c = Command::new(rreceive_bin());
+        c.arg("--list");
+        if json {
+            c.arg("--json");
+        }
+        let o = c.arg(&dest).output().unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        text(&o.stdout)
+    };
+    let (text_list, json_list) = (list(false), list(true));
+    let status: Vec<&str> = text_list
+        .lines()
+        .map(|l| l.rsplit('\t').next().unwrap())
+        .collect();
+    assert_eq!(status, ["complete", "complete", "resumable"], "{text_list}");
+    (dest, text_list, json_list)
+}
+
+#[test]
+fn parent_from_picks_the_newest_snapshot_the_destination_holds_complete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let (_dest, list, json) = destination(&img, tmp.path());
+    let (id2, ctransid2, uuid2) = subvol(&img, "chain.2");
+    assert!(list.contains(&uuid2.hyphenated().to_string()), "{list}");
+    let list_file = tmp.path().join("list.txt");
+    std::fs::write(&list_file, &list).unwrap();
+    let want = stream(&img, &["-p", "chain.2", "chain.4"]);
+    let line = format!(
+        "rsend: parent chain.2 (subvolume {id2}, uuid {uuid2}): the newest of this \
+         filesystem's snapshots the destination holds complete (3 listed there)"
+    );
+    let runs = [
+        (
+            "a text list in a file",
+            rsend(
+                &img,
+                &[os("--parent-from"), list_file.as_os_str(), os("chain.4")],
+            ),
+        ),
+        (
+            "a JSON list on standard input",
+            rsend_with_input(
+                &img,
+                &[os("--parent-from"), os("-"), os("chain.4")],
+                json.as_bytes(),
+            ),
+        ),
+    ];
+    for (what, o) in runs {
+        let err = text(&o.stderr);
+        assert!(o.status.success(), "{what}: {err}");
+        assert_eq!(
+            err,
+            format!("{line}\nAt subvol chain.4\n"),
+            "{what}: the parent is said on standard error"
+        );
+        let mut r = Reader::from_bytes(&o.stdout[..]);
+        match r.next_command().unwrap() {
+            Some(Cmd::Snapshot {
+                path,
+                clone_uuid,
+                clone_ctransid,
+                ..
+            }) => {
+                assert_eq!(path, b"chain.4", "{what}");
+                assert_eq!(clone_uuid, uuid2, "{what}: SNAPSHOT of chain.2");
+                assert_eq!(clone_ctransid, ctransid2, "{what}");
+            }
+            other => panic!("{what}: first command {other:?}, not SNAPSHOT"),
+        }
+        assert!(o.stdout == want, "{what}: the stream of -p chain.2");
+    }
+}
+
+#[test]
+fn parent_from_a_list_without_complete_snapshots_sends_in_full() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let (_dest, list, _json) = destination(&img, tmp.path());
+    let (id4, _, _) = subvol(&img, "chain.4");
+    let full = stream(&img, &["chain.4"]);
+    let only_incomplete: String = list
+        .lines()
+        .filter(|l| !l.ends_with("\tcomplete"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for (input, listed) in [(String::new(), 0), (only_incomplete, 1)] {
+        let o = rsend_with_input(
+            &img,
+            &[os("--parent-from"), os("-"), os("chain.4")],
+            input.as_bytes(),
+        );
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert_eq!(
+            text(&o.stderr),
+            format!(
+                "rsend: the destination holds none of this filesystem's snapshots complete \
+                 ({listed} listed there): sending chain.4 (subvolume {id4}) in full\nAt subvol chain.4\n"
+            )
+        );
+        assert!(o.stdout == full, "{listed} listed: the full stream");
+    }
+}
+
+#[test]
+fn parent_from_refuses_a_snapshot_the_destination_already_holds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let (_dest, list, _json) = destination(&img, tmp.path());
+    let (id2, _, uuid2) = subvol(&img, "chain.2");
+    let out = tmp.path().join("out.stream");
+    let o = rsend_with_input(
+        &img,
+        &[
+            os("--parent-from"),
+            os("-"),
+            os("-f"),
+            out.as_os_str(),
+            os("chain.2"),
+        ],
+        list.as_bytes(),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stderr),
+        format!(
+            "rsend: error: the destination already holds chain.2 (subvolume {id2}) complete \
+             (received uuid {uuid2}): there is nothing to send\n"
+        )
+    );
+    assert!(!out.exists(), "no stream file");
+}
+
+#[test]
+fn parent_from_a_list_it_cannot_read_names_the_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let (_, _, uuid1) = subvol(&img, "chain.1");
+    let good = format!("chain.1\t{uuid1}\t470\t-\tcomplete");
+    let cases = [
+        (
+            format!("# a comment\n\n{good}\nfoo bar\n"),
+            4,
+            "\"foo bar\"",
+        ),
+        (
+            format!("{good}\nchain.2\tnot-a-uuid\t473\t-\tcomplete\n"),
+            2,
+            "",
+        ),
+        (format!("{good}\nchain.2\t{uuid1}\t473\t-\tmaybe\n"), 2, ""),
+        (
+            "{\"name\":\"chain.1\",\"complete\":true}\n".to_string(),
+            1,
+            "",
+        ),
+        ("{\"name\": broken\n".to_string(), 1, ""),
+    ];
+    for (list, n, shown) in cases {
+        let o = rsend_with_input(
+            &img,
+            &[os("--parent-from"), os("-"), os("chain.4")],
+            list.as_bytes(),
+        );
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{list:?}: {err}");
+        assert!(o.stdout.is_empty());
+        let bad = list.lines().nth(n - 1).unwrap();
+        assert_eq!(
+            err,
+            format!(
+                "rsend: error: line {n} of the list is not what rreceive --list prints: {bad:?}\n"
+            ),
+            "{list:?}"
+        );
+        assert!(err.contains(shown));
+    }
+}
+
+#[test]
+fn parent_from_with_an_explicit_parent_is_a_usage_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let list = tmp.path().join("list.txt");
+    std::fs::write(&list, "").unwrap();
+    for (flag, value) in [
+        ("-p", "chain.1"),
+        ("--parent", "chain.1"),
+        ("--parent-id", "590"),
+    ] {
+        let o = rsend(
+            &img,
+            &[
+                os("--parent-from"),
+                list.as_os_str(),
+                os(flag),
+                os(value),
+                os("chain.4"),
+            ],
+        );
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {err}");
+        assert!(o.stdout.is_empty());
+        assert!(
+            err.starts_with(
+                "error: the argument '--parent-from <FILE>' cannot be used with '--parent"
+            ),
+            "{flag}: {err}"
+        );
+    }
+}
+
+/// `rsend -d IMG chain.1 | rreceive DEST` run by `sh -c` on one
+/// pseudo-terminal, so in one process group; `sender` and `receiver` wrap
+/// the two commands (`{}` stands for each). Returns its exit code, what
+/// the terminal showed, and DEST.
+fn pipeline_on_terminal(
+    root: &Path,
+    sender: &str,
+    receiver: &str,
+) -> Option<(Option<i32>, Vec<u8>, PathBuf)> {
+    let img = image(root);
+    let dest = root.join("backup");
+    std::fs::create_dir(&dest).unwrap();
+    let send = format!(
+        "{} -d {} chain.1",
+        sh_quote(os(rsend_bin())),
+        sh_quote(img.as_os_str())
+    );
+    let receive = format!(
+        "{} {}",
+        sh_quote(rreceive_bin().as_os_str()),
+        sh_quote(dest.as_os_str())
+    );
+    let cmd = format!(
+        "{} | {}",
+        sender.replace("{}", &send),
+        receiver.replace("{}", &receive)
+    );
+    let (code, out) = on_terminal(&cmd)?;
+    Some((code, out, dest))
+}
+
+#[test]
+fn a_pipeline_on_one_terminal_leaves_the_bar_to_rsend() {
+    let tmp = tempfile::tempdir().unwrap();
+    // rreceive starts once rsend runs (and waits on the full pipe: the
+    // stream is larger than a pipe holds).
+    let Some((code, out, dest)) = pipeline_on_terminal(tmp.path(), "{}", "{ sleep 0.5; exec {}; }")
+    else {
+        return no_script("a_pipeline_on_one_terminal_leaves_the_bar_to_rsend");
+    };
+    let shown = String::from_utf8_lossy(&out).escape_debug().to_string();
+    assert_eq!(code, Some(0), "{shown}");
+    // rsend's own line, then rreceive's on a cleared line of its own.
+    assert_eq!(count(&out, b"At subvol chain.1"), 2, "{shown}");
+    let rreceive_at = out
+        .windows(b"At subvol chain.1".len())
+        .rposition(|w| w == b"At subvol chain.1")
+        .unwrap();
+    assert!(
+        out[..rreceive_at].ends_with(b"\r\x1b[2K"),
+        "rreceive's line starts on a cleared line: {shown}"
+    );
+    assert!(
+        find(&out, b"receiving").is_none(),
+        "rreceive drew a bar: {shown}"
+    );
+    assert!(
+        find(&out, b"chain.1 [").is_some(),
+        "rsend draws its bar: {shown}"
+    );
+    let list = Command::new(rreceive_bin())
+        .arg("--list")
+        .arg(&dest)
+        .output()
+        .unwrap();
+    assert!(
+        text(&list.stdout).ends_with("\tcomplete\n"),
+        "{}",
+        text(&list.stdout)
+    );
+}
+
+#[test]
+fn a_pipeline_whose_rsend_starts_late_still_leaves_the_bar_to_rsend() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some((code, out, _)) = pipeline_on_terminal(tmp.path(), "{ sleep 0.5; exec {}; }", "{}")
+    else {
+        return no_script("a_pipeline_whose_rsend_starts_late_still_leaves_the_bar_to_rsend");
+    };
+    let shown = String::from_utf8_lossy(&out).escape_debug().to_string();
+    assert_eq!(code, Some(0), "{shown}");
+    // rreceive may draw its bar once rsend is done (its bar cleared), as
+    // when rsend sent everything before rreceive's first message: never
+    // while rsend's bar is on the line.
+    let last_rsend_frame = out
+        .windows(b"chain.1 ".len() + 1)
+        .rposition(|w| w.starts_with(b"chain.1 ") && matches!(w[8], b'[' | 0xe2))
+        .unwrap_or(0);
+    let first_receiving = out
+        .windows(b"receiving".len())
+        .position(|w| w == b"receiving")
+        .unwrap_or(usize::MAX);
+    assert!(
+        first_receiving > last_rsend_frame,
+        "rreceive drew a bar while rsend's was shown: {shown}"
+    );
+}
+
+#[test]
+fn a_pipeline_off_a_terminal_writes_no_escape_sequences() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let dest = tmp.path().join("backup");
+    std::fs::create_dir(&dest).unwrap();
+    let mut send = Command::new(rsend_bin())
+        .arg("-d")
+        .arg(&img)
+        .arg("chain.1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let recv = Command::new(rreceive_bin())
+        .arg(&dest)
+        .stdin(send.stdout.take().unwrap())
+        .output()
+        .unwrap();
+    let sent = send.wait_with_output().unwrap();
+    assert!(sent.status.success(), "{}", text(&sent.stderr));
+    assert!(recv.status.success(), "{}", text(&recv.stderr));
+    assert_eq!(text(&sent.stderr), "At subvol chain.1\n");
+    assert_eq!(text(&recv.stderr), "At subvol chain.1\n");
+}
+
+#[test]
+fn help_ends_with_examples() {
+    let o = Command::new(rsend_bin()).arg("--help").output().unwrap();
+    assert!(o.status.success());
+    let help = text(&o.stdout);
+    let (_, examples) = help
+        .split_once("\nExamples:\n")
+        .unwrap_or_else(|| panic!("no Examples: {help}"));
+    for want in [
+        "    rsend -d /dev/sdb -p snaps/mon snaps/tue | ssh backup rreceive /srv/backup\n",
+        "    ssh backup rreceive --list /srv/backup |\n      rsend -d /dev/sdb --parent-from - snaps/today | ssh backup rreceive /srv/backup\n",
+        "    t=$(ssh backup rreceive --resume-token /srv/backup/today) &&\n      rsend -d /dev/sdb --resume \"$t\" snaps/today | ssh backup rreceive /srv/backup\n",
+    ] {
+        assert!(examples.contains(want), "{want:?} in {examples}");
+    }
+    assert!(
+        examples
+            .trim_end()
+            .ends_with("rsend -d /dev/sdb -p snaps/mon snaps/tue -n"),
+        "{examples}"
+    );
+    assert!(
+        !examples.contains("\n  -"),
+        "Examples come after every option: {examples}"
+    );
+    assert!(
+        help.contains("Resuming needs a stream made by rsend"),
+        "--resume says what it needs: {help}"
+    );
+    let short = Command::new(rsend_bin()).arg("-h").output().unwrap();
+    assert!(!text(&short.stdout).contains("Examples:"), "-h stays short");
+}
+
+#[test]
+fn man_page_and_completions() {
+    let man = Command::new(rsend_bin()).arg("--man").output().unwrap();
+    assert!(man.status.success());
+    let roff = text(&man.stdout);
+    assert!(roff.contains("\n.TH rsend 1 "), "{roff}");
+    assert!(roff.contains("\n.SH NAME\nrsend \\- "), "{roff}");
+    let examples = roff.split_once("\n.SH EXAMPLES\n.nf\n").map(|x| x.1);
+    let examples = examples.unwrap_or_else(|| panic!("no EXAMPLES: {roff}"));
+    assert!(
+        examples.contains("rsend \\-d /dev/sdb \\-\\-parent\\-from \\- snaps/today"),
+        "{examples}"
+    );
+    assert!(examples.trim_end().ends_with("\n.fi"), "{examples}");
+    let bash = Command::new(rsend_bin())
+        .args(["--completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(bash.status.success());
+    let script = text(&bash.stdout);
+    for flag in [
+        "--resume",
+        "--parent-from",
+        "--dry-run",
+        "--completions",
+        "--man",
+    ] {
+        assert!(
+            script.split([' ', '"', '\n']).any(|w| w == flag),
+            "{flag} in {script}"
+        );
+    }
+    assert!(script.contains("complete -F _rsend"), "{script}");
+}
+
+#[test]
+fn a_dry_run_may_print_to_a_terminal_and_a_stream_may_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let size = stream(&img, &["chain.1"]).len();
+    let cmd = |extra: &str| {
+        format!(
+            "{} -d {} {extra} chain.1",
+            sh_quote(os(rsend_bin())),
+            sh_quote(img.as_os_str())
+        )
+    };
+    let Some((code, out)) = on_terminal(&cmd("-n")) else {
+        return no_script("a_dry_run_may_print_to_a_terminal_and_a_stream_may_not");
+    };
+    let shown = text(&out);
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(
+        shown.ends_with(&format!("\r\nsize\t{size}\r\n")),
+        "the size of the stream: {shown}"
+    );
+    let (code, out) = on_terminal(&cmd("")).unwrap();
+    let shown = text(&out);
+    assert_eq!(code, Some(1), "{shown}");
+    assert_eq!(
+        shown,
+        "rsend: error: standard output is a terminal; refusing to write a binary send \
+         stream to it (use -f FILE or redirect standard output)\r\n"
+    );
+    assert!(find(&out, btrfs_stream::MAGIC).is_none());
+}
