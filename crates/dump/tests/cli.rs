@@ -89,3 +89,51 @@ fn long_help_ends_with_examples_of_real_jobs() {
     assert!(!short.contains("--completions"), "{short}");
     assert!(!short.contains("--man"), "{short}");
 }
+
+/// `scripts/install.sh --no-build` (the documented install command) puts
+/// the binary, its completions and its man page where shells and man look.
+#[test]
+fn install_script_installs_the_tool_its_completions_and_man_page() {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_rdump"));
+    // target/<profile>/rdump: the script looks in $CARGO_TARGET_DIR/release.
+    let profile = bin.parent().expect("profile dir");
+    if profile.file_name() != Some(std::ffi::OsStr::new("release")) {
+        println!("SKIP install_script: rdump is not a release build");
+        return;
+    }
+    let target = profile.parent().expect("target dir");
+    let dest = std::env::temp_dir().join(format!("rdump-install-{}", std::process::id()));
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install.sh");
+    let out = Command::new("sh")
+        .arg(&script)
+        .args(["--no-build", "/usr"])
+        .env("DESTDIR", &dest)
+        .env("TOOLS", "rdump")
+        .env("CARGO_TARGET_DIR", target)
+        .output()
+        .expect("run install.sh");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "install.sh failed: {err}");
+    let root = dest.join("usr");
+    let read =
+        |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    assert!(read("share/bash-completion/completions/rdump").contains("--summary"));
+    assert!(read("share/zsh/site-functions/_rdump").contains("--summary"));
+    assert!(read("share/fish/vendor_completions.d/rdump.fish").contains("summary"));
+    assert!(read("share/man/man1/rdump.1").contains(".TH rdump 1"));
+    let v = Command::new(root.join("bin/rdump"))
+        .arg("--version")
+        .output()
+        .expect("run the installed rdump");
+    assert!(stdout(&v).starts_with("rdump "), "{}", stdout(&v));
+    // A PREFIX that is not absolute is a usage error, and installs nothing.
+    let bad = Command::new("sh")
+        .arg(&script)
+        .args(["--no-build", "usr"])
+        .env("DESTDIR", dest.join("bad"))
+        .output()
+        .expect("run install.sh");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(!dest.join("bad").exists());
+    std::fs::remove_dir_all(&dest).unwrap();
+}
