@@ -367,7 +367,12 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
         if args.subvols.len() != 1 {
             anyhow::bail!("--resume continues one stream: give exactly one SUBVOL");
         }
-        if args.proto_given && proto != t.version {
+        let asked = if proto == 0 {
+            crate::send::DEFAULT_HIGHEST_PROTO
+        } else {
+            proto
+        };
+        if args.proto_given && asked != t.version {
             anyhow::bail!(
                 "cannot resume: the stream received before is protocol version {}, and --proto {proto} was given",
                 t.version

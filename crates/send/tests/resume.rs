@@ -1598,7 +1598,6 @@ fn dry_run_of_a_resumed_send_is_the_resumed_stream() {
 }
 
 #[test]
-#[ignore = "bug: rreceive's refusals of an existing subvolume hold runs of spaces (reported)"]
 fn refusal_messages_have_no_runs_of_spaces() {
     let s = Setup::incremental();
     let dest = s.dir("dest");
@@ -1637,7 +1636,6 @@ fn a_resume_with_another_clone_source_says_the_stream_differs() {
 }
 
 #[test]
-#[ignore = "bug: --proto 0 (which means 2) is refused with a protocol 2 token (reported)"]
 fn proto_0_resumes_a_protocol_2_stream() {
     let s = Setup::v2();
     let dest = s.dir("dest");
