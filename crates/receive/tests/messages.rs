@@ -15,6 +15,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use testkit::{no_script, on_terminal, sh_quote};
 
 use btrfs_stream::{Command as Cmd, Reader, Writer};
 use common::{differences, plain_state, rreceive_bin, testdata, walk, Leeway};
@@ -462,25 +463,6 @@ fn json_without_list_is_a_usage_error() {
 }
 
 /// `'s'`, for `sh -c`.
-fn sh_quote(s: &OsStr) -> String {
-    format!("'{}'", s.to_string_lossy().replace('\'', r"'\''"))
-}
-
-/// Runs `sh -c CMD` on a pseudo-terminal (util-linux `script`): its exit
-/// code and what the terminal showed; None without `script`.
-fn on_terminal(cmd: &str) -> Option<(Option<i32>, Vec<u8>)> {
-    let o = Command::new("script")
-        .args(["-qfec", cmd, "/dev/null"])
-        .stdin(Stdio::null())
-        .output()
-        .ok()?;
-    Some((o.status.code(), o.stdout))
-}
-
-fn no_script(test: &str) {
-    println!("SKIP {test}: util-linux script is not installed");
-}
-
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }

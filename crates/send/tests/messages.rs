@@ -16,6 +16,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use testkit::{no_script, on_terminal, sh_quote};
 
 use btrfs_disk::{Filesystem, SubvolSelector};
 use btrfs_stream::{Command as Cmd, Reader};
@@ -91,26 +92,6 @@ fn subvol(img: &Path, path: &str) -> (u64, u64, uuid::Uuid) {
 }
 
 /// `'s'`, for `sh -c`.
-fn sh_quote(s: &OsStr) -> String {
-    format!("'{}'", s.to_string_lossy().replace('\'', r"'\''"))
-}
-
-/// Runs `sh -c CMD` on a pseudo-terminal (util-linux `script`): its
-/// exit code and everything written to the terminal (standard output
-/// and standard error together); None without `script`.
-fn on_terminal(cmd: &str) -> Option<(Option<i32>, Vec<u8>)> {
-    let o = Command::new("script")
-        .args(["-qfec", cmd, "/dev/null"])
-        .stdin(Stdio::null())
-        .output()
-        .ok()?;
-    Some((o.status.code(), o.stdout))
-}
-
-fn no_script(test: &str) {
-    println!("SKIP {test}: util-linux script is not installed");
-}
-
 fn count(hay: &[u8], needle: &[u8]) -> usize {
     hay.windows(needle.len()).filter(|w| *w == needle).count()
 }

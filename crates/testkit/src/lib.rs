@@ -433,3 +433,25 @@ impl Drop for Attached {
         }
     }
 }
+
+/// `s` quoted for `sh`.
+pub fn sh_quote(s: &OsStr) -> String {
+    format!("'{}'", s.to_string_lossy().replace('\'', r"'\''"))
+}
+
+/// Runs `sh -c CMD` on a pseudo-terminal (util-linux `script`): its exit
+/// code and everything written to the terminal (standard output and
+/// standard error together); None without `script`.
+pub fn on_terminal(cmd: &str) -> Option<(Option<i32>, Vec<u8>)> {
+    let o = Command::new("script")
+        .args(["-qfec", cmd, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    Some((o.status.code(), o.stdout))
+}
+
+/// The one line a test prints when `script` is missing.
+pub fn no_script(test: &str) {
+    println!("SKIP {test}: util-linux script is not installed");
+}
