@@ -1045,8 +1045,8 @@ mod tests {
         };
         assert_eq!(
             e.to_string(),
-            "img: no valid btrfs superblock (copy 0: bad magic at physical 65536; \
-             copy 1: copy at physical 67108864 says it is at 65536)"
+            "img: not a btrfs filesystem, or a damaged one: no valid btrfs superblock \
+             (copy 0: bad magic at physical 65536; copy 1: copy at physical 67108864 says it is at 65536)"
         );
     }
 
