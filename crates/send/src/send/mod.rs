@@ -689,7 +689,7 @@ pub fn send_with<W: Write>(
         },
     };
     let (mode, unread_until) = match (opts.dry_run, opts.resume) {
-        (true, _) => (sink::Mode::Measure, u64::MAX),
+        (true, p) => (sink::Mode::Measure(p), u64::MAX),
         (false, Some(p)) => (sink::Mode::Resume(p), p.commands),
         (false, None) => (sink::Mode::Write, 0),
     };
@@ -784,19 +784,25 @@ pub fn send_with<W: Write>(
                 subvol: subvol.clone(),
             }),
             Ok(()) => match mode {
-                sink::Mode::Resume(p) if sink.count <= p.commands => {
+                sink::Mode::Resume(p) | sink::Mode::Measure(Some(p))
+                    if sink.count <= p.commands =>
+                {
+                    // The token is only given for an incomplete subvolume, so
+                    // the receive had fewer commands than it applied: another stream.
                     Err(SendError::Resume(format!(
-                        "the token is for command {} and later, and this send has {} commands: \
-                     the receive had all of it (is the subvolume complete?)",
-                        p.commands + 1,
-                        sink.count
+                        "{}: it has {} commands and the receive applied {} of the first \
+                         ({})",
+                        sink::STREAM_DIFFERS,
+                        sink.count,
+                        p.commands,
+                        sink::OTHER_OPTIONS
                     )))
                 }
                 _ => Ok(()),
             },
             other => other,
         };
-        let measured = sink.offset;
+        let measured = sink.kept_len;
         res.map(|()| (sink.stats, measured))
     })
     .map(|(mut st, measured)| {

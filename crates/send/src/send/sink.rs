@@ -167,13 +167,21 @@ pub struct StreamStats {
     pub encoded_bytes: u64,
 }
 
+/// Why a resumed send's stream is not the interrupted one.
+pub(crate) const STREAM_DIFFERS: &str = "the stream this send makes is not the one received before";
+
+/// What usually makes a stream differ from the first send's.
+pub(crate) const OTHER_OPTIONS: &str = "other options than the first send's, such as --proto, \
+     --compressed-data, --no-data or -c, or another rsend version";
+
 /// What the sink does with the commands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
     /// Writes them.
     Write,
-    /// Writes nothing and measures the stream (a dry run).
-    Measure,
+    /// Writes nothing and measures the stream (a dry run), or the
+    /// stream a resume from the point would write.
+    Measure(Option<Point>),
     /// Writes RESUME, the first command, and those after the point; the
     /// ones up to it are measured and fingerprinted, and must match it.
     Resume(Point),
@@ -195,6 +203,8 @@ pub(crate) struct Sink<'w, W: Write> {
     pub(crate) count: u64,
     /// The stream's length so far, written or not, header included.
     pub(crate) offset: u64,
+    /// The length so far of what is written, or would be without a dry run.
+    pub(crate) kept_len: u64,
     digest: Digest,
     scratch: Vec<u8>,
 }
@@ -220,6 +230,7 @@ impl<'w, W: Write> Sink<'w, W> {
             version,
             count: 0,
             offset: btrfs_stream::STREAM_HEADER_LEN as u64,
+            kept_len: btrfs_stream::STREAM_HEADER_LEN as u64,
             digest: Digest::default(),
             scratch: Vec::new(),
         }
@@ -240,15 +251,21 @@ impl<'w, W: Write> Sink<'w, W> {
         what: &Cmd,
     ) -> Result<(), SendError> {
         self.count += 1;
-        let (skip, point) = match self.mode {
+        let (measure, point) = match self.mode {
             Mode::Write => (false, None),
-            Mode::Measure => (true, None),
-            Mode::Resume(p) => (self.count > 1 && self.count <= p.commands, Some(p)),
+            Mode::Measure(p) => (true, p),
+            Mode::Resume(p) => (false, Some(p)),
         };
+        // Whether the stream written (or measured) holds this command.
+        let kept = point.is_none_or(|p| self.count == 1 || self.count > p.commands);
         if self.mode != Mode::Write {
             let (head, len) = without_data(c, data_len);
-            self.offset += encoded_len(&head, len, self.version, &mut self.scratch)
+            let n = encoded_len(&head, len, self.version, &mut self.scratch)
                 .map_err(|e| encode_error(e, what))?;
+            self.offset += n;
+            if kept {
+                self.kept_len += n;
+            }
             if point.is_some_and(|p| self.count <= p.commands) {
                 self.digest
                     .add(&head, len, self.version)
@@ -256,28 +273,32 @@ impl<'w, W: Write> Sink<'w, W> {
             }
         }
         if let Some(p) = point.filter(|_| self.count == 1) {
-            self.put(&p.command(), what)?;
+            let resume = p.command();
+            if measure {
+                self.kept_len += encoded_len(&resume, 0, self.version, &mut self.scratch)
+                    .map_err(|e| encode_error(e, what))?;
+            } else {
+                self.put(&resume, what)?;
+            }
             self.stats.commands += 1;
         }
-        if !skip {
-            if unread {
-                return Err(SendError::Resume(format!(
-                    "command {} was to be written without its data having been read (a bug)",
-                    self.count
-                )));
+        if kept {
+            if !measure {
+                if unread {
+                    return Err(SendError::Resume(format!(
+                        "command {} was to be written without its data having been read (a bug)",
+                        self.count
+                    )));
+                }
+                self.put(c, what)?;
             }
-            self.put(c, what)?;
-        }
-        if !skip || self.mode == Mode::Measure {
             self.stats.commands += 1;
         }
         if let Some(p) = point.filter(|p| self.count == p.commands) {
             if self.offset != p.offset || self.digest.value() != p.digest {
                 return Err(SendError::Resume(format!(
-                    "the stream this send makes is not the one received before: at command {} \
-                     it is at byte {} with digest {:032x}, the token says byte {} with digest \
-                     {:032x} (other options than the first send's, such as --proto, \
-                     --compressed-data, --no-data or -c, or another rsend version)",
+                    "{STREAM_DIFFERS}: at command {} it is at byte {} with digest {:032x}, the \
+                     token says byte {} with digest {:032x} ({OTHER_OPTIONS})",
                     p.commands,
                     self.offset,
                     self.digest.value(),
