@@ -522,7 +522,7 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
             Ok(stats) => {
                 if args.dry_run {
                     total += stats.bytes;
-                    println!(
+                    let line = format!(
                         "{}\t{} bytes\t{} commands\t{} files\t{} bytes of file data\t{} cloned\t{} compressed",
                         sv.path_lossy(),
                         stats.bytes,
@@ -532,6 +532,9 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
                         stats.cloned_bytes,
                         stats.encoded_bytes
                     );
+                    if !table_line(&line)? {
+                        return Ok(());
+                    }
                 }
                 if let Some(t) = &args.resume {
                     if !args.quiet {
@@ -585,7 +588,18 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
     }
     w.flush().context("writing the stream")?;
     if args.dry_run {
-        println!("size\t{total}");
+        table_line(&format!("size\t{total}"))?;
     }
     Ok(())
+}
+
+/// Prints one line of the dry run's table; false when standard output is a
+/// closed pipe (`rsend -n ... | head -1`), which ends the dry run quietly.
+fn table_line(line: &str) -> anyhow::Result<bool> {
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{line}").and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(anyhow::Error::new(e).context("writing the dry run's table")),
+    }
 }

@@ -627,7 +627,6 @@ fn dry_run_reads_no_file_data() {
 /// printed ends the dry run quietly, as `rreceive --list` does, not with a
 /// panic.
 #[test]
-#[ignore = "bug: rsend -n panics (exit 101) when standard output is a closed pipe (reported)"]
 fn dry_run_into_a_closed_pipe_does_not_panic() {
     let tmp = tempfile::tempdir().unwrap();
     let img = scenarios::decompress_image(tmp.path());
