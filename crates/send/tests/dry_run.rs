@@ -557,7 +557,6 @@ fn dry_run_with_parent_from_measures_the_stream_of_the_parent_it_picks() {
 #[test]
 fn dry_run_reads_no_file_data() {
     use btrfs_disk::SubvolSelector;
-    use std::io::{Read, Seek, SeekFrom, Write};
     let tmp = tempfile::tempdir().unwrap();
     let image = v2::decompress_image("dev1", tmp.path());
     let img = Image {
@@ -585,18 +584,7 @@ fn dry_run_reads_no_file_data() {
         let c = chunks.lookup(x.disk_bytenr).expect("mapped");
         c.map_mirror(x.disk_bytenr, 1, 1).expect("mirror").physical
     };
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&image)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.seek(SeekFrom::Start(phys + 100)).unwrap();
-    f.read_exact(&mut b).unwrap();
-    b[0] ^= 0x40;
-    f.seek(SeekFrom::Start(phys + 100)).unwrap();
-    f.write_all(&b).unwrap();
-    drop(f);
+    testkit::xor_byte(&image, phys + 100, 0x40);
     let out = tmp.path().join("out.stream");
     let real = rsend(
         &img,

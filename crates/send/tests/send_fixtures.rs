@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -233,20 +233,6 @@ fn leaves(fs: &Filesystem, id: u64) -> Vec<u64> {
     out
 }
 
-fn xor_byte(path: &Path, at: u64) {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.seek(SeekFrom::Start(at)).unwrap();
-    f.read_exact(&mut b).unwrap();
-    b[0] ^= 0x5a;
-    f.seek(SeekFrom::Start(at)).unwrap();
-    f.write_all(&b).unwrap();
-}
-
 #[test]
 fn a_damaged_leaf_ends_the_stream_without_end_and_says_where() {
     let tmp = tempfile::tempdir().unwrap();
@@ -278,7 +264,7 @@ fn a_damaged_leaf_ends_the_stream_without_end_and_says_where() {
         let c = chunks.lookup(leaf).unwrap();
         c.map_mirror(leaf, 1, 1).unwrap().physical
     };
-    xor_byte(&devs[0], phys + 300);
+    testkit::xor_byte(&devs[0], phys + 300, 0x5a);
     let out = tmp.path().join("broken.stream");
     let mut args = dev_args(&devs);
     args.extend(["-q".into(), "-f".into(), out.clone().into_os_string()]);

@@ -309,7 +309,6 @@ fn protocol_flags_are_checked_before_anything_is_read() {
 #[test]
 fn a_damaged_compressed_extent_fails_the_encoded_send_with_its_place() {
     use btrfs_disk::{Filesystem, SubvolSelector};
-    use std::io::{Read, Seek, SeekFrom, Write};
     let tmp = tempfile::tempdir().unwrap();
     let image = v2::decompress_image("dev1", tmp.path());
     let (ino, logical, phys) = {
@@ -329,18 +328,7 @@ fn a_damaged_compressed_extent_fails_the_encoded_send_with_its_place() {
         let m = c.map_mirror(x.disk_bytenr, 1, 1).expect("mirror");
         (ino, x.disk_bytenr, m.physical)
     };
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&image)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.seek(SeekFrom::Start(phys + 100)).unwrap();
-    f.read_exact(&mut b).unwrap();
-    b[0] ^= 0x40;
-    f.seek(SeekFrom::Start(phys + 100)).unwrap();
-    f.write_all(&b).unwrap();
-    drop(f);
+    testkit::xor_byte(&image, phys + 100, 0x40);
     let out = tmp.path().join("out.stream");
     let err = v2::rsend(
         &image,

@@ -455,3 +455,20 @@ pub fn on_terminal(cmd: &str) -> Option<(Option<i32>, Vec<u8>)> {
 pub fn no_script(test: &str) {
     println!("SKIP {test}: util-linux script is not installed");
 }
+
+/// Flips bits of the byte at offset `at` of the file at `path` (XOR with `mask`), as a
+/// damaged sector would.
+pub fn xor_byte(path: &Path, at: u64, mask: u8) {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut b = [0u8; 1];
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    b[0] ^= mask;
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&b).unwrap();
+}
