@@ -556,7 +556,6 @@ fn dry_run_with_parent_from_measures_the_stream_of_the_parent_it_picks() {
 /// undamaged stream has.
 #[test]
 fn dry_run_reads_no_file_data() {
-    use btrfs_disk::SubvolSelector;
     let tmp = tempfile::tempdir().unwrap();
     let image = v2::decompress_image("dev1", tmp.path());
     let img = Image {
@@ -568,22 +567,7 @@ fn dry_run_reads_no_file_data() {
     let before = rsend(&img, &[&["-n"][..], &args].concat());
     let before_plain = rsend(&img, &[&["-n"][..], &plain].concat());
     assert!(before.status.success() && before_plain.status.success());
-    let phys = {
-        let fs = Filesystem::open(std::slice::from_ref(&image)).unwrap();
-        let sv = fs
-            .find_subvolume(&SubvolSelector::Path("zstd_extents.p".into()))
-            .unwrap();
-        let ino = fs.lookup_path(&sv, "b").unwrap();
-        let x = fs
-            .file_extents(&sv, ino)
-            .unwrap()
-            .into_iter()
-            .find(|x| x.compression != btrfs_disk::items::Compression::None && x.disk_bytenr != 0)
-            .expect("a compressed extent in b");
-        let chunks = fs.chunks();
-        let c = chunks.lookup(x.disk_bytenr).expect("mapped");
-        c.map_mirror(x.disk_bytenr, 1, 1).expect("mirror").physical
-    };
+    let (_, _, phys) = v2::compressed_extent_of_b(&image);
     testkit::xor_byte(&image, phys + 100, 0x40);
     let out = tmp.path().join("out.stream");
     let real = rsend(

@@ -308,26 +308,9 @@ fn protocol_flags_are_checked_before_anything_is_read() {
 
 #[test]
 fn a_damaged_compressed_extent_fails_the_encoded_send_with_its_place() {
-    use btrfs_disk::{Filesystem, SubvolSelector};
     let tmp = tempfile::tempdir().unwrap();
     let image = v2::decompress_image("dev1", tmp.path());
-    let (ino, logical, phys) = {
-        let fs = Filesystem::open(&[&image]).unwrap();
-        let sv = fs
-            .find_subvolume(&SubvolSelector::Path("zstd_extents.p".into()))
-            .unwrap();
-        let ino = fs.lookup_path(&sv, "b").unwrap();
-        let x = fs
-            .file_extents(&sv, ino)
-            .unwrap()
-            .into_iter()
-            .find(|x| x.compression != btrfs_disk::items::Compression::None && x.disk_bytenr != 0)
-            .expect("a compressed extent in b");
-        let chunks = fs.chunks();
-        let c = chunks.lookup(x.disk_bytenr).expect("mapped");
-        let m = c.map_mirror(x.disk_bytenr, 1, 1).expect("mirror");
-        (ino, x.disk_bytenr, m.physical)
-    };
+    let (ino, logical, phys) = v2::compressed_extent_of_b(&image);
     testkit::xor_byte(&image, phys + 100, 0x40);
     let out = tmp.path().join("out.stream");
     let err = v2::rsend(

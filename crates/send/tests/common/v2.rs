@@ -127,3 +127,25 @@ pub fn verity_files() -> Vec<Verity> {
         })
         .collect()
 }
+
+/// A compressed extent of file `b` in snapshot `zstd_extents.p` of the v2 image
+/// at `image`: the file's inode, and the extent's logical and physical address
+/// (mirror 1).
+pub fn compressed_extent_of_b(image: &Path) -> (u64, u64, u64) {
+    use btrfs_disk::{items::Compression, Filesystem, SubvolSelector};
+    let fs = Filesystem::open(&[image]).unwrap();
+    let sv = fs
+        .find_subvolume(&SubvolSelector::Path("zstd_extents.p".into()))
+        .unwrap();
+    let ino = fs.lookup_path(&sv, "b").unwrap();
+    let x = fs
+        .file_extents(&sv, ino)
+        .unwrap()
+        .into_iter()
+        .find(|x| x.compression != Compression::None && x.disk_bytenr != 0)
+        .expect("a compressed extent in b");
+    let chunks = fs.chunks();
+    let c = chunks.lookup(x.disk_bytenr).expect("mapped");
+    let m = c.map_mirror(x.disk_bytenr, 1, 1).expect("mirror");
+    (ino, x.disk_bytenr, m.physical)
+}
