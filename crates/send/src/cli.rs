@@ -603,3 +603,117 @@ fn table_line(line: &str) -> anyhow::Result<bool> {
         Err(e) => Err(anyhow::Error::new(e).context("writing the dry run's table")),
     }
 }
+
+/// What `rsend --changes` and `rsend --verify` are asked to do.
+#[derive(Clone, Debug, Default)]
+pub struct CompareArgs {
+    /// Devices or image files of the filesystem.
+    pub devices: Vec<PathBuf>,
+    /// The snapshot.
+    pub subvol: Option<SubvolSelector>,
+    /// The parent to list changes from (`--changes -p`).
+    pub parent: Option<SubvolSelector>,
+    /// JSON lines instead of text.
+    pub json: bool,
+    /// Print no progress bar.
+    pub quiet: bool,
+}
+
+/// Opens the filesystem for a listing or a verify, and finds the snapshot.
+fn open_for_compare(args: &CompareArgs) -> anyhow::Result<(Filesystem, Subvolume)> {
+    let mut opts = btrfs_disk::fs::Options {
+        cache_bytes: SEND_CACHE_BYTES,
+        ..btrfs_disk::fs::Options::default()
+    };
+    if args.quiet {
+        let all = opts.notice.clone();
+        opts.notice = std::sync::Arc::new(move |n: &btrfs_disk::Notice| {
+            if n.kind != btrfs_disk::NoticeKind::Note {
+                all(n);
+            }
+        });
+    }
+    let fs = Filesystem::open_with(&args.devices, opts)?;
+    let sel = args
+        .subvol
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("no SUBVOL given"))?;
+    let sv = find_any(&fs, sel)?;
+    Ok((fs, sv))
+}
+
+/// Finds `sel`, any live subvolume (read-only or not, the top level too).
+fn find_any(fs: &Filesystem, sel: &SubvolSelector) -> anyhow::Result<Subvolume> {
+    let sv = crate::send::find_subvolume(fs, sel)?;
+    if sv.is_dead() {
+        anyhow::bail!("{} is being deleted", label(&sv));
+    }
+    Ok(sv)
+}
+
+/// Writes the records to standard output; false when it is a closed pipe.
+fn print_records(records: &[crate::record::Record], json: bool) -> anyhow::Result<bool> {
+    let mut out = BufWriter::with_capacity(64 << 10, std::io::stdout().lock());
+    match crate::record::write(&mut out, records, json) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(anyhow::Error::new(e).context("writing the listing")),
+    }
+}
+
+/// `rsend --changes`: prints what changed from the parent to the snapshot
+/// (every inode as created without a parent).
+pub fn changes(args: &CompareArgs) -> anyhow::Result<()> {
+    let (fs, sv) = open_for_compare(args)?;
+    let parent = match &args.parent {
+        Some(sel) => Some(find_any(&fs, sel).context("the parent (-p)")?),
+        None => None,
+    };
+    let records = crate::changes::list_changes(&fs, &sv, parent.as_ref())?;
+    print_records(&records, args.json)?;
+    Ok(())
+}
+
+/// `rsend --verify DIR`: prints how the copy in `dir` differs from the
+/// snapshot; true when it is identical. The last line on standard error
+/// counts what was compared (unless quiet).
+pub fn verify(args: &CompareArgs, dir: &std::path::Path) -> anyhow::Result<bool> {
+    let (fs, sv) = open_for_compare(args)?;
+    let show_progress = !args.quiet && std::io::stderr().is_terminal();
+    let progress = show_progress.then(|| Progress::new(&format!("verify {}", sv.path_lossy())));
+    let r = std::thread::scope(|s| {
+        if let Some(p) = progress.as_ref() {
+            let (fs, sv) = (&fs, &sv);
+            s.spawn(move || {
+                if let Ok((bytes, files)) = totals(fs, sv) {
+                    p.set_totals(bytes, files);
+                }
+            });
+        }
+        crate::verify::verify(&fs, &sv, dir, progress.as_ref())
+    });
+    if let Some(p) = &progress {
+        p.finish();
+    }
+    let report = r?;
+    for note in &report.notes {
+        eprintln!("rsend: note: {note}");
+    }
+    print_records(&report.records, args.json)?;
+    if !args.quiet {
+        let differ = report.records.len();
+        eprintln!(
+            "rsend: verified {} against {}: {} paths and {} bytes compared, {}",
+            label(&sv),
+            dir.display(),
+            report.paths,
+            report.bytes,
+            match differ {
+                0 => "identical".to_string(),
+                1 => "1 path differs".to_string(),
+                n => format!("{n} paths differ"),
+            }
+        );
+    }
+    Ok(report.records.is_empty())
+}

@@ -8,6 +8,9 @@
 
 #![warn(missing_docs)]
 
+pub mod changes;
 pub mod cli;
 pub mod progress;
+pub mod record;
 pub mod send;
+pub mod verify;

@@ -132,6 +132,35 @@ struct Args {
     #[arg(long)]
     list: bool,
 
+    /// List what changed from PARENT (-p) to SUBVOL instead of sending
+    ///
+    /// One line per change, sorted by path: `+ PATH` created, `- PATH`
+    /// deleted, `R FROM TO` renamed, `L PATH` a hard link gained, `U PATH`
+    /// one lost, `M PATH WHAT` modified (WHAT from data, mode, owner,
+    /// xattrs, mtime, target, rdev; data only when the bytes differ, not
+    /// when only the extent layout did), tab-separated, names escaped as
+    /// rdump escapes them. Without -p every inode is listed as created.
+    /// It reads what an incremental send would read, and no unchanged data.
+    #[arg(long, conflicts_with_all = ["verify", "dry_run", "file", "resume", "parent_from", "clone_src", "list"])]
+    changes: bool,
+
+    /// Compare SUBVOL with a copy of it in DIR (a receive on any
+    /// filesystem, an rsync copy, a restore) instead of sending
+    ///
+    /// One line per difference, sorted by path: `- PATH` missing from the
+    /// copy, `+ PATH` extra in the copy, `M PATH WHAT` differs (WHAT from
+    /// data, type, mode, owner, xattrs, mtime, target, rdev, links). Data
+    /// is compared byte for byte: where the snapshot's checksums cover a
+    /// block, only the copy's block is read and hashed. The copy is only
+    /// read (never written, symlinks never followed). Exit code 0 when
+    /// identical, 1 when the copy differs or on an error.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["dry_run", "file", "resume", "parent_from", "clone_src", "parent", "parent_id", "list"])]
+    verify: Option<PathBuf>,
+
+    /// With --changes or --verify: one JSON object per line
+    #[arg(long)]
+    json: bool,
+
     /// Debugging aid: write the file PATH of subvolume SUBVOL to stdout
     #[arg(long, num_args = 2, value_names = ["SUBVOL", "PATH"], hide = true)]
     cat_file: Option<Vec<String>>,
@@ -163,7 +192,46 @@ fn main() -> ExitCode {
         };
         let stdout = std::io::stdout();
         rsend::cli::cat_file(&args.devices, &sel, &cat[1], &mut stdout.lock()).map(|_| ())
+    } else if args.changes || args.verify.is_some() {
+        let subvol = match (&args.subvols[..], &args.subvolid[..]) {
+            ([p], []) => SubvolSelector::Path(p.clone()),
+            ([], [id]) => SubvolSelector::Id(*id),
+            _ => Args::command()
+                .error(
+                    clap::error::ErrorKind::WrongNumberOfValues,
+                    "--changes and --verify take exactly one SUBVOL (or --subvolid ID)",
+                )
+                .exit(),
+        };
+        let c = rsend::cli::CompareArgs {
+            devices: args.devices.clone(),
+            subvol: Some(subvol),
+            parent: args
+                .parent
+                .clone()
+                .map(SubvolSelector::Path)
+                .or(args.parent_id.map(SubvolSelector::Id)),
+            json: args.json,
+            quiet: args.quiet,
+        };
+        match &args.verify {
+            Some(dir) => match rsend::cli::verify(&c, dir) {
+                // The copy differs: the listing said how.
+                Ok(false) => return ExitCode::from(1),
+                Ok(true) => Ok(()),
+                Err(e) => Err(e),
+            },
+            None => rsend::cli::changes(&c),
+        }
     } else {
+        if args.json {
+            Args::command()
+                .error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    "--json goes with --changes or --verify",
+                )
+                .exit();
+        }
         if args.subvols.is_empty() && args.subvolid.is_empty() {
             Args::command()
                 .error(

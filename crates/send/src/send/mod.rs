@@ -23,11 +23,11 @@
 
 mod clone;
 mod cmd;
-mod compare;
+pub(crate) mod compare;
 mod extent;
 mod inode;
 mod refs;
-mod roots;
+pub(crate) mod roots;
 mod sink;
 mod utimes;
 mod verity;
@@ -46,7 +46,8 @@ use btrfs_disk::fs::Filesystem;
 use btrfs_disk::subvol::{SubvolSelector, Subvolume};
 use clone::Clones;
 use cmd::{Bytes, Cmd};
-use inode::{Stop, Walk};
+pub(crate) use inode::Stop;
+use inode::Walk;
 use sink::{Emitter, Msg, Sink};
 
 /// Largest WRITE payload of protocol v1 (BTRFS_SEND_BUF_SIZE_V1 - 16 KiB).
@@ -483,8 +484,16 @@ pub fn label(sv: &Subvolume) -> String {
 /// named, alive). A subvolume that does not exist gets an error listing
 /// the ones that do.
 pub fn find_sendable(fs: &Filesystem, sel: &SubvolSelector) -> Result<Subvolume, SendError> {
-    let sv = match fs.find_subvolume(sel) {
-        Ok(sv) => sv,
+    let sv = find_subvolume(fs, sel)?;
+    check_sendable(&sv)?;
+    Ok(sv)
+}
+
+/// Finds the subvolume `sel`, whatever it is; one that does not exist gets
+/// an error listing the ones that do.
+pub fn find_subvolume(fs: &Filesystem, sel: &SubvolSelector) -> Result<Subvolume, SendError> {
+    match fs.find_subvolume(sel) {
+        Ok(sv) => Ok(sv),
         Err(Error::NoSubvolume(asked)) => {
             let available = fs
                 .subvolumes()?
@@ -494,12 +503,10 @@ pub fn find_sendable(fs: &Filesystem, sel: &SubvolSelector) -> Result<Subvolume,
                     format!("{} (id {}{ro})", s.path_lossy(), s.id)
                 })
                 .collect();
-            return Err(SendError::NoSubvolume { asked, available });
+            Err(SendError::NoSubvolume { asked, available })
         }
-        Err(e) => return Err(e.into()),
-    };
-    check_sendable(&sv)?;
-    Ok(sv)
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Whether `sv` can be sent: read-only, alive, with a name.

@@ -1,0 +1,639 @@
+//! `rsend --verify`: compares a snapshot, read from the device, with a
+//! copy of it in a directory on any filesystem (a receive, an rsync copy, a
+//! restore), as records (see [`crate::record`]).
+//!
+//! Both trees are walked together, directory by directory. A path only in
+//! the snapshot is missing, one only in the copy is extra (whole subtrees
+//! are listed); a path in both is compared by type, permission bits,
+//! owner, extended attributes, mtime, symlink target, device number, hard
+//! links (link count, and which paths share an inode) and data.
+//!
+//! Data is compared for real. Where the snapshot's checksum tree covers a
+//! sector of an uncompressed extent, the copy's sector is hashed with the
+//! filesystem's checksum and compared with the stored value, so only the
+//! copy is read; a sector that does not match is then compared byte for
+//! byte with the snapshot (a mismatch is never a guess). Elsewhere
+//! (compressed or inline extents, NODATASUM files) both sides are read.
+//! Holes and preallocated ranges must read as zeros in the copy.
+//!
+//! The copy is only read: files are opened with `O_NOFOLLOW` and, where
+//! allowed, `O_NOATIME`; symlinks are never followed. rreceive's own state
+//! (`user.rreceive.*` xattrs) on the copy's root is not content; `btrfs.*`
+//! xattrs (btrfs properties) only count when the copy is on btrfs.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsStr;
+use std::fs::{File, Metadata};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::changes::{pieces, Src};
+use crate::progress::Progress;
+use crate::record::{self, Change, FileType, Record, What, WhatSet};
+use crate::send::{label, SendError, Stop};
+use btrfs_disk::data::Inode;
+use btrfs_disk::error::Error;
+use btrfs_disk::fs::Filesystem;
+use btrfs_disk::items::{key_type, objectid, Compression};
+use btrfs_disk::subvol::Subvolume;
+use btrfs_disk::Tree;
+
+/// File bytes compared per read.
+const CHUNK: u64 = 1 << 20;
+/// File range whose extents are looked up at once (bounds the memory per file).
+const WINDOW: u64 = 64 << 20;
+/// rreceive's state on a received subvolume's root.
+const RRECEIVE_PREFIX: &[u8] = b"user.rreceive.";
+const ACL_ACCESS: &[u8] = b"system.posix_acl_access";
+const ACL_DEFAULT: &[u8] = b"system.posix_acl_default";
+/// An empty POSIX ACL as getxattr returns it (header, version 2).
+const EMPTY_ACL: [u8; 4] = [2, 0, 0, 0];
+
+/// Everything that can stop a verify (a difference does not).
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// The copy's directory cannot be compared at all.
+    #[error("the copy {}: {reason}", .dir.display())]
+    Dir {
+        /// The directory given.
+        dir: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Reading the copy failed.
+    #[error("reading the copy at {}: {}", .path.display(), rsend_cli::plain_io(.source))]
+    Copy {
+        /// The path in the copy.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: io::Error,
+    },
+    /// Reading the snapshot failed.
+    #[error(transparent)]
+    Snapshot(#[from] SendError),
+}
+
+/// What a verify found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// The differences, sorted by path.
+    pub records: Vec<Record>,
+    /// Paths compared (in the snapshot, and extra ones in the copy).
+    pub paths: u64,
+    /// Bytes of file data read from the copy.
+    pub bytes: u64,
+    /// Things said once (such as a copy without extended attributes).
+    pub notes: Vec<String>,
+}
+
+/// Compares snapshot `sv` with the copy in `dir`.
+pub fn verify(
+    fs: &Filesystem,
+    sv: &Subvolume,
+    dir: &Path,
+    progress: Option<&Progress>,
+) -> Result<Report, VerifyError> {
+    let bad_dir = |reason: String| VerifyError::Dir {
+        dir: dir.to_path_buf(),
+        reason,
+    };
+    let md = std::fs::symlink_metadata(dir).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
+    if !md.is_dir() {
+        return Err(bad_dir("not a directory".into()));
+    }
+    std::fs::read_dir(dir).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
+    let on_btrfs = nix::sys::statfs::statfs(dir)
+        .map(|s| s.filesystem_type() == nix::sys::statfs::BTRFS_SUPER_MAGIC)
+        .unwrap_or(false);
+    let mut v = Verifier {
+        fs,
+        sv,
+        tree: fs.fs_tree(sv),
+        root: dir.to_path_buf(),
+        progress,
+        report: Report::default(),
+        on_btrfs,
+        xattrs: true,
+        snap_links: HashMap::new(),
+        copy_links: HashMap::new(),
+        ino: 0,
+        at: Vec::new(),
+    };
+    v.run()?;
+    let mut report = v.report;
+    record::sort(&mut report.records);
+    Ok(report)
+}
+
+struct Verifier<'a, 'fs> {
+    fs: &'fs Filesystem,
+    sv: &'a Subvolume,
+    tree: Tree<'fs>,
+    root: PathBuf,
+    progress: Option<&'a Progress>,
+    report: Report,
+    on_btrfs: bool,
+    /// Whether the copy's filesystem has extended attributes.
+    xattrs: bool,
+    /// Hard-linked snapshot inodes: the copy's (dev, ino) first seen for each.
+    snap_links: HashMap<u64, (u64, u64)>,
+    /// Hard-linked copy inodes: the snapshot inode first seen for each.
+    copy_links: HashMap<(u64, u64), u64>,
+    /// The snapshot inode and path being compared, for errors.
+    ino: u64,
+    at: Vec<u8>,
+}
+
+fn copy_type(md: &Metadata) -> Option<FileType> {
+    let t = md.file_type();
+    Some(if t.is_file() {
+        FileType::File
+    } else if t.is_dir() {
+        FileType::Dir
+    } else if t.is_symlink() {
+        FileType::Symlink
+    } else if t.is_fifo() {
+        FileType::Fifo
+    } else if t.is_socket() {
+        FileType::Socket
+    } else if t.is_char_device() {
+        FileType::CharDev
+    } else if t.is_block_device() {
+        FileType::BlockDev
+    } else {
+        return None;
+    })
+}
+
+impl Verifier<'_, '_> {
+    fn copy_path(&self, rel: &[u8]) -> PathBuf {
+        if rel.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(OsStr::from_bytes(rel))
+        }
+    }
+
+    fn copy_err(&self, rel: &[u8]) -> impl FnOnce(io::Error) -> VerifyError {
+        let path = self.copy_path(rel);
+        move |source| VerifyError::Copy { path, source }
+    }
+
+    /// The error for a failed read of the snapshot.
+    fn snap_err(&self, stop: impl Into<Stop>) -> VerifyError {
+        let subvol = label(self.sv);
+        let path = Some(String::from_utf8_lossy(&self.at).into_owned());
+        VerifyError::Snapshot(match stop.into() {
+            Stop::Read(source) => SendError::Inode {
+                subvol,
+                ino: self.ino,
+                path,
+                source,
+            },
+            Stop::Bad(reason) => SendError::Corrupt {
+                subvol,
+                ino: Some(self.ino),
+                path,
+                reason,
+            },
+            Stop::Changed(e) => *e,
+            Stop::Hangup => SendError::Walk { subvol },
+        })
+    }
+
+    fn inode(&mut self, ino: u64, rel: &[u8]) -> Result<Inode, VerifyError> {
+        self.ino = ino;
+        self.at = rel.to_vec();
+        self.fs
+            .inode_in(&self.tree, ino)
+            .map_err(|e| self.snap_err(e))
+    }
+
+    fn push(&mut self, change: Change, path: Vec<u8>, ft: FileType, what: WhatSet) {
+        self.report.records.push(Record {
+            change,
+            path,
+            from: None,
+            file_type: ft,
+            what,
+        });
+    }
+
+    fn run(&mut self) -> Result<(), VerifyError> {
+        let root_md = std::fs::symlink_metadata(&self.root).map_err(self.copy_err(b""))?;
+        self.entry(objectid::FIRST_FREE, b"", &root_md)?;
+        let mut stack = vec![(objectid::FIRST_FREE, Vec::new())];
+        while let Some((dir, rel)) = stack.pop() {
+            self.ino = dir;
+            self.at.clone_from(&rel);
+            let entries = self
+                .fs
+                .read_dir(self.sv, dir)
+                .map_err(|e| self.snap_err(e))?;
+            let mut copy_names = self.copy_names(&rel)?;
+            for e in entries {
+                copy_names.remove(&e.name);
+                if e.location.item_type != key_type::INODE_ITEM {
+                    // A nested subvolume: not part of the snapshot (nor of a send).
+                    continue;
+                }
+                let child = record::join(&rel, &e.name);
+                let ino = e.location.objectid;
+                match std::fs::symlink_metadata(self.copy_path(&child)) {
+                    Ok(md) => {
+                        if self.entry(ino, &child, &md)? {
+                            stack.push((ino, child));
+                        }
+                    }
+                    Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                        self.missing(ino, child)?;
+                    }
+                    Err(err) => return Err(self.copy_err(&child)(err)),
+                }
+            }
+            for name in copy_names {
+                self.extra(record::join(&rel, &name))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The names in the copy's directory `rel`.
+    fn copy_names(&self, rel: &[u8]) -> Result<BTreeSet<Vec<u8>>, VerifyError> {
+        let mut out = BTreeSet::new();
+        let rd = std::fs::read_dir(self.copy_path(rel)).map_err(self.copy_err(rel))?;
+        for e in rd {
+            let e = e.map_err(self.copy_err(rel))?;
+            out.insert(e.file_name().as_bytes().to_vec());
+        }
+        Ok(out)
+    }
+
+    /// `rel` and everything below it, in the snapshot only.
+    fn missing(&mut self, ino: u64, rel: Vec<u8>) -> Result<(), VerifyError> {
+        let mut stack = vec![(ino, rel)];
+        while let Some((ino, rel)) = stack.pop() {
+            let inode = self.inode(ino, &rel)?;
+            let ft = self.snap_type(&inode)?;
+            self.report.paths += 1;
+            if ft == FileType::Dir {
+                for e in self
+                    .fs
+                    .read_dir(self.sv, ino)
+                    .map_err(|e| self.snap_err(e))?
+                {
+                    if e.location.item_type == key_type::INODE_ITEM {
+                        stack.push((e.location.objectid, record::join(&rel, &e.name)));
+                    }
+                }
+            }
+            self.push(Change::Missing, rel, ft, WhatSet::default());
+        }
+        Ok(())
+    }
+
+    /// `rel` and everything below it, in the copy only (symlinks not followed).
+    fn extra(&mut self, rel: Vec<u8>) -> Result<(), VerifyError> {
+        let mut stack = vec![rel];
+        while let Some(rel) = stack.pop() {
+            let md =
+                std::fs::symlink_metadata(self.copy_path(&rel)).map_err(self.copy_err(&rel))?;
+            let Some(ft) = copy_type(&md) else {
+                continue;
+            };
+            self.report.paths += 1;
+            if ft == FileType::Dir {
+                for name in self.copy_names(&rel)? {
+                    stack.push(record::join(&rel, &name));
+                }
+            }
+            self.push(Change::Extra, rel, ft, WhatSet::default());
+        }
+        Ok(())
+    }
+
+    fn snap_type(&self, inode: &Inode) -> Result<FileType, VerifyError> {
+        FileType::from_mode(inode.mode).ok_or_else(|| {
+            self.snap_err(Stop::Bad(format!(
+                "unknown file type {:o}",
+                inode.mode & 0o170000
+            )))
+        })
+    }
+
+    /// Compares the snapshot's inode `ino` with the copy's `rel`; true when
+    /// both are directories (to be walked).
+    fn entry(&mut self, ino: u64, rel: &[u8], md: &Metadata) -> Result<bool, VerifyError> {
+        let inode = self.inode(ino, rel)?;
+        let ft = self.snap_type(&inode)?;
+        self.report.paths += 1;
+        if let Some(p) = self.progress {
+            p.advance(0, 1);
+        }
+        let mut w = WhatSet::default();
+        if copy_type(md) != Some(ft) {
+            w.add(What::Type);
+            self.push(Change::Differs, rel.to_vec(), ft, w);
+            // What is below either side is then missing or extra.
+            if ft == FileType::Dir {
+                for e in self
+                    .fs
+                    .read_dir(self.sv, ino)
+                    .map_err(|e| self.snap_err(e))?
+                {
+                    if e.location.item_type == key_type::INODE_ITEM {
+                        self.missing(e.location.objectid, record::join(rel, &e.name))?;
+                    }
+                }
+            }
+            if md.is_dir() {
+                for name in self.copy_names(rel)? {
+                    self.extra(record::join(rel, &name))?;
+                }
+            }
+            return Ok(false);
+        }
+        w.add_if(
+            ft != FileType::Symlink && inode.mode & 0o7777 != md.mode() & 0o7777,
+            What::Mode,
+        );
+        w.add_if(md.uid() != inode.uid || md.gid() != inode.gid, What::Owner);
+        if self.xattrs && !self.same_xattrs(&inode, rel)? {
+            w.add(What::Xattrs);
+        }
+        w.add_if(
+            (md.mtime(), md.mtime_nsec()) != (inode.mtime.sec, i64::from(inode.mtime.nsec)),
+            What::Mtime,
+        );
+        match ft {
+            FileType::Symlink => {
+                let snap = self
+                    .fs
+                    .read_link(self.sv, ino)
+                    .map_err(|e| self.snap_err(e))?;
+                let copy = std::fs::read_link(self.copy_path(rel)).map_err(self.copy_err(rel))?;
+                w.add_if(snap != copy.as_os_str().as_bytes(), What::Target);
+            }
+            FileType::CharDev | FileType::BlockDev => {
+                let (ma, mi) = inode.rdev_major_minor();
+                let rdev = md.rdev();
+                w.add_if(
+                    (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev))
+                        != (u64::from(ma), u64::from(mi)),
+                    What::Rdev,
+                );
+            }
+            _ => {}
+        }
+        if ft != FileType::Dir && !self.same_links(&inode, md) {
+            w.add(What::Links);
+        }
+        if ft == FileType::File && (md.size() != inode.size || !self.same_data(&inode, rel)?) {
+            w.add(What::Data);
+        }
+        if !w.is_empty() {
+            self.push(Change::Differs, rel.to_vec(), ft, w);
+        }
+        Ok(ft == FileType::Dir)
+    }
+
+    /// Whether the copy's link count and link groups match the snapshot's.
+    fn same_links(&mut self, inode: &Inode, md: &Metadata) -> bool {
+        let mut same = md.nlink() == u64::from(inode.nlink);
+        if inode.nlink > 1 || md.nlink() > 1 {
+            let id = (md.dev(), md.ino());
+            same &= *self.snap_links.entry(inode.ino).or_insert(id) == id;
+            same &= *self.copy_links.entry(id).or_insert(inode.ino) == inode.ino;
+        }
+        same
+    }
+
+    /// Whether the extended attributes agree.
+    fn same_xattrs(&mut self, inode: &Inode, rel: &[u8]) -> Result<bool, VerifyError> {
+        let path = self.copy_path(rel);
+        let names = match xattr::list(&path) {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => {
+                self.xattrs = false;
+                self.report.notes.push(format!(
+                    "the copy's filesystem at {} has no extended attributes; they are not compared",
+                    self.root.display()
+                ));
+                return Ok(true);
+            }
+            Err(e) => return Err(self.copy_err(rel)(e)),
+        };
+        let counts = |name: &[u8]| {
+            (self.on_btrfs || !name.starts_with(b"btrfs."))
+                && !(rel.is_empty() && name.starts_with(RRECEIVE_PREFIX))
+        };
+        let mut copy = Vec::new();
+        for name in names {
+            if !counts(name.as_bytes()) {
+                continue;
+            }
+            // A name that vanished meanwhile reads as absent.
+            if let Some(v) = xattr::get(&path, &name).map_err(self.copy_err(rel))? {
+                copy.push((name.as_bytes().to_vec(), v));
+            }
+        }
+        let mut snap: Vec<(Vec<u8>, Vec<u8>)> = self
+            .fs
+            .xattrs(self.sv, inode.ino)
+            .map_err(|e| self.snap_err(e))?
+            .into_iter()
+            .filter(|(n, _)| counts(n))
+            .map(|(n, v)| {
+                if v.is_empty() && (n == ACL_ACCESS || n == ACL_DEFAULT) {
+                    (n, EMPTY_ACL.to_vec())
+                } else {
+                    (n, v)
+                }
+            })
+            .collect();
+        copy.sort();
+        snap.sort();
+        Ok(copy == snap)
+    }
+
+    /// Opens the copy's file `rel` for reading, without following a
+    /// symlink and, where allowed, without updating its atime.
+    fn open(&self, rel: &[u8]) -> Result<File, VerifyError> {
+        let path = self.copy_path(rel);
+        let open = |flags| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | flags)
+                .open(&path)
+        };
+        match open(libc::O_NOATIME) {
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(0),
+            r => r,
+        }
+        .map_err(self.copy_err(rel))
+    }
+
+    /// Whether the copy's file `rel` (of the same size) holds the snapshot
+    /// file's bytes.
+    fn same_data(&mut self, inode: &Inode, rel: &[u8]) -> Result<bool, VerifyError> {
+        if inode.size == 0 {
+            return Ok(true);
+        }
+        let file = self.open(rel)?;
+        let mut cmp = FileCompare {
+            fs: self.fs,
+            tree: self.tree,
+            inode: *inode,
+            file: &file,
+            copy: vec![0u8; CHUNK as usize],
+            snap: Vec::new(),
+            read: 0,
+            all: 0,
+        };
+        let mut lo = 0;
+        let mut same = true;
+        while same && lo < inode.size {
+            let hi = inode.size.min(lo + WINDOW);
+            let ps = pieces(&self.tree, inode.ino, lo, hi).map_err(|e| self.snap_err(e))?;
+            for p in ps {
+                let r = cmp.piece(&p);
+                if let Some(prog) = self.progress {
+                    prog.advance(std::mem::take(&mut cmp.read), 0);
+                }
+                match r {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        same = false;
+                        break;
+                    }
+                    Err(Side::Copy(e)) => return Err(self.copy_err(rel)(e)),
+                    Err(Side::Snap(e)) => return Err(self.snap_err(e)),
+                }
+            }
+            lo = hi;
+        }
+        self.report.bytes += cmp.all;
+        Ok(same)
+    }
+}
+
+/// Which side a read failed on.
+enum Side {
+    Copy(io::Error),
+    Snap(Error),
+}
+
+/// One file's comparison.
+struct FileCompare<'a, 'fs> {
+    fs: &'fs Filesystem,
+    tree: Tree<'fs>,
+    inode: Inode,
+    file: &'a File,
+    copy: Vec<u8>,
+    snap: Vec<u8>,
+    /// Copy bytes read since the progress bar was last told.
+    read: u64,
+    /// Copy bytes read in all.
+    all: u64,
+}
+
+impl FileCompare<'_, '_> {
+    /// Reads the copy's `[off, off + n)` into the buffer; false when the
+    /// copy ends early (it changed size: it differs).
+    fn read_copy(&mut self, off: u64, n: usize) -> Result<bool, Side> {
+        let mut done = 0;
+        while done < n {
+            match self
+                .file
+                .read_at(&mut self.copy[done..n], off + done as u64)
+            {
+                Ok(0) => return Ok(false),
+                Ok(k) => done += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Side::Copy(e)),
+            }
+        }
+        self.read += n as u64;
+        self.all += n as u64;
+        Ok(true)
+    }
+
+    /// Whether the snapshot's bytes at `[off, off + n)` equal the copy
+    /// buffer's `[at, at + n)`.
+    fn same_as_snapshot(&mut self, off: u64, at: usize, n: usize) -> Result<bool, Side> {
+        self.snap.resize(n, 0);
+        let got = self
+            .fs
+            .read_file_in(&self.tree, &self.inode, off, &mut self.snap[..n])
+            .map_err(Side::Snap)?;
+        Ok(got == n && self.snap[..n] == self.copy[at..at + n])
+    }
+
+    /// Whether the copy holds the piece's bytes.
+    fn piece(&mut self, p: &crate::changes::Piece) -> Result<bool, Side> {
+        let ss = self.fs.sectorsize() as u64;
+        let mut off = p.start;
+        while off < p.end {
+            let n = (p.end - off).min(CHUNK) as usize;
+            if !self.read_copy(off, n)? {
+                return Ok(false);
+            }
+            let same = match p.src {
+                Src::Zero => self.copy[..n].iter().all(|b| *b == 0),
+                Src::Disk {
+                    compression: Compression::None,
+                    ..
+                } if !self.inode.nodatasum() => {
+                    let disk = p.pos_at(off).map_or(1, |(bytenr, _, _, pos)| bytenr + pos);
+                    if disk.is_multiple_of(ss) {
+                        self.by_csums(off, disk, n)?
+                    } else {
+                        self.same_as_snapshot(off, 0, n)?
+                    }
+                }
+                _ => self.same_as_snapshot(off, 0, n)?,
+            };
+            if !same {
+                return Ok(false);
+            }
+            off += n as u64;
+        }
+        Ok(true)
+    }
+
+    /// Checks the `n` copy bytes at file offset `off` (disk address `disk`)
+    /// against the stored checksums; sectors without one, or whose
+    /// checksum does not match, are compared with the snapshot's bytes.
+    fn by_csums(&mut self, off: u64, disk: u64, n: usize) -> Result<bool, Side> {
+        let ss = self.fs.sectorsize();
+        let csum = self.fs.csum_type();
+        let cs = csum.size();
+        let (sums, have) = self.fs.data_csums(disk, n as u64).map_err(Side::Snap)?;
+        let mut sector = vec![0u8; ss];
+        for (k, has) in have.iter().enumerate() {
+            let at = k * ss;
+            if at >= n {
+                break;
+            }
+            let len = ss.min(n - at);
+            let ok = *has && {
+                // The last sector of a file is hashed zero-padded, as stored.
+                let data = if len == ss {
+                    &self.copy[at..at + ss]
+                } else {
+                    sector[..len].copy_from_slice(&self.copy[at..at + len]);
+                    sector[len..].fill(0);
+                    &sector[..]
+                };
+                csum.verify(data, &sums[k * cs..(k + 1) * cs])
+            };
+            if !ok && !self.same_as_snapshot(off + at as u64, at, len)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
