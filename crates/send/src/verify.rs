@@ -16,8 +16,10 @@
 //! (compressed or inline extents, NODATASUM files) both sides are read.
 //! Holes and preallocated ranges must read as zeros in the copy.
 //!
-//! The copy is only read: files are opened with `O_NOFOLLOW` and, where
-//! allowed, `O_NOATIME`; symlinks are never followed. rreceive's own state
+//! The copy is only read: files and directories are opened with
+//! `O_NOFOLLOW` and, where allowed, `O_NOATIME`; symlinks are never
+//! followed. (Reading a symlink's target updates its atime on mounts
+//! without `noatime`: readlink(2) has no flag against it.) rreceive's own state
 //! (`user.rreceive.*` xattrs) on the copy's root is not content; `btrfs.*`
 //! xattrs (btrfs properties) only count when the copy is on btrfs.
 
@@ -44,6 +46,8 @@ use btrfs_disk::Tree;
 const CHUNK: u64 = 1 << 20;
 /// File range whose extents are looked up at once (bounds the memory per file).
 const WINDOW: u64 = 64 << 20;
+/// The names under which xfs also lists a file's POSIX ACLs.
+const XFS_ACL_ALIASES: [&[u8]; 2] = [b"trusted.SGI_ACL_FILE", b"trusted.SGI_ACL_DEFAULT"];
 /// rreceive's state on a received subvolume's root.
 const RRECEIVE_PREFIX: &[u8] = b"user.rreceive.";
 const ACL_ACCESS: &[u8] = b"system.posix_acl_access";
@@ -100,14 +104,21 @@ pub fn verify(
         dir: dir.to_path_buf(),
         reason,
     };
-    let md = std::fs::symlink_metadata(dir).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
+    let md = std::fs::metadata(dir).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
     if !md.is_dir() {
         return Err(bad_dir("not a directory".into()));
     }
-    std::fs::read_dir(dir).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
-    let on_btrfs = nix::sys::statfs::statfs(dir)
-        .map(|s| s.filesystem_type() == nix::sys::statfs::BTRFS_SUPER_MAGIC)
-        .unwrap_or(false);
+    // DIR itself may be reached through a symlink; nothing below it is.
+    let dir = &std::fs::canonicalize(dir).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
+    nix::dir::Dir::open(
+        dir,
+        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| bad_dir(rsend_cli::plain_io(&io::Error::from(e))))?;
+    let fs_type = nix::sys::statfs::statfs(dir).map(|s| s.filesystem_type());
+    let on_btrfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::BTRFS_SUPER_MAGIC);
+    let on_xfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::XFS_SUPER_MAGIC);
     let mut v = Verifier {
         fs,
         sv,
@@ -116,12 +127,19 @@ pub fn verify(
         progress,
         report: Report::default(),
         on_btrfs,
+        on_xfs,
         xattrs: true,
         snap_links: HashMap::new(),
         copy_links: HashMap::new(),
         ino: 0,
         at: Vec::new(),
     };
+    // A filesystem without extended attributes lists none, so ask for one.
+    if let Err(e) = xattr::get(dir, "user.rsend.probe") {
+        if e.raw_os_error() == Some(libc::ENOTSUP) {
+            v.no_xattrs();
+        }
+    }
     v.run()?;
     let mut report = v.report;
     record::sort(&mut report.records);
@@ -136,6 +154,7 @@ struct Verifier<'a, 'fs> {
     progress: Option<&'a Progress>,
     report: Report,
     on_btrfs: bool,
+    on_xfs: bool,
     /// Whether the copy's filesystem has extended attributes.
     xattrs: bool,
     /// Hard-linked snapshot inodes: the copy's (dev, ino) first seen for each.
@@ -261,13 +280,25 @@ impl Verifier<'_, '_> {
         Ok(())
     }
 
-    /// The names in the copy's directory `rel`.
+    /// The names in the copy's directory `rel` (read without following a
+    /// symlink and, where allowed, without updating its atime).
     fn copy_names(&self, rel: &[u8]) -> Result<BTreeSet<Vec<u8>>, VerifyError> {
+        use nix::fcntl::OFlag;
+        let path = self.copy_path(rel);
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let mode = nix::sys::stat::Mode::empty();
+        let mut dir = match nix::dir::Dir::open(&path, flags | OFlag::O_NOATIME, mode) {
+            Err(nix::errno::Errno::EPERM) => nix::dir::Dir::open(&path, flags, mode),
+            r => r,
+        }
+        .map_err(|e| self.copy_err(rel)(io::Error::from(e)))?;
         let mut out = BTreeSet::new();
-        let rd = std::fs::read_dir(self.copy_path(rel)).map_err(self.copy_err(rel))?;
-        for e in rd {
-            let e = e.map_err(self.copy_err(rel))?;
-            out.insert(e.file_name().as_bytes().to_vec());
+        for e in dir.iter() {
+            let e = e.map_err(|e| self.copy_err(rel)(io::Error::from(e)))?;
+            let name = e.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                out.insert(name.to_vec());
+            }
         }
         Ok(out)
     }
@@ -411,17 +442,24 @@ impl Verifier<'_, '_> {
         same
     }
 
+    /// Stops comparing extended attributes: the copy cannot hold them.
+    fn no_xattrs(&mut self) {
+        if self.xattrs {
+            self.xattrs = false;
+            self.report.notes.push(format!(
+                "the copy's filesystem at {} has no extended attributes; they are not compared",
+                self.root.display()
+            ));
+        }
+    }
+
     /// Whether the extended attributes agree.
     fn same_xattrs(&mut self, inode: &Inode, rel: &[u8]) -> Result<bool, VerifyError> {
         let path = self.copy_path(rel);
         let names = match xattr::list(&path) {
             Ok(n) => n,
             Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => {
-                self.xattrs = false;
-                self.report.notes.push(format!(
-                    "the copy's filesystem at {} has no extended attributes; they are not compared",
-                    self.root.display()
-                ));
+                self.no_xattrs();
                 return Ok(true);
             }
             Err(e) => return Err(self.copy_err(rel)(e)),
@@ -430,9 +468,11 @@ impl Verifier<'_, '_> {
             (self.on_btrfs || !name.starts_with(b"btrfs."))
                 && !(rel.is_empty() && name.starts_with(RRECEIVE_PREFIX))
         };
+        // xfs shows root its ACLs a second time, as stored.
+        let alias = |name: &[u8]| self.on_xfs && XFS_ACL_ALIASES.contains(&name);
         let mut copy = Vec::new();
         for name in names {
-            if !counts(name.as_bytes()) {
+            if !counts(name.as_bytes()) || alias(name.as_bytes()) {
                 continue;
             }
             // A name that vanished meanwhile reads as absent.
