@@ -220,6 +220,9 @@ EOF
     done
     echo
     fixture_readme_total
+    # The section make-changes.sh's listings are described in (changes/ is
+    # kept: it is that script's, and must be remade after a new image).
+    sed -n '/^## changes\//,$p' "$OUT/README.md" 2>/dev/null || true
 } >"$STAGE/README.md"
 
 fixture_replace

@@ -390,22 +390,7 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
     if to_stdout && !args.dry_run {
         refuse_terminal(&std::io::stdout(), "standard output")?;
     }
-    // A send reads the tree once in order; a smaller block cache than the
-    // reader's default keeps the peak RSS low at no measurable cost.
-    let mut opts = btrfs_disk::fs::Options {
-        cache_bytes: SEND_CACHE_BYTES,
-        ..btrfs_disk::fs::Options::default()
-    };
-    if args.quiet {
-        // Notes (such as "mounted; reading with O_DIRECT") would mail a cron job every night.
-        let all = opts.notice.clone();
-        opts.notice = std::sync::Arc::new(move |n: &btrfs_disk::Notice| {
-            if n.kind != btrfs_disk::NoticeKind::Note {
-                all(n);
-            }
-        });
-    }
-    let fs = Filesystem::open_with(&args.devices, opts)?;
+    let fs = open_fs(&args.devices, args.quiet)?;
     let mut svs = Vec::new();
     for sel in &args.subvols {
         svs.push(find_sendable(&fs, sel)?);
@@ -619,13 +604,17 @@ pub struct CompareArgs {
     pub quiet: bool,
 }
 
-/// Opens the filesystem for a listing or a verify, and finds the snapshot.
-fn open_for_compare(args: &CompareArgs) -> anyhow::Result<(Filesystem, Subvolume)> {
+/// Opens the filesystem on `devices` for a send, a listing or a verify;
+/// `quiet` keeps notes (not warnings) off standard error.
+fn open_fs(devices: &[PathBuf], quiet: bool) -> anyhow::Result<Filesystem> {
+    // These read the trees once in order; a smaller block cache than the
+    // reader's default keeps the peak RSS low at no measurable cost.
     let mut opts = btrfs_disk::fs::Options {
         cache_bytes: SEND_CACHE_BYTES,
         ..btrfs_disk::fs::Options::default()
     };
-    if args.quiet {
+    if quiet {
+        // Notes (such as "mounted; reading with O_DIRECT") would mail a cron job every night.
         let all = opts.notice.clone();
         opts.notice = std::sync::Arc::new(move |n: &btrfs_disk::Notice| {
             if n.kind != btrfs_disk::NoticeKind::Note {
@@ -633,7 +622,12 @@ fn open_for_compare(args: &CompareArgs) -> anyhow::Result<(Filesystem, Subvolume
             }
         });
     }
-    let fs = Filesystem::open_with(&args.devices, opts)?;
+    Ok(Filesystem::open_with(devices, opts)?)
+}
+
+/// Opens the filesystem for a listing or a verify, and finds the snapshot.
+fn open_for_compare(args: &CompareArgs) -> anyhow::Result<(Filesystem, Subvolume)> {
+    let fs = open_fs(&args.devices, args.quiet)?;
     let sel = args
         .subvol
         .as_ref()

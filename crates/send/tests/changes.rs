@@ -178,41 +178,25 @@ fn text_form_is_the_json_form_tab_separated_and_escaped() {
 fn bad_requests_are_refused_clearly() {
     let tmp = tempfile::tempdir().unwrap();
     let img = scenarios::decompress_image(tmp.path());
-    let o = rsend()
-        .arg("-d")
-        .arg(&img)
-        .args(["--changes", "-p", "no_such_snapshot", "new_files.c"])
-        .output()
-        .unwrap();
+    let run_with = |args: &[&str]| rsend().arg("-d").arg(&img).args(args).output().unwrap();
+    let o = run_with(&["--changes", "-p", "no_such_snapshot", "new_files.c"]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("no_such_snapshot"), "{err}");
-    let o = rsend()
-        .arg("-d")
-        .arg(&img)
-        .arg("--changes")
-        .output()
-        .unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let o = rsend()
-        .arg("-d")
-        .arg(&img)
-        .args(["--changes", "a", "b"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    let o = rsend()
-        .arg("-d")
-        .arg(&img)
-        .args(["--changes", "-f", "out", "new_files.c"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
+    for usage in [
+        &["--changes"][..],
+        &["--changes", "a", "b"],
+        &["--changes", "-f", "out", "new_files.c"],
+        &["--json", "new_files.c"],
+    ] {
+        let o = run_with(usage);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{usage:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
 }
 
 /// The oracle's listing of `old` -> `new` (mounted snapshots) on `dev`.

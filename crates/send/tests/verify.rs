@@ -455,21 +455,16 @@ fn missing_or_wrong_copy_directory_is_an_error_naming_it() {
         "{text}"
     );
     // Usage errors.
-    let o = rsend()
-        .arg("-d")
-        .arg(&img)
-        .arg("--verify")
-        .arg(&empty)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    let o = rsend()
-        .arg("-d")
-        .arg(&img)
-        .args(["--verify"])
-        .arg(&empty)
-        .args(["-p", "new_files.p", "new_files.c"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
+    for usage in [&[][..], &["-p", "new_files.p", "new_files.c"], &["a", "b"]] {
+        let o = rsend()
+            .arg("-d")
+            .arg(&img)
+            .args(usage)
+            .arg("--verify")
+            .arg(&empty)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{usage:?}: {err}");
+    }
 }
