@@ -468,3 +468,35 @@ fn missing_or_wrong_copy_directory_is_an_error_naming_it() {
         assert_eq!(o.status.code(), Some(2), "{usage:?}: {err}");
     }
 }
+
+#[test]
+fn a_terminal_shows_a_progress_bar_and_a_pipe_gets_none() {
+    if !kernel_available("a_terminal_shows_a_progress_bar_and_a_pipe_gets_none") {
+        return;
+    }
+    let src = source();
+    let tmpfs = Tmpfs::new(256, "");
+    let copy = src.receive(&tmpfs.mnt().join("r"));
+    let cmd = format!(
+        "{} -d {} --verify {} snap",
+        env!("CARGO_BIN_EXE_rsend"),
+        testkit::sh_quote(src.fs.image().as_os_str()),
+        testkit::sh_quote(copy.as_os_str())
+    );
+    let Some((code, shown)) = testkit::on_terminal(&cmd) else {
+        testkit::no_script("a_terminal_shows_a_progress_bar_and_a_pipe_gets_none");
+        return;
+    };
+    let shown = String::from_utf8_lossy(&shown);
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(
+        shown.contains("verify snap") && shown.contains("MiB"),
+        "{shown}"
+    );
+    let o = src.verify(&copy);
+    assert!(
+        !o.stderr.contains(&0x1b),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
