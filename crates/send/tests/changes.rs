@@ -307,7 +307,7 @@ xfs_io -c 'reflink reflink_src 0 0 524288' reflink_dst >/dev/null
 touch -d '2021-01-02 03:04:05' reflink_dst
 cp --reflink=never same_bytes same_bytes.tmp && dd if=same_bytes.tmp of=same_bytes conv=notrunc status=none && rm same_bytes.tmp
 touch -d '2021-01-02 03:04:05' same_bytes
-printf 'X' | dd of=same_size bs=1 seek=123457 conv=notrunc status=none
+python3 -c "f = open('same_size', 'r+b'); f.seek(123457); b = f.read(1); f.seek(123457); f.write(bytes([b[0] ^ 1]))"
 touch -d '2021-01-02 03:04:05' same_size
 touch -d '2021-01-02 03:04:05' .
 "#;
