@@ -663,6 +663,15 @@ pub fn changes(args: &CompareArgs) -> anyhow::Result<()> {
         Some(sel) => Some(find_any(&fs, sel).context("the parent (-p)")?),
         None => None,
     };
+    if let Some(p) = parent.as_ref().filter(|p| !related(&sv, p)) {
+        if !args.quiet {
+            eprintln!(
+                "rsend: warning: parent {} is not related to {} (neither is a snapshot of the other or of the same subvolume); inodes are matched by number and generation, so the listing may show changes that are none",
+                label(p),
+                label(&sv)
+            );
+        }
+    }
     let records = crate::changes::list_changes(&fs, &sv, parent.as_ref())?;
     print_records(&records, args.json)?;
     Ok(())
