@@ -30,6 +30,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use crate::changes::{pieces, Src};
 use crate::progress::Progress;
@@ -44,6 +45,8 @@ use btrfs_disk::Tree;
 
 /// File bytes compared per read.
 const CHUNK: u64 = 1 << 20;
+/// Files queued for the data worker (bounds the memory of the queue).
+const QUEUE: usize = 256;
 /// File range whose extents are looked up at once (bounds the memory per file).
 const WINDOW: u64 = 64 << 20;
 /// The names under which xfs also lists a file's POSIX ACLs.
@@ -133,6 +136,8 @@ pub fn verify(
         copy_links: HashMap::new(),
         ino: 0,
         at: Vec::new(),
+        data: None,
+        stopped: false,
     };
     // A filesystem without extended attributes lists none, so ask for one.
     if let Err(e) = xattr::get(dir, "user.rsend.probe") {
@@ -140,10 +145,65 @@ pub fn verify(
             v.no_xattrs();
         }
     }
-    v.run()?;
+    // One thread walks both trees; another compares file data meanwhile.
+    let (tx, rx) = sync_channel::<(Inode, Vec<u8>)>(QUEUE);
+    let (walked, data) = std::thread::scope(|s| {
+        let check = DataCheck {
+            fs,
+            sv,
+            tree: v.tree,
+            root: dir,
+            progress,
+            bufs: Buffers::default(),
+        };
+        let worker = s.spawn(move || check.run(rx));
+        v.data = Some(tx);
+        let walked = v.run();
+        v.data = None;
+        let data = worker
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (walked, data)
+    });
+    // The worker's error came first: the walk stopped because of it.
+    let data = data?;
+    walked?;
     let mut report = v.report;
+    report.bytes += data.bytes;
+    merge_data(&mut report.records, data.differ);
     record::sort(&mut report.records);
     Ok(report)
+}
+
+/// Adds `data` to the records of `differ` (file paths), or a record.
+fn merge_data(records: &mut Vec<Record>, differ: Vec<Vec<u8>>) {
+    if differ.is_empty() {
+        return;
+    }
+    let mut at: HashMap<Vec<u8>, usize> = records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.change == Change::Differs)
+        .map(|(i, r)| (r.path.clone(), i))
+        .collect();
+    for path in differ {
+        if let Some(&i) = at.get(&path) {
+            records[i].what.add(What::Data);
+        } else {
+            at.insert(path.clone(), records.len());
+            records.push(Record {
+                change: Change::Differs,
+                path,
+                from: None,
+                file_type: FileType::File,
+                what: {
+                    let mut w = WhatSet::default();
+                    w.add(What::Data);
+                    w
+                },
+            });
+        }
+    }
 }
 
 struct Verifier<'a, 'fs> {
@@ -164,6 +224,18 @@ struct Verifier<'a, 'fs> {
     /// The snapshot inode and path being compared, for errors.
     ino: u64,
     at: Vec<u8>,
+    /// Files of equal size whose data the worker thread compares.
+    data: Option<SyncSender<(Inode, Vec<u8>)>>,
+    /// The worker has stopped (on an error): the walk stops too.
+    stopped: bool,
+}
+
+/// The buffers one file's comparison reads into.
+#[derive(Default)]
+struct Buffers {
+    copy: Vec<u8>,
+    snap: Vec<u8>,
+    sector: Vec<u8>,
 }
 
 fn copy_type(md: &Metadata) -> Option<FileType> {
@@ -187,40 +259,55 @@ fn copy_type(md: &Metadata) -> Option<FileType> {
     })
 }
 
+/// The copy's path for `rel` (relative to the snapshot root).
+fn copy_path(root: &Path, rel: &[u8]) -> PathBuf {
+    if rel.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(OsStr::from_bytes(rel))
+    }
+}
+
+/// The error for a failed read of the copy's `rel`.
+fn copy_error(root: &Path, rel: &[u8]) -> impl FnOnce(io::Error) -> VerifyError {
+    let path = copy_path(root, rel);
+    move |source| VerifyError::Copy { path, source }
+}
+
+/// The error for a failed read of the snapshot's inode `ino` at `at`.
+fn snap_error(sv: &Subvolume, ino: u64, at: &[u8], stop: Stop) -> VerifyError {
+    let subvol = label(sv);
+    let path = Some(String::from_utf8_lossy(at).into_owned());
+    VerifyError::Snapshot(match stop {
+        Stop::Read(source) => SendError::Inode {
+            subvol,
+            ino,
+            path,
+            source,
+        },
+        Stop::Bad(reason) => SendError::Corrupt {
+            subvol,
+            ino: Some(ino),
+            path,
+            reason,
+        },
+        Stop::Changed(e) => *e,
+        Stop::Hangup => SendError::Walk { subvol },
+    })
+}
+
 impl Verifier<'_, '_> {
     fn copy_path(&self, rel: &[u8]) -> PathBuf {
-        if rel.is_empty() {
-            self.root.clone()
-        } else {
-            self.root.join(OsStr::from_bytes(rel))
-        }
+        copy_path(&self.root, rel)
     }
 
     fn copy_err(&self, rel: &[u8]) -> impl FnOnce(io::Error) -> VerifyError {
-        let path = self.copy_path(rel);
-        move |source| VerifyError::Copy { path, source }
+        copy_error(&self.root, rel)
     }
 
     /// The error for a failed read of the snapshot.
     fn snap_err(&self, stop: impl Into<Stop>) -> VerifyError {
-        let subvol = label(self.sv);
-        let path = Some(String::from_utf8_lossy(&self.at).into_owned());
-        VerifyError::Snapshot(match stop.into() {
-            Stop::Read(source) => SendError::Inode {
-                subvol,
-                ino: self.ino,
-                path,
-                source,
-            },
-            Stop::Bad(reason) => SendError::Corrupt {
-                subvol,
-                ino: Some(self.ino),
-                path,
-                reason,
-            },
-            Stop::Changed(e) => *e,
-            Stop::Hangup => SendError::Walk { subvol },
-        })
+        snap_error(self.sv, self.ino, &self.at, stop.into())
     }
 
     fn inode(&mut self, ino: u64, rel: &[u8]) -> Result<Inode, VerifyError> {
@@ -246,6 +333,9 @@ impl Verifier<'_, '_> {
         self.entry(objectid::FIRST_FREE, b"", &root_md)?;
         let mut stack = vec![(objectid::FIRST_FREE, Vec::new())];
         while let Some((dir, rel)) = stack.pop() {
+            if self.stopped {
+                break;
+            }
             self.ino = dir;
             self.at.clone_from(&rel);
             let entries = self
@@ -422,8 +512,12 @@ impl Verifier<'_, '_> {
         if ft != FileType::Dir && !self.same_links(&inode, md) {
             w.add(What::Links);
         }
-        if ft == FileType::File && (md.size() != inode.size || !self.same_data(&inode, rel)?) {
-            w.add(What::Data);
+        if ft == FileType::File {
+            if md.size() != inode.size {
+                w.add(What::Data);
+            } else if inode.size > 0 {
+                self.queue_data(inode, rel);
+            }
         }
         if !w.is_empty() {
             self.push(Change::Differs, rel.to_vec(), ft, w);
@@ -499,10 +593,56 @@ impl Verifier<'_, '_> {
         Ok(copy == snap)
     }
 
+    /// Hands a file of the snapshot's size to the data worker.
+    fn queue_data(&mut self, inode: Inode, rel: &[u8]) {
+        let sent = self
+            .data
+            .as_ref()
+            .is_some_and(|tx| tx.send((inode, rel.to_vec())).is_ok());
+        // The worker stopped on an error, which the verify then returns.
+        self.stopped |= !sent;
+    }
+}
+
+/// What the data worker found.
+struct DataFound {
+    /// Files whose bytes differ.
+    differ: Vec<Vec<u8>>,
+    /// Bytes read from the copy.
+    bytes: u64,
+}
+
+/// Compares files' data, on its own thread.
+struct DataCheck<'a, 'fs> {
+    fs: &'fs Filesystem,
+    sv: &'a Subvolume,
+    tree: Tree<'fs>,
+    root: &'a Path,
+    progress: Option<&'a Progress>,
+    /// Read buffers kept across files (a fresh zeroed 1 MiB per file costs
+    /// more than the comparison of most files).
+    bufs: Buffers,
+}
+
+impl DataCheck<'_, '_> {
+    /// Compares every file received until the walk ends.
+    fn run(mut self, files: Receiver<(Inode, Vec<u8>)>) -> Result<DataFound, VerifyError> {
+        let mut found = DataFound {
+            differ: Vec::new(),
+            bytes: 0,
+        };
+        for (inode, rel) in files {
+            if !self.same_data(&inode, &rel, &mut found.bytes)? {
+                found.differ.push(rel);
+            }
+        }
+        Ok(found)
+    }
+
     /// Opens the copy's file `rel` for reading, without following a
     /// symlink and, where allowed, without updating its atime.
     fn open(&self, rel: &[u8]) -> Result<File, VerifyError> {
-        let path = self.copy_path(rel);
+        let path = copy_path(self.root, rel);
         let open = |flags| {
             std::fs::OpenOptions::new()
                 .read(true)
@@ -513,50 +653,57 @@ impl Verifier<'_, '_> {
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(0),
             r => r,
         }
-        .map_err(self.copy_err(rel))
+        .map_err(copy_error(self.root, rel))
     }
 
     /// Whether the copy's file `rel` (of the same size) holds the snapshot
-    /// file's bytes.
-    fn same_data(&mut self, inode: &Inode, rel: &[u8]) -> Result<bool, VerifyError> {
-        if inode.size == 0 {
-            return Ok(true);
-        }
+    /// file's bytes; adds the bytes read to `bytes`.
+    fn same_data(
+        &mut self,
+        inode: &Inode,
+        rel: &[u8],
+        bytes: &mut u64,
+    ) -> Result<bool, VerifyError> {
         let file = self.open(rel)?;
+        let mut bufs = std::mem::take(&mut self.bufs);
+        bufs.copy.resize(CHUNK as usize, 0);
         let mut cmp = FileCompare {
             fs: self.fs,
             tree: self.tree,
             inode: *inode,
             file: &file,
-            copy: vec![0u8; CHUNK as usize],
-            snap: Vec::new(),
+            bufs,
             read: 0,
             all: 0,
         };
+        let same = self.compare(&mut cmp, rel);
+        self.bufs = cmp.bufs;
+        *bytes += cmp.all;
+        same
+    }
+
+    /// Compares the snapshot file's pieces with the copy, window by window.
+    fn compare(&self, cmp: &mut FileCompare, rel: &[u8]) -> Result<bool, VerifyError> {
+        let inode = cmp.inode;
+        let snap_err = |e| snap_error(self.sv, inode.ino, rel, e);
         let mut lo = 0;
-        let mut same = true;
-        while same && lo < inode.size {
+        while lo < inode.size {
             let hi = inode.size.min(lo + WINDOW);
-            let ps = pieces(&self.tree, inode.ino, lo, hi).map_err(|e| self.snap_err(e))?;
-            for p in ps {
+            for p in pieces(&self.tree, inode.ino, lo, hi).map_err(snap_err)? {
                 let r = cmp.piece(&p);
                 if let Some(prog) = self.progress {
                     prog.advance(std::mem::take(&mut cmp.read), 0);
                 }
                 match r {
                     Ok(true) => {}
-                    Ok(false) => {
-                        same = false;
-                        break;
-                    }
-                    Err(Side::Copy(e)) => return Err(self.copy_err(rel)(e)),
-                    Err(Side::Snap(e)) => return Err(self.snap_err(e)),
+                    Ok(false) => return Ok(false),
+                    Err(Side::Copy(e)) => return Err(copy_error(self.root, rel)(e)),
+                    Err(Side::Snap(e)) => return Err(snap_err(e.into())),
                 }
             }
             lo = hi;
         }
-        self.report.bytes += cmp.all;
-        Ok(same)
+        Ok(true)
     }
 }
 
@@ -572,8 +719,7 @@ struct FileCompare<'a, 'fs> {
     tree: Tree<'fs>,
     inode: Inode,
     file: &'a File,
-    copy: Vec<u8>,
-    snap: Vec<u8>,
+    bufs: Buffers,
     /// Copy bytes read since the progress bar was last told.
     read: u64,
     /// Copy bytes read in all.
@@ -588,7 +734,7 @@ impl FileCompare<'_, '_> {
         while done < n {
             match self
                 .file
-                .read_at(&mut self.copy[done..n], off + done as u64)
+                .read_at(&mut self.bufs.copy[done..n], off + done as u64)
             {
                 Ok(0) => return Ok(false),
                 Ok(k) => done += k,
@@ -604,12 +750,15 @@ impl FileCompare<'_, '_> {
     /// Whether the snapshot's bytes at `[off, off + n)` equal the copy
     /// buffer's `[at, at + n)`.
     fn same_as_snapshot(&mut self, off: u64, at: usize, n: usize) -> Result<bool, Side> {
-        self.snap.resize(n, 0);
+        let b = &mut self.bufs;
+        if b.snap.len() < n {
+            b.snap.resize(n, 0);
+        }
         let got = self
             .fs
-            .read_file_in(&self.tree, &self.inode, off, &mut self.snap[..n])
+            .read_file_in(&self.tree, &self.inode, off, &mut b.snap[..n])
             .map_err(Side::Snap)?;
-        Ok(got == n && self.snap[..n] == self.copy[at..at + n])
+        Ok(got == n && b.snap[..n] == b.copy[at..at + n])
     }
 
     /// Whether the copy holds the piece's bytes.
@@ -622,7 +771,7 @@ impl FileCompare<'_, '_> {
                 return Ok(false);
             }
             let same = match p.src {
-                Src::Zero => self.copy[..n].iter().all(|b| *b == 0),
+                Src::Zero => self.bufs.copy[..n].iter().all(|b| *b == 0),
                 Src::Disk {
                     compression: Compression::None,
                     ..
@@ -652,7 +801,7 @@ impl FileCompare<'_, '_> {
         let csum = self.fs.csum_type();
         let cs = csum.size();
         let (sums, have) = self.fs.data_csums(disk, n as u64).map_err(Side::Snap)?;
-        let mut sector = vec![0u8; ss];
+        self.bufs.sector.resize(ss, 0);
         for (k, has) in have.iter().enumerate() {
             let at = k * ss;
             if at >= n {
@@ -661,12 +810,13 @@ impl FileCompare<'_, '_> {
             let len = ss.min(n - at);
             let ok = *has && {
                 // The last sector of a file is hashed zero-padded, as stored.
+                let b = &mut self.bufs;
                 let data = if len == ss {
-                    &self.copy[at..at + ss]
+                    &b.copy[at..at + ss]
                 } else {
-                    sector[..len].copy_from_slice(&self.copy[at..at + len]);
-                    sector[len..].fill(0);
-                    &sector[..]
+                    b.sector[..len].copy_from_slice(&b.copy[at..at + len]);
+                    b.sector[len..].fill(0);
+                    &b.sector[..]
                 };
                 csum.verify(data, &sums[k * cs..(k + 1) * cs])
             };

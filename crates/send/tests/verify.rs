@@ -275,6 +275,11 @@ const DAMAGES: &[Damage] = &[
         want: &[("differs", "sparse", &["data"])],
     },
     Damage {
+        name: "flipped byte and chmod in one file (data found apart from the rest)",
+        script: "python3 -c \"f = open('big', 'r+b'); f.seek(5); b = f.read(1); f.seek(5); f.write(bytes([b[0] ^ 1]))\"; chmod 640 big; touch -d '2021-01-02 03:04:05.123456789' big",
+        want: &[("differs", "big", &["data", "mode"])],
+    },
+    Damage {
         name: "chmod",
         script: "chmod 600 f",
         want: &[("differs", "f", &["mode"])],
