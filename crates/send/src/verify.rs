@@ -30,7 +30,6 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use crate::changes::{pieces, Src};
 use crate::progress::Progress;
@@ -45,8 +44,6 @@ use btrfs_disk::Tree;
 
 /// File bytes compared per read.
 const CHUNK: u64 = 1 << 20;
-/// Files queued for the data worker (bounds the memory of the queue).
-const QUEUE: usize = 256;
 /// File range whose extents are looked up at once (bounds the memory per file).
 const WINDOW: u64 = 64 << 20;
 /// The names under which xfs also lists a file's POSIX ACLs.
@@ -136,8 +133,14 @@ pub fn verify(
         copy_links: HashMap::new(),
         ino: 0,
         at: Vec::new(),
-        data: None,
-        stopped: false,
+        check: DataCheck {
+            fs,
+            sv,
+            tree: fs.fs_tree(sv),
+            root: dir,
+            progress,
+            bufs: Buffers::default(),
+        },
     };
     // A filesystem without extended attributes lists none, so ask for one.
     if let Err(e) = xattr::get(dir, "user.rsend.probe") {
@@ -145,65 +148,10 @@ pub fn verify(
             v.no_xattrs();
         }
     }
-    // One thread walks both trees; another compares file data meanwhile.
-    let (tx, rx) = sync_channel::<(Inode, Vec<u8>)>(QUEUE);
-    let (walked, data) = std::thread::scope(|s| {
-        let check = DataCheck {
-            fs,
-            sv,
-            tree: v.tree,
-            root: dir,
-            progress,
-            bufs: Buffers::default(),
-        };
-        let worker = s.spawn(move || check.run(rx));
-        v.data = Some(tx);
-        let walked = v.run();
-        v.data = None;
-        let data = worker
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (walked, data)
-    });
-    // The worker's error came first: the walk stopped because of it.
-    let data = data?;
-    walked?;
+    v.run()?;
     let mut report = v.report;
-    report.bytes += data.bytes;
-    merge_data(&mut report.records, data.differ);
     record::sort(&mut report.records);
     Ok(report)
-}
-
-/// Adds `data` to the records of `differ` (file paths), or a record.
-fn merge_data(records: &mut Vec<Record>, differ: Vec<Vec<u8>>) {
-    if differ.is_empty() {
-        return;
-    }
-    let mut at: HashMap<Vec<u8>, usize> = records
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.change == Change::Differs)
-        .map(|(i, r)| (r.path.clone(), i))
-        .collect();
-    for path in differ {
-        if let Some(&i) = at.get(&path) {
-            records[i].what.add(What::Data);
-        } else {
-            at.insert(path.clone(), records.len());
-            records.push(Record {
-                change: Change::Differs,
-                path,
-                from: None,
-                file_type: FileType::File,
-                what: {
-                    let mut w = WhatSet::default();
-                    w.add(What::Data);
-                    w
-                },
-            });
-        }
-    }
 }
 
 struct Verifier<'a, 'fs> {
@@ -224,10 +172,8 @@ struct Verifier<'a, 'fs> {
     /// The snapshot inode and path being compared, for errors.
     ino: u64,
     at: Vec<u8>,
-    /// Files of equal size whose data the worker thread compares.
-    data: Option<SyncSender<(Inode, Vec<u8>)>>,
-    /// The worker has stopped (on an error): the walk stops too.
-    stopped: bool,
+    /// Compares files' data.
+    check: DataCheck<'a, 'fs>,
 }
 
 /// The buffers one file's comparison reads into.
@@ -333,9 +279,6 @@ impl Verifier<'_, '_> {
         self.entry(objectid::FIRST_FREE, b"", &root_md)?;
         let mut stack = vec![(objectid::FIRST_FREE, Vec::new())];
         while let Some((dir, rel)) = stack.pop() {
-            if self.stopped {
-                break;
-            }
             self.ino = dir;
             self.at.clone_from(&rel);
             let entries = self
@@ -512,12 +455,12 @@ impl Verifier<'_, '_> {
         if ft != FileType::Dir && !self.same_links(&inode, md) {
             w.add(What::Links);
         }
-        if ft == FileType::File {
-            if md.size() != inode.size {
-                w.add(What::Data);
-            } else if inode.size > 0 {
-                self.queue_data(inode, rel);
-            }
+        if ft == FileType::File
+            && (md.size() != inode.size
+                || (inode.size > 0
+                    && !self.check.same_data(&inode, rel, &mut self.report.bytes)?))
+        {
+            w.add(What::Data);
         }
         if !w.is_empty() {
             self.push(Change::Differs, rel.to_vec(), ft, w);
@@ -592,27 +535,9 @@ impl Verifier<'_, '_> {
         snap.sort();
         Ok(copy == snap)
     }
-
-    /// Hands a file of the snapshot's size to the data worker.
-    fn queue_data(&mut self, inode: Inode, rel: &[u8]) {
-        let sent = self
-            .data
-            .as_ref()
-            .is_some_and(|tx| tx.send((inode, rel.to_vec())).is_ok());
-        // The worker stopped on an error, which the verify then returns.
-        self.stopped |= !sent;
-    }
 }
 
-/// What the data worker found.
-struct DataFound {
-    /// Files whose bytes differ.
-    differ: Vec<Vec<u8>>,
-    /// Bytes read from the copy.
-    bytes: u64,
-}
-
-/// Compares files' data, on its own thread.
+/// Compares files' data.
 struct DataCheck<'a, 'fs> {
     fs: &'fs Filesystem,
     sv: &'a Subvolume,
@@ -625,20 +550,6 @@ struct DataCheck<'a, 'fs> {
 }
 
 impl DataCheck<'_, '_> {
-    /// Compares every file received until the walk ends.
-    fn run(mut self, files: Receiver<(Inode, Vec<u8>)>) -> Result<DataFound, VerifyError> {
-        let mut found = DataFound {
-            differ: Vec::new(),
-            bytes: 0,
-        };
-        for (inode, rel) in files {
-            if !self.same_data(&inode, &rel, &mut found.bytes)? {
-                found.differ.push(rel);
-            }
-        }
-        Ok(found)
-    }
-
     /// Opens the copy's file `rel` for reading, without following a
     /// symlink and, where allowed, without updating its atime.
     fn open(&self, rel: &[u8]) -> Result<File, VerifyError> {
