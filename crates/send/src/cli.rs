@@ -56,6 +56,12 @@ pub fn cat_file(
 
 /// Tree block cache of a send.
 const SEND_CACHE_BYTES: usize = 64 << 20;
+/// Tree block cache of `--changes` and `--verify`. They read each block
+/// about once, so blocks are rarely found in a cache; a small one lets the
+/// memory of old blocks be reused for new ones instead of faulting in fresh
+/// pages: measured 30 % faster (100 changes in 100k files) and 10 MiB of
+/// RSS instead of 74 on a /usr verify, at equal speed.
+const COMPARE_CACHE_BYTES: usize = 1 << 20;
 
 /// What `rsend SUBVOL...` is asked to do.
 #[derive(Clone, Debug, Default)]
@@ -390,7 +396,7 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
     if to_stdout && !args.dry_run {
         refuse_terminal(&std::io::stdout(), "standard output")?;
     }
-    let fs = open_fs(&args.devices, args.quiet)?;
+    let fs = open_fs(&args.devices, args.quiet, SEND_CACHE_BYTES)?;
     let mut svs = Vec::new();
     for sel in &args.subvols {
         svs.push(find_sendable(&fs, sel)?);
@@ -604,13 +610,14 @@ pub struct CompareArgs {
     pub quiet: bool,
 }
 
-/// Opens the filesystem on `devices` for a send, a listing or a verify;
-/// `quiet` keeps notes (not warnings) off standard error.
-fn open_fs(devices: &[PathBuf], quiet: bool) -> anyhow::Result<Filesystem> {
+/// Opens the filesystem on `devices` for a send, a listing or a verify,
+/// with a tree block cache of `cache_bytes`; `quiet` keeps notes (not
+/// warnings) off standard error.
+fn open_fs(devices: &[PathBuf], quiet: bool, cache_bytes: usize) -> anyhow::Result<Filesystem> {
     // These read the trees once in order; a smaller block cache than the
     // reader's default keeps the peak RSS low at no measurable cost.
     let mut opts = btrfs_disk::fs::Options {
-        cache_bytes: SEND_CACHE_BYTES,
+        cache_bytes,
         ..btrfs_disk::fs::Options::default()
     };
     if quiet {
@@ -627,7 +634,7 @@ fn open_fs(devices: &[PathBuf], quiet: bool) -> anyhow::Result<Filesystem> {
 
 /// Opens the filesystem for a listing or a verify, and finds the snapshot.
 fn open_for_compare(args: &CompareArgs) -> anyhow::Result<(Filesystem, Subvolume)> {
-    let fs = open_fs(&args.devices, args.quiet)?;
+    let fs = open_fs(&args.devices, args.quiet, COMPARE_CACHE_BYTES)?;
     let sel = args
         .subvol
         .as_ref()
