@@ -17,8 +17,8 @@
 //! Holes and preallocated ranges must read as zeros in the copy.
 //!
 //! The copy is only read: files and directories are opened with
-//! `O_NOFOLLOW` and, where allowed, `O_NOATIME`; symlinks are never
-//! followed. (Reading a symlink's target updates its atime on mounts
+//! `O_NOFOLLOW` and, where allowed, `O_NOATIME`; each entry is looked up
+//! in its directory, already open, so symlinks are never followed. (Reading a symlink's target updates its atime on mounts
 //! without `noatime`: readlink(2) has no flag against it.) rreceive's own state
 //! (`user.rreceive.*` xattrs) on the copy's root is not content; `btrfs.*`
 //! xattrs (btrfs properties) only count when the copy is on btrfs.
@@ -27,8 +27,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::fs::{File, Metadata};
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use crate::changes::{pieces, Src};
@@ -110,12 +112,7 @@ pub fn verify(
     }
     // DIR itself may be reached through a symlink; nothing below it is.
     let dir = &std::fs::canonicalize(dir).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
-    nix::dir::Dir::open(
-        dir,
-        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
-        nix::sys::stat::Mode::empty(),
-    )
-    .map_err(|e| bad_dir(rsend_cli::plain_io(&io::Error::from(e))))?;
+    open_copy(dir, None, true).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
     let fs_type = nix::sys::statfs::statfs(dir).map(|s| s.filesystem_type());
     let on_btrfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::BTRFS_SUPER_MAGIC);
     let on_xfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::XFS_SUPER_MAGIC);
@@ -184,25 +181,85 @@ struct Buffers {
     sector: Vec<u8>,
 }
 
-fn copy_type(md: &Metadata) -> Option<FileType> {
-    let t = md.file_type();
-    Some(if t.is_file() {
-        FileType::File
-    } else if t.is_dir() {
-        FileType::Dir
-    } else if t.is_symlink() {
-        FileType::Symlink
-    } else if t.is_fifo() {
-        FileType::Fifo
-    } else if t.is_socket() {
-        FileType::Socket
-    } else if t.is_char_device() {
-        FileType::CharDev
-    } else if t.is_block_device() {
-        FileType::BlockDev
-    } else {
-        return None;
-    })
+/// What the compare needs of a copy's inode (its lstat).
+struct CopyStat {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    mtime: (i64, i64),
+    rdev: u64,
+    nlink: u64,
+    /// Device and inode number: which paths share an inode.
+    id: (u64, u64),
+    size: u64,
+}
+
+impl From<&Metadata> for CopyStat {
+    fn from(md: &Metadata) -> CopyStat {
+        CopyStat {
+            mode: md.mode(),
+            uid: md.uid(),
+            gid: md.gid(),
+            mtime: (md.mtime(), md.mtime_nsec()),
+            rdev: md.rdev(),
+            nlink: md.nlink(),
+            id: (md.dev(), md.ino()),
+            size: md.size(),
+        }
+    }
+}
+
+impl From<&rustix::fs::Stat> for CopyStat {
+    // The field types of `struct stat` differ between architectures.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    fn from(st: &rustix::fs::Stat) -> CopyStat {
+        CopyStat {
+            mode: st.st_mode as u32,
+            uid: st.st_uid as u32,
+            gid: st.st_gid as u32,
+            mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+            rdev: st.st_rdev as u64,
+            nlink: st.st_nlink as u64,
+            id: (st.st_dev as u64, st.st_ino as u64),
+            size: st.st_size as u64,
+        }
+    }
+}
+
+impl CopyStat {
+    fn file_type(&self) -> Option<FileType> {
+        FileType::from_mode(self.mode)
+    }
+    fn is_dir(&self) -> bool {
+        self.file_type() == Some(FileType::Dir)
+    }
+}
+
+/// Where a copy's entry is: its directory (open) and its name.
+#[derive(Clone, Copy)]
+struct Place<'d> {
+    dir: BorrowedFd<'d>,
+    name: &'d [u8],
+}
+
+/// Opens the copy's `path` (a directory, a file, by `at` when given) for
+/// reading, without following a symlink and, where allowed, without
+/// updating its atime.
+fn open_copy(path: &Path, at: Option<Place>, dir: bool) -> io::Result<OwnedFd> {
+    use rustix::fs::OFlags;
+    let mut flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    if dir {
+        flags |= OFlags::DIRECTORY;
+    }
+    let open = |flags| match at {
+        Some(p) => rustix::fs::openat(p.dir, p.name, flags, rustix::fs::Mode::empty()),
+        None => rustix::fs::open(path, flags, rustix::fs::Mode::empty()),
+    };
+    match open(flags | OFlags::NOATIME) {
+        Err(rustix::io::Errno::PERM) => open(flags),
+        r => r,
+    }
+    .map_err(io::Error::from)
 }
 
 /// The copy's path for `rel` (relative to the snapshot root).
@@ -276,7 +333,7 @@ impl Verifier<'_, '_> {
 
     fn run(&mut self) -> Result<(), VerifyError> {
         let root_md = std::fs::symlink_metadata(&self.root).map_err(self.copy_err(b""))?;
-        self.entry(objectid::FIRST_FREE, b"", &root_md)?;
+        self.entry(objectid::FIRST_FREE, b"", &CopyStat::from(&root_md), None)?;
         let mut stack = vec![(objectid::FIRST_FREE, Vec::new())];
         while let Some((dir, rel)) = stack.pop() {
             self.ino = dir;
@@ -285,7 +342,9 @@ impl Verifier<'_, '_> {
                 .fs
                 .read_dir(self.sv, dir)
                 .map_err(|e| self.snap_err(e))?;
-            let mut copy_names = self.copy_names(&rel)?;
+            // Its entries are looked up in it, not by their whole path.
+            let fd = self.copy_dir(&rel)?;
+            let mut copy_names = self.names(&fd, &rel)?;
             for e in entries {
                 copy_names.remove(&e.name);
                 if e.location.item_type != key_type::INODE_ITEM {
@@ -294,16 +353,18 @@ impl Verifier<'_, '_> {
                 }
                 let child = record::join(&rel, &e.name);
                 let ino = e.location.objectid;
-                match std::fs::symlink_metadata(self.copy_path(&child)) {
-                    Ok(md) => {
-                        if self.entry(ino, &child, &md)? {
+                let at = Place {
+                    dir: fd.as_fd(),
+                    name: &e.name,
+                };
+                match rustix::fs::statat(at.dir, at.name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => {
+                        if self.entry(ino, &child, &CopyStat::from(&st), Some(at))? {
                             stack.push((ino, child));
                         }
                     }
-                    Err(err) if err.kind() == io::ErrorKind::NotFound => {
-                        self.missing(ino, child)?;
-                    }
-                    Err(err) => return Err(self.copy_err(&child)(err)),
+                    Err(rustix::io::Errno::NOENT) => self.missing(ino, child)?,
+                    Err(err) => return Err(self.copy_err(&child)(err.into())),
                 }
             }
             for name in copy_names {
@@ -313,27 +374,29 @@ impl Verifier<'_, '_> {
         Ok(())
     }
 
-    /// The names in the copy's directory `rel` (read without following a
-    /// symlink and, where allowed, without updating its atime).
-    fn copy_names(&self, rel: &[u8]) -> Result<BTreeSet<Vec<u8>>, VerifyError> {
-        use nix::fcntl::OFlag;
-        let path = self.copy_path(rel);
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let mode = nix::sys::stat::Mode::empty();
-        let mut dir = match nix::dir::Dir::open(&path, flags | OFlag::O_NOATIME, mode) {
-            Err(nix::errno::Errno::EPERM) => nix::dir::Dir::open(&path, flags, mode),
-            r => r,
-        }
-        .map_err(|e| self.copy_err(rel)(io::Error::from(e)))?;
+    /// Opens the copy's directory `rel` (without following a symlink and,
+    /// where allowed, without updating its atime).
+    fn copy_dir(&self, rel: &[u8]) -> Result<OwnedFd, VerifyError> {
+        open_copy(&self.copy_path(rel), None, true).map_err(self.copy_err(rel))
+    }
+
+    /// The names in the copy's directory `rel`, open as `fd`.
+    fn names(&self, fd: &OwnedFd, rel: &[u8]) -> Result<BTreeSet<Vec<u8>>, VerifyError> {
+        let err = |e: rustix::io::Errno| self.copy_err(rel)(e.into());
         let mut out = BTreeSet::new();
-        for e in dir.iter() {
-            let e = e.map_err(|e| self.copy_err(rel)(io::Error::from(e)))?;
+        for e in rustix::fs::Dir::read_from(fd).map_err(err)? {
+            let e = e.map_err(err)?;
             let name = e.file_name().to_bytes();
             if name != b"." && name != b".." {
                 out.insert(name.to_vec());
             }
         }
         Ok(out)
+    }
+
+    /// The names in the copy's directory `rel`.
+    fn copy_names(&self, rel: &[u8]) -> Result<BTreeSet<Vec<u8>>, VerifyError> {
+        self.names(&self.copy_dir(rel)?, rel)
     }
 
     /// `rel` and everything below it, in the snapshot only.
@@ -365,7 +428,7 @@ impl Verifier<'_, '_> {
         while let Some(rel) = stack.pop() {
             let md =
                 std::fs::symlink_metadata(self.copy_path(&rel)).map_err(self.copy_err(&rel))?;
-            let Some(ft) = copy_type(&md) else {
+            let Some(ft) = CopyStat::from(&md).file_type() else {
                 continue;
             };
             self.report.paths += 1;
@@ -388,9 +451,15 @@ impl Verifier<'_, '_> {
         })
     }
 
-    /// Compares the snapshot's inode `ino` with the copy's `rel`; true when
-    /// both are directories (to be walked).
-    fn entry(&mut self, ino: u64, rel: &[u8], md: &Metadata) -> Result<bool, VerifyError> {
+    /// Compares the snapshot's inode `ino` with the copy's `rel` (found
+    /// `at`, or by its path); true when both are directories (to be walked).
+    fn entry(
+        &mut self,
+        ino: u64,
+        rel: &[u8],
+        md: &CopyStat,
+        at: Option<Place>,
+    ) -> Result<bool, VerifyError> {
         let inode = self.inode(ino, rel)?;
         let ft = self.snap_type(&inode)?;
         self.report.paths += 1;
@@ -398,7 +467,7 @@ impl Verifier<'_, '_> {
             p.advance(0, 1);
         }
         let mut w = WhatSet::default();
-        if copy_type(md) != Some(ft) {
+        if md.file_type() != Some(ft) {
             w.add(What::Type);
             self.push(Change::Differs, rel.to_vec(), ft, w);
             // What is below either side is then missing or extra.
@@ -421,15 +490,15 @@ impl Verifier<'_, '_> {
             return Ok(false);
         }
         w.add_if(
-            ft != FileType::Symlink && inode.mode & 0o7777 != md.mode() & 0o7777,
+            ft != FileType::Symlink && inode.mode & 0o7777 != md.mode & 0o7777,
             What::Mode,
         );
-        w.add_if(md.uid() != inode.uid || md.gid() != inode.gid, What::Owner);
+        w.add_if(md.uid != inode.uid || md.gid != inode.gid, What::Owner);
         if self.xattrs && !self.same_xattrs(&inode, rel)? {
             w.add(What::Xattrs);
         }
         w.add_if(
-            (md.mtime(), md.mtime_nsec()) != (inode.mtime.sec, i64::from(inode.mtime.nsec)),
+            md.mtime != (inode.mtime.sec, i64::from(inode.mtime.nsec)),
             What::Mtime,
         );
         match ft {
@@ -438,12 +507,19 @@ impl Verifier<'_, '_> {
                     .fs
                     .read_link(self.sv, ino)
                     .map_err(|e| self.snap_err(e))?;
-                let copy = std::fs::read_link(self.copy_path(rel)).map_err(self.copy_err(rel))?;
-                w.add_if(snap != copy.as_os_str().as_bytes(), What::Target);
+                let copy = match at {
+                    Some(p) => rustix::fs::readlinkat(p.dir, p.name, Vec::new())
+                        .map(|t| t.into_bytes())
+                        .map_err(io::Error::from),
+                    None => std::fs::read_link(self.copy_path(rel))
+                        .map(|t| t.into_os_string().into_vec()),
+                }
+                .map_err(self.copy_err(rel))?;
+                w.add_if(snap != copy, What::Target);
             }
             FileType::CharDev | FileType::BlockDev => {
                 let (ma, mi) = inode.rdev_major_minor();
-                let rdev = md.rdev();
+                let rdev = md.rdev;
                 w.add_if(
                     (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev))
                         != (u64::from(ma), u64::from(mi)),
@@ -456,9 +532,11 @@ impl Verifier<'_, '_> {
             w.add(What::Links);
         }
         if ft == FileType::File
-            && (md.size() != inode.size
+            && (md.size != inode.size
                 || (inode.size > 0
-                    && !self.check.same_data(&inode, rel, &mut self.report.bytes)?))
+                    && !self
+                        .check
+                        .same_data(&inode, rel, at, &mut self.report.bytes)?))
         {
             w.add(What::Data);
         }
@@ -469,10 +547,10 @@ impl Verifier<'_, '_> {
     }
 
     /// Whether the copy's link count and link groups match the snapshot's.
-    fn same_links(&mut self, inode: &Inode, md: &Metadata) -> bool {
-        let mut same = md.nlink() == u64::from(inode.nlink);
-        if inode.nlink > 1 || md.nlink() > 1 {
-            let id = (md.dev(), md.ino());
+    fn same_links(&mut self, inode: &Inode, md: &CopyStat) -> bool {
+        let mut same = md.nlink == u64::from(inode.nlink);
+        if inode.nlink > 1 || md.nlink > 1 {
+            let id = md.id;
             same &= *self.snap_links.entry(inode.ino).or_insert(id) == id;
             same &= *self.copy_links.entry(id).or_insert(inode.ino) == inode.ino;
         }
@@ -550,32 +628,19 @@ struct DataCheck<'a, 'fs> {
 }
 
 impl DataCheck<'_, '_> {
-    /// Opens the copy's file `rel` for reading, without following a
-    /// symlink and, where allowed, without updating its atime.
-    fn open(&self, rel: &[u8]) -> Result<File, VerifyError> {
-        let path = copy_path(self.root, rel);
-        let open = |flags| {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | flags)
-                .open(&path)
-        };
-        match open(libc::O_NOATIME) {
-            Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(0),
-            r => r,
-        }
-        .map_err(copy_error(self.root, rel))
-    }
-
-    /// Whether the copy's file `rel` (of the same size) holds the snapshot
-    /// file's bytes; adds the bytes read to `bytes`.
+    /// Whether the copy's file `rel` (of the same size, found `at` or by
+    /// its path) holds the snapshot file's bytes; adds the bytes read to
+    /// `bytes`.
     fn same_data(
         &mut self,
         inode: &Inode,
         rel: &[u8],
+        at: Option<Place>,
         bytes: &mut u64,
     ) -> Result<bool, VerifyError> {
-        let file = self.open(rel)?;
+        let file = File::from(
+            open_copy(&copy_path(self.root, rel), at, false).map_err(copy_error(self.root, rel))?,
+        );
         let mut bufs = std::mem::take(&mut self.bufs);
         bufs.copy.resize(CHUNK as usize, 0);
         let mut cmp = FileCompare {
