@@ -399,6 +399,19 @@ impl Verifier<'_, '_> {
         self.names(&self.copy_dir(rel)?, rel)
     }
 
+    /// The inodes in the snapshot's directory `ino` (at `rel`) and their
+    /// paths; nested subvolumes left out.
+    fn snap_children(&self, ino: u64, rel: &[u8]) -> Result<Vec<(u64, Vec<u8>)>, VerifyError> {
+        Ok(self
+            .fs
+            .read_dir(self.sv, ino)
+            .map_err(|e| self.snap_err(e))?
+            .into_iter()
+            .filter(|e| e.location.item_type == key_type::INODE_ITEM)
+            .map(|e| (e.location.objectid, record::join(rel, &e.name)))
+            .collect())
+    }
+
     /// `rel` and everything below it, in the snapshot only.
     fn missing(&mut self, ino: u64, rel: Vec<u8>) -> Result<(), VerifyError> {
         let mut stack = vec![(ino, rel)];
@@ -407,15 +420,7 @@ impl Verifier<'_, '_> {
             let ft = self.snap_type(&inode)?;
             self.report.paths += 1;
             if ft == FileType::Dir {
-                for e in self
-                    .fs
-                    .read_dir(self.sv, ino)
-                    .map_err(|e| self.snap_err(e))?
-                {
-                    if e.location.item_type == key_type::INODE_ITEM {
-                        stack.push((e.location.objectid, record::join(&rel, &e.name)));
-                    }
-                }
+                stack.extend(self.snap_children(ino, &rel)?);
             }
             self.push(Change::Missing, rel, ft, WhatSet::default());
         }
@@ -472,14 +477,8 @@ impl Verifier<'_, '_> {
             self.push(Change::Differs, rel.to_vec(), ft, w);
             // What is below either side is then missing or extra.
             if ft == FileType::Dir {
-                for e in self
-                    .fs
-                    .read_dir(self.sv, ino)
-                    .map_err(|e| self.snap_err(e))?
-                {
-                    if e.location.item_type == key_type::INODE_ITEM {
-                        self.missing(e.location.objectid, record::join(rel, &e.name))?;
-                    }
+                for (child, path) in self.snap_children(ino, rel)? {
+                    self.missing(child, path)?;
                 }
             }
             if md.is_dir() {
