@@ -18,19 +18,19 @@
 //!
 //! The copy is only read: files and directories are opened with
 //! `O_NOFOLLOW` and, where allowed, `O_NOATIME`; each entry is looked up
-//! in its directory, already open, so symlinks are never followed. (Reading a symlink's target updates its atime on mounts
-//! without `noatime`: readlink(2) has no flag against it.) rreceive's own state
+//! in its directory, already open, so symlinks are never followed.
+//! (Reading a symlink's target updates its atime on mounts without
+//! `noatime`: readlink(2) has no flag against it.) rreceive's own state
 //! (`user.rreceive.*` xattrs) on the copy's root is not content; `btrfs.*`
 //! xattrs (btrfs properties) only count when the copy is on btrfs.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
-use std::fs::{File, Metadata};
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::ffi::OsStringExt;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::changes::{pieces, Src};
@@ -112,7 +112,7 @@ pub fn verify(
     }
     // DIR itself may be reached through a symlink; nothing below it is.
     let dir = &std::fs::canonicalize(dir).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
-    open_copy(dir, None, true).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
+    open_copy(Place::path(dir), true).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
     let fs_type = nix::sys::statfs::statfs(dir).map(|s| s.filesystem_type());
     let on_btrfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::BTRFS_SUPER_MAGIC);
     let on_xfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::XFS_SUPER_MAGIC);
@@ -194,21 +194,6 @@ struct CopyStat {
     size: u64,
 }
 
-impl From<&Metadata> for CopyStat {
-    fn from(md: &Metadata) -> CopyStat {
-        CopyStat {
-            mode: md.mode(),
-            uid: md.uid(),
-            gid: md.gid(),
-            mtime: (md.mtime(), md.mtime_nsec()),
-            rdev: md.rdev(),
-            nlink: md.nlink(),
-            id: (md.dev(), md.ino()),
-            size: md.size(),
-        }
-    }
-}
-
 impl From<&rustix::fs::Stat> for CopyStat {
     // The field types of `struct stat` differ between architectures.
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
@@ -235,26 +220,39 @@ impl CopyStat {
     }
 }
 
-/// Where a copy's entry is: its directory (open) and its name.
+/// Where a copy's entry is: its directory (open) and its name, or a whole
+/// path (from the working directory).
 #[derive(Clone, Copy)]
 struct Place<'d> {
     dir: BorrowedFd<'d>,
     name: &'d [u8],
 }
 
-/// Opens the copy's `path` (a directory, a file, by `at` when given) for
-/// reading, without following a symlink and, where allowed, without
-/// updating its atime.
-fn open_copy(path: &Path, at: Option<Place>, dir: bool) -> io::Result<OwnedFd> {
+impl<'d> Place<'d> {
+    fn path(path: &'d Path) -> Place<'d> {
+        Place {
+            dir: rustix::fs::CWD,
+            name: path.as_os_str().as_bytes(),
+        }
+    }
+
+    /// Its lstat.
+    fn stat(self) -> io::Result<CopyStat> {
+        rustix::fs::statat(self.dir, self.name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .map(|st| CopyStat::from(&st))
+            .map_err(io::Error::from)
+    }
+}
+
+/// Opens the copy's entry `at` (a directory, a file) for reading, without
+/// following a symlink and, where allowed, without updating its atime.
+fn open_copy(at: Place, dir: bool) -> io::Result<OwnedFd> {
     use rustix::fs::OFlags;
     let mut flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     if dir {
         flags |= OFlags::DIRECTORY;
     }
-    let open = |flags| match at {
-        Some(p) => rustix::fs::openat(p.dir, p.name, flags, rustix::fs::Mode::empty()),
-        None => rustix::fs::open(path, flags, rustix::fs::Mode::empty()),
-    };
+    let open = |flags| rustix::fs::openat(at.dir, at.name, flags, rustix::fs::Mode::empty());
     match open(flags | OFlags::NOATIME) {
         Err(rustix::io::Errno::PERM) => open(flags),
         r => r,
@@ -332,8 +330,10 @@ impl Verifier<'_, '_> {
     }
 
     fn run(&mut self) -> Result<(), VerifyError> {
-        let root_md = std::fs::symlink_metadata(&self.root).map_err(self.copy_err(b""))?;
-        self.entry(objectid::FIRST_FREE, b"", &CopyStat::from(&root_md), None)?;
+        let root_path = self.root.clone();
+        let root = Place::path(&root_path);
+        let root_st = root.stat().map_err(self.copy_err(b""))?;
+        self.entry(objectid::FIRST_FREE, b"", &root_st, root)?;
         let mut stack = vec![(objectid::FIRST_FREE, Vec::new())];
         while let Some((dir, rel)) = stack.pop() {
             self.ino = dir;
@@ -357,14 +357,16 @@ impl Verifier<'_, '_> {
                     dir: fd.as_fd(),
                     name: &e.name,
                 };
-                match rustix::fs::statat(at.dir, at.name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                match at.stat() {
                     Ok(st) => {
-                        if self.entry(ino, &child, &CopyStat::from(&st), Some(at))? {
+                        if self.entry(ino, &child, &st, at)? {
                             stack.push((ino, child));
                         }
                     }
-                    Err(rustix::io::Errno::NOENT) => self.missing(ino, child)?,
-                    Err(err) => return Err(self.copy_err(&child)(err.into())),
+                    Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                        self.missing(ino, child)?;
+                    }
+                    Err(err) => return Err(self.copy_err(&child)(err)),
                 }
             }
             for name in copy_names {
@@ -377,7 +379,7 @@ impl Verifier<'_, '_> {
     /// Opens the copy's directory `rel` (without following a symlink and,
     /// where allowed, without updating its atime).
     fn copy_dir(&self, rel: &[u8]) -> Result<OwnedFd, VerifyError> {
-        open_copy(&self.copy_path(rel), None, true).map_err(self.copy_err(rel))
+        open_copy(Place::path(&self.copy_path(rel)), true).map_err(self.copy_err(rel))
     }
 
     /// The names in the copy's directory `rel`, open as `fd`.
@@ -431,9 +433,10 @@ impl Verifier<'_, '_> {
     fn extra(&mut self, rel: Vec<u8>) -> Result<(), VerifyError> {
         let mut stack = vec![rel];
         while let Some(rel) = stack.pop() {
-            let md =
-                std::fs::symlink_metadata(self.copy_path(&rel)).map_err(self.copy_err(&rel))?;
-            let Some(ft) = CopyStat::from(&md).file_type() else {
+            let st = Place::path(&self.copy_path(&rel))
+                .stat()
+                .map_err(self.copy_err(&rel))?;
+            let Some(ft) = st.file_type() else {
                 continue;
             };
             self.report.paths += 1;
@@ -457,13 +460,13 @@ impl Verifier<'_, '_> {
     }
 
     /// Compares the snapshot's inode `ino` with the copy's `rel` (found
-    /// `at`, or by its path); true when both are directories (to be walked).
+    /// `at`); true when both are directories (to be walked).
     fn entry(
         &mut self,
         ino: u64,
         rel: &[u8],
         md: &CopyStat,
-        at: Option<Place>,
+        at: Place,
     ) -> Result<bool, VerifyError> {
         let inode = self.inode(ino, rel)?;
         let ft = self.snap_type(&inode)?;
@@ -506,14 +509,9 @@ impl Verifier<'_, '_> {
                     .fs
                     .read_link(self.sv, ino)
                     .map_err(|e| self.snap_err(e))?;
-                let copy = match at {
-                    Some(p) => rustix::fs::readlinkat(p.dir, p.name, Vec::new())
-                        .map(|t| t.into_bytes())
-                        .map_err(io::Error::from),
-                    None => std::fs::read_link(self.copy_path(rel))
-                        .map(|t| t.into_os_string().into_vec()),
-                }
-                .map_err(self.copy_err(rel))?;
+                let copy = rustix::fs::readlinkat(at.dir, at.name, Vec::new())
+                    .map_err(|e| self.copy_err(rel)(e.into()))?
+                    .into_bytes();
                 w.add_if(snap != copy, What::Target);
             }
             FileType::CharDev | FileType::BlockDev => {
@@ -627,19 +625,16 @@ struct DataCheck<'a, 'fs> {
 }
 
 impl DataCheck<'_, '_> {
-    /// Whether the copy's file `rel` (of the same size, found `at` or by
-    /// its path) holds the snapshot file's bytes; adds the bytes read to
+    /// Whether the copy's file `rel` (of the same size, found `at`) holds the snapshot file's bytes; adds the bytes read to
     /// `bytes`.
     fn same_data(
         &mut self,
         inode: &Inode,
         rel: &[u8],
-        at: Option<Place>,
+        at: Place,
         bytes: &mut u64,
     ) -> Result<bool, VerifyError> {
-        let file = File::from(
-            open_copy(&copy_path(self.root, rel), at, false).map_err(copy_error(self.root, rel))?,
-        );
+        let file = File::from(open_copy(at, false).map_err(copy_error(self.root, rel))?);
         let mut bufs = std::mem::take(&mut self.bufs);
         bufs.copy.resize(CHUNK as usize, 0);
         let mut cmp = FileCompare {
