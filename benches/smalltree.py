@@ -1,7 +1,7 @@
 """The small-file tree of the incremental benchmarks, and its change.
 
     python3 smalltree.py make ROOT N     N files in ROOT/dNNNN/fNNNN
-    python3 smalltree.py change ROOT N   the change between s0 and s1
+    python3 smalltree.py change ROOT N [K]   the change between s0 and s1
 
 The tree: 1000 files per directory, 1-3000 bytes of pseudo-random data
 each (about two thirds inline on btrfs, the rest in data extents). The
@@ -29,7 +29,7 @@ def make(root, n):
             os.close(fd)
 
 
-def change(root, n):
+def change(root, n, k_rewritten=100):
     ndirs = (n + PER - 1) // PER
     rnd = random.Random(42)
 
@@ -37,8 +37,8 @@ def change(root, n):
         d, f = divmod(i, PER)
         return f"{root}/d{d:04d}/f{f:04d}"
 
-    for k in range(100):  # 100 files rewritten
-        with open(path(k * n // 100 + 7), "wb") as fh:
+    for k in range(k_rewritten):  # spread evenly over the tree
+        with open(path(k * n // k_rewritten + 7), "wb") as fh:
             fh.write(rnd.randbytes(rnd.randint(1, 3000)))
     for k in range(5):  # 5 deleted, 5 created
         i = k * n // 5 + 500
@@ -50,4 +50,4 @@ def change(root, n):
 
 
 if __name__ == "__main__":
-    {"make": make, "change": change}[sys.argv[1]](sys.argv[2], int(sys.argv[3]))
+    {"make": make, "change": change}[sys.argv[1]](sys.argv[2], *map(int, sys.argv[3:]))
