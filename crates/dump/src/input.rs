@@ -7,7 +7,9 @@ use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use btrfs_stream::Source;
+use std::sync::Arc;
+
+use btrfs_stream::{CrcAhead, Source};
 use memmap2::{Advice, Mmap, UncheckedAdvice};
 
 /// An opened input stream.
@@ -60,18 +62,36 @@ const RELEASE: usize = 16 << 20;
 /// place, and pages already decoded are released as the reader moves on, so
 /// the resident set stays small however large the file.
 pub struct MappedSource {
-    map: Mmap,
+    map: Arc<Mmap>,
     pos: usize,
     released: usize,
+    /// Command CRCs checked on another core, for a large file.
+    ahead: Option<CrcAhead>,
 }
+
+/// Files at least this large have their CRCs checked ahead on another core.
+const AHEAD_MIN: usize = 8 << 20;
+
+/// How far ahead of the reader the CRC check may run (mapped pages it
+/// touches stay resident until the reader releases them).
+const AHEAD_LEAD: u64 = 2 * RELEASE as u64;
+
+/// A checker waiting for the reader is woken in steps of this size.
+const ADVANCE_STEP: usize = 1 << 20;
 
 impl MappedSource {
     /// A source over all of `map`.
     pub fn new(map: Mmap) -> Self {
+        let map = Arc::new(map);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let ahead = (map.len() >= AHEAD_MIN && cores > 1)
+            .then(|| CrcAhead::spawn(Arc::clone(&map), AHEAD_LEAD).ok())
+            .flatten();
         MappedSource {
             map,
             pos: 0,
             released: 0,
+            ahead,
         }
     }
 }
@@ -86,6 +106,10 @@ impl Source for MappedSource {
     }
 
     fn consume(&mut self, n: usize) {
+        if let Some(a) = &self.ahead {
+            let wake = (self.pos + n) / ADVANCE_STEP != self.pos / ADVANCE_STEP;
+            a.advance((self.pos + n) as u64, wake);
+        }
         self.pos += n;
         let done = self.pos & !(RELEASE - 1);
         if done > self.released {
@@ -106,5 +130,11 @@ impl Source for MappedSource {
 
     fn offset(&self) -> u64 {
         self.pos as u64
+    }
+
+    fn crc_checked(&mut self, len: usize) -> bool {
+        self.ahead
+            .as_ref()
+            .is_some_and(|a| a.take(self.pos as u64, (self.pos + len) as u64))
     }
 }

@@ -6,6 +6,7 @@
 //! a time from any [`std::io::Read`] with bounded memory; [`Writer`] encodes
 //! them for a chosen protocol version.
 
+pub mod ahead;
 pub mod attr;
 pub mod command;
 pub mod crc;
@@ -16,6 +17,7 @@ pub mod resume;
 pub mod source;
 pub mod writer;
 
+pub use ahead::CrcAhead;
 pub use attr::Attr;
 pub use command::{Command, CommandKind, FieldValue, PathRole, Paths, Timespec, Uuid};
 pub use error::{Error, ErrorKind, WriteError};

@@ -15,6 +15,12 @@ pub trait Source {
     fn consume(&mut self, n: usize);
     /// Input offset of the current position.
     fn offset(&self) -> u64;
+    /// Whether the next `len` bytes, one whole command, are known to carry
+    /// a good CRC (checked ahead, see [`CrcAhead`](crate::CrcAhead)); the
+    /// reader then does not compute it again.
+    fn crc_checked(&mut self, _len: usize) -> bool {
+        false
+    }
 }
 
 const INITIAL_BUF: usize = 1 << 20;

@@ -1,0 +1,295 @@
+//! Command CRCs checked on two cores.
+//!
+//! Checking a large stream's CRCs costs more than decoding it: every data
+//! byte is read once for the CRC and never again. [`CrcAhead`] runs a
+//! helper thread that walks the same framing as the
+//! [`Reader`](crate::Reader) over bytes in memory (a mapped file), at most a
+//! bounded distance ahead of it. Each command is claimed by one of the two
+//! (the claims are one shared offset that only grows): the reader checks the
+//! commands it claims itself and waits, spinning, for the one the helper is
+//! working on (microseconds: sleeping and waking would cost more), and the
+//! helper skips what the reader took. Where the helper meets anything it
+//! does not take as a good command (a bad CRC, a bad header, the end) it
+//! stops, and the reader checks the rest itself, with its usual errors.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use crate::command::CommandKind;
+use crate::header::{MAGIC, RESUME_MAGIC, STREAM_HEADER_LEN};
+use crate::{crc, COMMAND_HEADER_LEN};
+
+/// How long the helper sleeps, when it is far enough ahead, before it looks again.
+const NAP: Duration = Duration::from_millis(5);
+
+struct Shared {
+    /// End offset of the commands claimed so far, by either side.
+    claimed: AtomicU64,
+    /// End offset of the last command the helper found good (it checks its
+    /// claims in order).
+    progress: AtomicU64,
+    /// The helper has stopped: `progress` grows no more.
+    done: AtomicBool,
+    /// The reader's position: the helper stays at most `lead` bytes ahead.
+    reader_pos: AtomicU64,
+    /// The reader is gone: the helper stops.
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn new() -> Shared {
+        Shared {
+            claimed: AtomicU64::new(0),
+            progress: AtomicU64::new(0),
+            done: AtomicBool::new(false),
+            reader_pos: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A helper thread that shares the checking of command CRCs with a reader.
+pub struct CrcAhead {
+    shared: Arc<Shared>,
+    helper: Option<JoinHandle<()>>,
+}
+
+impl CrcAhead {
+    /// Starts checking the stream in `data` (from its first stream header),
+    /// at most `lead` bytes ahead of the position given to [`advance`](Self::advance).
+    pub fn spawn<T>(data: Arc<T>, lead: u64) -> std::io::Result<CrcAhead>
+    where
+        T: AsRef<[u8]> + Send + Sync + 'static,
+    {
+        let shared = Arc::new(Shared::new());
+        let sh = Arc::clone(&shared);
+        let helper = thread::Builder::new()
+            .name("crc-ahead".into())
+            .spawn(move || {
+                walk((*data).as_ref(), &sh, lead);
+                sh.done.store(true, Ordering::Release);
+            })?;
+        Ok(CrcAhead {
+            shared,
+            helper: Some(helper),
+        })
+    }
+
+    /// For the reader's command at `at..end`: true when the helper has
+    /// checked it and found it good; false when the reader must check it
+    /// itself (the reader claimed it, or the helper stopped short of it).
+    pub fn take(&self, at: u64, end: u64) -> bool {
+        let sh = &*self.shared;
+        let claimed = sh.claimed.load(Ordering::Acquire);
+        if claimed == at
+            && sh
+                .claimed
+                .compare_exchange(at, end, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            return false;
+        }
+        if sh.claimed.load(Ordering::Acquire) < end {
+            // Framed otherwise than the helper frames it: check it here.
+            return false;
+        }
+        let mut spins = 0u32;
+        loop {
+            if sh.progress.load(Ordering::Acquire) >= end {
+                return true;
+            }
+            if sh.done.load(Ordering::Acquire) {
+                return sh.progress.load(Ordering::Acquire) >= end;
+            }
+            spins += 1;
+            if spins & 255 == 0 {
+                thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Tells the helper that the reader is at offset `pos`, a command or
+    /// stream boundary; with `wake`, a helper waiting for the reader to
+    /// catch up looks again.
+    pub fn advance(&self, pos: u64, wake: bool) {
+        self.shared.reader_pos.store(pos, Ordering::Release);
+        if wake {
+            if let Some(h) = &self.helper {
+                h.thread().unpark();
+            }
+        }
+    }
+}
+
+impl Drop for CrcAhead {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(h) = self.helper.take() {
+            h.thread().unpark();
+            let _ = h.join();
+        }
+    }
+}
+
+/// The helper's loop: stream headers and commands, as the reader frames them.
+fn walk(data: &[u8], sh: &Shared, lead: u64) {
+    let mut off = 0usize;
+    loop {
+        // A stream header (or the clean end between streams).
+        let Some(h) = data.get(off..off + STREAM_HEADER_LEN) else {
+            return;
+        };
+        if &h[..MAGIC.len()] != MAGIC && &h[..MAGIC.len()] != RESUME_MAGIC {
+            return;
+        }
+        off += STREAM_HEADER_LEN;
+        if sh
+            .claimed
+            .compare_exchange(
+                (off - STREAM_HEADER_LEN) as u64,
+                off as u64,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+            && sh.claimed.load(Ordering::Acquire) < off as u64
+        {
+            return;
+        }
+        loop {
+            let Some(hdr) = data.get(off..off + COMMAND_HEADER_LEN) else {
+                return;
+            };
+            let mut header = [0u8; COMMAND_HEADER_LEN];
+            header.copy_from_slice(hdr);
+            let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+            let cmd = u16::from_le_bytes([header[4], header[5]]);
+            let stored = u32::from_le_bytes([header[6], header[7], header[8], header[9]]);
+            let end = off + COMMAND_HEADER_LEN + len;
+            let Some(payload) = data.get(off + COMMAND_HEADER_LEN..end) else {
+                return;
+            };
+            while end as u64 > sh.reader_pos.load(Ordering::Acquire).saturating_add(lead) {
+                if sh.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                thread::park_timeout(NAP);
+            }
+            if sh.stop.load(Ordering::Acquire) {
+                return;
+            }
+            let mine = sh.claimed.compare_exchange(
+                off as u64,
+                end as u64,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            match mine {
+                Ok(_) => {
+                    if crc::command_crc(&header, payload) != stored {
+                        return;
+                    }
+                    sh.progress.store(end as u64, Ordering::Release);
+                }
+                // The reader took it: go on to the next one.
+                Err(c) if c >= end as u64 => {}
+                Err(_) => return,
+            }
+            off = end;
+            if cmd == CommandKind::End as u16 {
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{encode_command, Command, StreamHeader};
+
+    fn stream(commands: usize) -> Vec<u8> {
+        let mut out = StreamHeader { version: 1 }.to_bytes().to_vec();
+        let data = vec![7u8; 1000];
+        for i in 0..commands {
+            let c = Command::Write {
+                path: b"f",
+                offset: (i * 1000) as u64,
+                data: &data,
+            };
+            encode_command(&c, 1, &mut out).unwrap();
+        }
+        encode_command(&Command::End {}, 1, &mut out).unwrap();
+        out
+    }
+
+    /// The end offset of each command.
+    fn ends(s: &[u8]) -> Vec<u64> {
+        let mut off = STREAM_HEADER_LEN;
+        let mut out = vec![];
+        while off < s.len() {
+            let len = u32::from_le_bytes(s[off..off + 4].try_into().unwrap()) as usize;
+            off += COMMAND_HEADER_LEN + len;
+            out.push(off as u64);
+        }
+        out
+    }
+
+    fn wait_done(a: &CrcAhead) {
+        while !a.shared.done.load(Ordering::Acquire) {
+            thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_good_stream_is_checked_to_its_end_by_the_helper() {
+        let s = Arc::new(stream(100));
+        let a = CrcAhead::spawn(Arc::clone(&s), u64::MAX).unwrap();
+        wait_done(&a);
+        assert_eq!(a.shared.progress.load(Ordering::Acquire), s.len() as u64);
+        let e = ends(&s);
+        assert!(a.take(STREAM_HEADER_LEN as u64, e[0]));
+        assert!(a.take(e[50], e[51]));
+    }
+
+    #[test]
+    fn the_reader_checks_a_bad_command_itself() {
+        let mut s = stream(100);
+        let e = ends(&s);
+        let bad = (e[40] + 20) as usize; // in command 41
+        s[bad] ^= 1;
+        let a = CrcAhead::spawn(Arc::new(s), u64::MAX).unwrap();
+        wait_done(&a);
+        assert!(a.take(e[39], e[40]));
+        assert!(
+            !a.take(e[40], e[41]),
+            "the bad command is the reader's to check"
+        );
+        assert_eq!(a.shared.progress.load(Ordering::Acquire), e[40]);
+    }
+
+    #[test]
+    fn the_two_share_the_commands_and_the_helper_keeps_its_lead() {
+        let s = stream(100);
+        let e = ends(&s);
+        // With a lead of 0 bytes the helper waits for the reader: the reader
+        // claims the first commands itself.
+        let a = CrcAhead::spawn(Arc::new(s), 0).unwrap();
+        thread::sleep(Duration::from_millis(20));
+        assert_eq!(a.shared.progress.load(Ordering::Acquire), 0);
+        assert!(!a.take(STREAM_HEADER_LEN as u64, e[0]));
+        assert!(!a.take(e[0], e[1]));
+        // Let it run to the end: it skips what the reader took.
+        a.advance(u64::MAX / 2, true);
+        wait_done(&a);
+        assert_eq!(
+            a.shared.progress.load(Ordering::Acquire),
+            *e.last().unwrap()
+        );
+        assert!(a.take(e[1], e[2]));
+    }
+}
