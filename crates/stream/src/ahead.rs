@@ -4,11 +4,11 @@
 //! byte is read once for the CRC and never again. [`CrcAhead`] runs a
 //! helper thread that walks the same framing as the
 //! [`Reader`](crate::Reader) over bytes in memory (a mapped file), at most a
-//! bounded distance ahead of it. Each command is claimed by one of the two
-//! (the claims are one shared offset that only grows): the reader checks the
-//! commands it claims itself and waits, spinning, for the one the helper is
-//! working on (microseconds: sleeping and waking would cost more), and the
-//! helper skips what the reader took. Where the helper meets anything it
+//! bounded distance ahead of it. The commands are shared by where they
+//! start: those in two MiB of every three are the helper's, the rest the
+//! reader checks itself, as it decodes. For one of the helper's the reader
+//! waits, spinning, until the helper is past it (microseconds: sleeping and
+//! waking would cost more). Where the helper meets anything it
 //! does not take as a good command (a bad CRC, a bad header, the end) it
 //! stops, and the reader checks the rest itself, with its usual errors.
 
@@ -24,11 +24,18 @@ use crate::{crc, COMMAND_HEADER_LEN};
 /// How long the helper sleeps, when it is far enough ahead, before it looks again.
 const NAP: Duration = Duration::from_millis(5);
 
+/// Commands are shared by where they start, in steps of this size.
+const SHARE_STEP: u32 = 20;
+
+/// Whether the command starting at `at` is the helper's to check: two
+/// steps in three, as the reader also decodes.
+fn helpers(at: u64) -> bool {
+    !(at >> SHARE_STEP).is_multiple_of(3)
+}
+
 struct Shared {
-    /// End offset of the commands claimed so far, by either side.
-    claimed: AtomicU64,
     /// End offset of the last command the helper found good (it checks its
-    /// claims in order).
+    /// share in order).
     progress: AtomicU64,
     /// The helper has stopped: `progress` grows no more.
     done: AtomicBool,
@@ -41,7 +48,6 @@ struct Shared {
 impl Shared {
     fn new() -> Shared {
         Shared {
-            claimed: AtomicU64::new(0),
             progress: AtomicU64::new(0),
             done: AtomicBool::new(false),
             reader_pos: AtomicU64::new(0),
@@ -79,22 +85,12 @@ impl CrcAhead {
 
     /// For the reader's command at `at..end`: true when the helper has
     /// checked it and found it good; false when the reader must check it
-    /// itself (the reader claimed it, or the helper stopped short of it).
+    /// itself (it is the reader's share, or the helper stopped short of it).
     pub fn take(&self, at: u64, end: u64) -> bool {
+        if !helpers(at) {
+            return false;
+        }
         let sh = &*self.shared;
-        let claimed = sh.claimed.load(Ordering::Acquire);
-        if claimed == at
-            && sh
-                .claimed
-                .compare_exchange(at, end, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        {
-            return false;
-        }
-        if sh.claimed.load(Ordering::Acquire) < end {
-            // Framed otherwise than the helper frames it: check it here.
-            return false;
-        }
         let mut spins = 0u32;
         loop {
             if sh.progress.load(Ordering::Acquire) >= end {
@@ -147,19 +143,6 @@ fn walk(data: &[u8], sh: &Shared, lead: u64) {
             return;
         }
         off += STREAM_HEADER_LEN;
-        if sh
-            .claimed
-            .compare_exchange(
-                (off - STREAM_HEADER_LEN) as u64,
-                off as u64,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_err()
-            && sh.claimed.load(Ordering::Acquire) < off as u64
-        {
-            return;
-        }
         loop {
             let Some(hdr) = data.get(off..off + COMMAND_HEADER_LEN) else {
                 return;
@@ -182,22 +165,11 @@ fn walk(data: &[u8], sh: &Shared, lead: u64) {
             if sh.stop.load(Ordering::Acquire) {
                 return;
             }
-            let mine = sh.claimed.compare_exchange(
-                off as u64,
-                end as u64,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
-            match mine {
-                Ok(_) => {
-                    if crc::command_crc(&header, payload) != stored {
-                        return;
-                    }
-                    sh.progress.store(end as u64, Ordering::Release);
+            if helpers(off as u64) {
+                if crc::command_crc(&header, payload) != stored {
+                    return;
                 }
-                // The reader took it: go on to the next one.
-                Err(c) if c >= end as u64 => {}
-                Err(_) => return,
+                sh.progress.store(end as u64, Ordering::Release);
             }
             off = end;
             if cmd == CommandKind::End as u16 {
@@ -246,50 +218,52 @@ mod tests {
     }
 
     #[test]
-    fn a_good_stream_is_checked_to_its_end_by_the_helper() {
-        let s = Arc::new(stream(100));
+    fn a_good_stream_is_checked_to_its_end() {
+        let s = Arc::new(stream(3000)); // about 3 MiB: both shares
         let a = CrcAhead::spawn(Arc::clone(&s), u64::MAX).unwrap();
         wait_done(&a);
-        assert_eq!(a.shared.progress.load(Ordering::Acquire), s.len() as u64);
         let e = ends(&s);
-        assert!(a.take(STREAM_HEADER_LEN as u64, e[0]));
-        assert!(a.take(e[50], e[51]));
+        let mut theirs = 0;
+        let mut at = STREAM_HEADER_LEN as u64;
+        for &end in &e {
+            let took = a.take(at, end);
+            assert_eq!(took, helpers(at), "command at {at}");
+            theirs += usize::from(took);
+            at = end;
+        }
+        assert!(
+            theirs > e.len() / 2 && theirs < e.len(),
+            "{theirs} of {}",
+            e.len()
+        );
     }
 
     #[test]
-    fn the_reader_checks_a_bad_command_itself() {
-        let mut s = stream(100);
+    fn a_bad_command_in_the_helpers_share_is_left_to_the_reader() {
+        let mut s = stream(3000);
         let e = ends(&s);
-        let bad = (e[40] + 20) as usize; // in command 41
+        let k = e.iter().position(|&x| helpers(x) && x > 1 << 20).unwrap();
+        let bad = (e[k] + 20) as usize; // in command k + 1, the helper's
         s[bad] ^= 1;
         let a = CrcAhead::spawn(Arc::new(s), u64::MAX).unwrap();
         wait_done(&a);
-        assert!(a.take(e[39], e[40]));
+        assert!(a.take(e[k - 1], e[k]) || !helpers(e[k - 1]));
         assert!(
-            !a.take(e[40], e[41]),
+            !a.take(e[k], e[k + 1]),
             "the bad command is the reader's to check"
         );
-        assert_eq!(a.shared.progress.load(Ordering::Acquire), e[40]);
+        assert!(!a.take(e[k + 1], e[k + 2]), "and so is every one after it");
     }
 
     #[test]
-    fn the_two_share_the_commands_and_the_helper_keeps_its_lead() {
-        let s = stream(100);
+    fn the_helper_keeps_its_lead() {
+        let s = stream(3000);
         let e = ends(&s);
-        // With a lead of 0 bytes the helper waits for the reader: the reader
-        // claims the first commands itself.
         let a = CrcAhead::spawn(Arc::new(s), 0).unwrap();
         thread::sleep(Duration::from_millis(20));
         assert_eq!(a.shared.progress.load(Ordering::Acquire), 0);
-        assert!(!a.take(STREAM_HEADER_LEN as u64, e[0]));
-        assert!(!a.take(e[0], e[1]));
-        // Let it run to the end: it skips what the reader took.
         a.advance(u64::MAX / 2, true);
-        wait_done(&a);
-        assert_eq!(
-            a.shared.progress.load(Ordering::Acquire),
-            *e.last().unwrap()
-        );
-        assert!(a.take(e[1], e[2]));
+        let k = e.iter().position(|&x| helpers(x)).unwrap();
+        assert!(a.take(e[k], e[k + 1]));
     }
 }
