@@ -123,6 +123,8 @@ def write(res, outdir):
       f" at the start, {' '.join(m['loadavg_end'])} at the end")
     w(f"- kernel {m['kernel']}; {m['btrfs-progs']}; {m['rustc']}")
     w(f"- {m['rsend']}, {m['rreceive']}, {m['rdump']}, commit {m['commit']}, release profile")
+    for m_ in res.get("merged", []):
+        w(f"- groups measured again in a later run (`--only ... --merge`), each pair still in one run: {m_}")
     if res["built"]:
         w("- datasets built in this run: " + ", ".join(f"{k} {v:.0f} s" for k, v in res["built"].items()))
     w("")
