@@ -1,10 +1,12 @@
 //! A large stream file has its CRCs checked on two cores (`CrcAhead`): the
 //! output and every error must be what the one-core path (a pipe) gives.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use std::process::Output;
 
 use btrfs_stream::{encode_command, Command as Cmd, StreamHeader};
+use common::{rdump, rdump_piped, scratch};
 
 /// A v1 stream of about 24 MiB: a file written in 3,000 commands of 8 KiB,
 /// with a truncate and times between, then END.
@@ -39,32 +41,9 @@ fn big_stream() -> Vec<u8> {
 }
 
 fn rdump_file(bytes: &[u8], name: &str) -> Output {
-    let path = std::env::temp_dir().join(format!("rdump-large-{}-{name}", std::process::id()));
-    std::fs::write(&path, bytes).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rdump"))
-        .arg(&path)
-        .env("TZ", "UTC")
-        .output()
-        .expect("run rdump");
+    let path = scratch(&format!("rdump-large-{name}"), bytes);
+    let out = rdump(&[path.to_str().unwrap()]);
     std::fs::remove_file(&path).unwrap();
-    out
-}
-
-fn rdump_pipe(bytes: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rdump"))
-        .env("TZ", "UTC")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run rdump");
-    let mut stdin = child.stdin.take().unwrap();
-    let data = bytes.to_vec();
-    let feeder = std::thread::spawn(move || {
-        let _ = stdin.write_all(&data);
-    });
-    let out = child.wait_with_output().unwrap();
-    feeder.join().unwrap();
     out
 }
 
@@ -81,7 +60,7 @@ fn command_offset(s: &[u8], n: usize) -> usize {
 fn a_large_file_dumps_as_a_pipe_does() {
     let s = big_stream();
     assert!(s.len() > 16 << 20);
-    let (f, p) = (rdump_file(&s, "good"), rdump_pipe(&s));
+    let (f, p) = (rdump_file(&s, "good"), rdump_piped(&[], &s));
     assert_eq!(
         f.status.code(),
         Some(0),
@@ -104,7 +83,7 @@ fn a_bad_crc_anywhere_in_a_large_file_is_the_same_error_as_from_a_pipe() {
         // A payload byte where there is one, else the header's CRC field.
         let flip = if n == 3007 { at + 6 } else { at + 12 };
         s[flip] ^= 0x40;
-        let (f, p) = (rdump_file(&s, &format!("bad{n}")), rdump_pipe(&s));
+        let (f, p) = (rdump_file(&s, &format!("bad{n}")), rdump_piped(&[], &s));
         let msg = String::from_utf8_lossy(&f.stderr);
         assert_eq!(f.status.code(), Some(1), "command {n}: {msg}");
         assert_eq!(f.stderr, p.stderr, "command {n}");

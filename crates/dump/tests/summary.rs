@@ -3,49 +3,15 @@
 //! The inputs are kernel fixture streams, concatenated or cut; the counts
 //! expected come from the btrfs-progs dumps made with them.
 
+mod common;
+
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+
+use common::{rdump, rdump_piped, scratch};
 
 fn testdata() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata")
-}
-
-fn rdump(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rdump"))
-        .args(args)
-        .env("TZ", "UTC")
-        .output()
-        .expect("run rdump")
-}
-
-/// rdump reading `input` from a pipe, as after `rsend ... |`.
-fn rdump_piped(args: &[&str], input: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rdump"))
-        .args(args)
-        .env("TZ", "UTC")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run rdump");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let input = input.to_vec();
-    let writer = std::thread::spawn(move || {
-        // rdump may stop reading early; a closed pipe is fine.
-        let _ = stdin.write_all(&input);
-    });
-    let out = child.wait_with_output().expect("wait for rdump");
-    writer.join().expect("writer thread");
-    out
-}
-
-/// Writes `bytes` to a fresh file of this test run and returns its path.
-fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
-    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    fs::write(&path, bytes).expect("write scratch file");
-    path
 }
 
 fn text(out: &[u8]) -> String {

@@ -18,7 +18,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crate::command::CommandKind;
-use crate::header::{MAGIC, RESUME_MAGIC, STREAM_HEADER_LEN};
+use crate::header::{command_fields, MAGIC, RESUME_MAGIC, STREAM_HEADER_LEN};
 use crate::{crc, COMMAND_HEADER_LEN};
 
 /// How long the helper sleeps, when it is far enough ahead, before it looks again.
@@ -149,10 +149,8 @@ fn walk(data: &[u8], sh: &Shared, lead: u64) {
             };
             let mut header = [0u8; COMMAND_HEADER_LEN];
             header.copy_from_slice(hdr);
-            let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-            let cmd = u16::from_le_bytes([header[4], header[5]]);
-            let stored = u32::from_le_bytes([header[6], header[7], header[8], header[9]]);
-            let end = off + COMMAND_HEADER_LEN + len;
+            let (len, cmd, stored) = command_fields(&header);
+            let end = off + COMMAND_HEADER_LEN + len as usize;
             let Some(payload) = data.get(off + COMMAND_HEADER_LEN..end) else {
                 return;
             };

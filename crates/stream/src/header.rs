@@ -27,3 +27,12 @@ impl StreamHeader {
         out
     }
 }
+
+/// The fields of a command header: payload length, command number and CRC.
+pub(crate) fn command_fields(h: &[u8; crate::COMMAND_HEADER_LEN]) -> (u32, u16, u32) {
+    (
+        u32::from_le_bytes([h[0], h[1], h[2], h[3]]),
+        u16::from_le_bytes([h[4], h[5]]),
+        u32::from_le_bytes([h[6], h[7], h[8], h[9]]),
+    )
+}

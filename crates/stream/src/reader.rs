@@ -217,9 +217,7 @@ impl<S: Source> Reader<S> {
         }
         let mut header = [0u8; COMMAND_HEADER_LEN];
         header.copy_from_slice(&self.src.window()[..COMMAND_HEADER_LEN]);
-        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-        let cmd = u16::from_le_bytes([header[4], header[5]]);
-        let stored = u32::from_le_bytes([header[6], header[7], header[8], header[9]]);
+        let (len, cmd, stored) = crate::header::command_fields(&header);
         if len > self.max_len {
             let limit = u64::from(self.max_len);
             return Err(self.fail(
