@@ -267,6 +267,12 @@ impl Filesystem {
                     .ok_or_else(|| Error::NoSubvolume(SubvolWanted::Path(p.clone())))
             }
             SubvolSelector::Uuid(u) => {
+                // The nil uuid names no subvolume: it is what a subvolume
+                // that was never received (or a snapshot of nothing) holds
+                // as its received (or parent) uuid.
+                if u.is_nil() {
+                    return Err(Error::NoSubvolume(SubvolWanted::Uuid(*u)));
+                }
                 for t in [
                     key_type::UUID_KEY_SUBVOL,
                     key_type::UUID_KEY_RECEIVED_SUBVOL,

@@ -70,6 +70,10 @@ pub struct Listed {
     pub name: Vec<u8>,
     /// What rreceive (or, on btrfs, the kernel) knows of it.
     pub state: SubvolState,
+    /// An incremental whose parent's received uuid is not known: on
+    /// btrfs, a snapshot of a subvolume no longer in DEST (its
+    /// `state.parent_uuid` is then `None`, as for a full receive).
+    pub parent_unknown: bool,
 }
 
 impl Listed {
@@ -375,6 +379,13 @@ impl Dest {
     /// The state of directory `name` as a received subvolume: rreceive's
     /// record, or on btrfs the kernel's for a read-only received one.
     fn received(&self, name: &[u8]) -> io::Result<Option<SubvolState>> {
+        Ok(self.received_listed(name)?.map(|(st, _)| st))
+    }
+
+    /// [`Dest::received`], and whether it is an incremental whose parent's
+    /// received uuid is not known (on btrfs: its parent is gone from DEST).
+    fn received_listed(&self, name: &[u8]) -> io::Result<Option<(SubvolState, bool)>> {
+        let recorded = |st: Option<SubvolState>| st.map(|st| (st, false));
         if self.kind == Kind::Btrfs {
             let Ok(f) = open_dir_at(self.fd(), name) else {
                 return Ok(None);
@@ -386,22 +397,25 @@ impl Dest {
             let info = ioctl::get_subvol_info(f.as_fd())?;
             let ro = info.flags & ioctl::ROOT_SUBVOL_RDONLY != 0;
             if !ro {
-                return subvol::lookup(self.fd(), name);
+                return subvol::lookup(self.fd(), name).map(recorded);
             }
             let ru = Uuid::from_bytes(info.received_uuid);
             if ru.is_nil() {
                 return Ok(None);
             }
-            return Ok(Some(SubvolState {
+            let own_parent = Uuid::from_bytes(info.parent_uuid);
+            let parent_uuid = self.received_uuid_of_own(own_parent);
+            let state = SubvolState {
                 received_uuid: ru,
                 ctransid: info.stransid,
-                parent_uuid: self.received_uuid_of_own(Uuid::from_bytes(info.parent_uuid)),
+                parent_uuid,
                 parent_ctransid: 0,
                 complete: true,
                 resume: None,
-            }));
+            };
+            return Ok(Some((state, parent_uuid.is_none() && !own_parent.is_nil())));
         }
-        subvol::lookup(self.fd(), name)
+        subvol::lookup(self.fd(), name).map(recorded)
     }
 
     /// The received uuid of the subvolume in DEST whose own uuid is `own`.
@@ -444,8 +458,12 @@ impl Dest {
     pub fn list(&self) -> io::Result<Vec<Listed>> {
         let mut out = Vec::new();
         for name in self.child_dirs()? {
-            if let Some(state) = self.received(&name)? {
-                out.push(Listed { name, state });
+            if let Some((state, parent_unknown)) = self.received_listed(&name)? {
+                out.push(Listed {
+                    name,
+                    state,
+                    parent_unknown,
+                });
             }
         }
         Ok(out)

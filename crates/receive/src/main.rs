@@ -154,7 +154,10 @@ fn input(
     }
 }
 
-/// `--list DEST`.
+/// `--list DEST`: one line per subvolume received in DEST, then an end
+/// line (`# end of list: N subvolumes`, or `{"end":true,"subvolumes":N}`
+/// with `--json`) so that a reader such as `rsend --parent-from` can tell
+/// a whole listing, an empty one included, from one cut short.
 fn list(dest: &std::path::Path, json: bool) -> ExitCode {
     use std::io::Write;
     let listed = match rreceive::Dest::open(dest, false).and_then(|d| d.list()) {
@@ -168,11 +171,14 @@ fn list(dest: &std::path::Path, json: bool) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let mut out = io::stdout().lock();
+    let mut lines = Vec::with_capacity(listed.len() + 1);
     for l in &listed {
         let st = &l.state;
+        // `-` (JSON: null) only for a full receive; an incremental whose
+        // parent's received uuid is not known shows `?` (JSON: null with
+        // "incremental": true).
         let parent = st.parent_uuid.map(|u| u.hyphenated().to_string());
-        let line = if json {
+        lines.push(if json {
             let name = match std::str::from_utf8(&l.name) {
                 Ok(s) => serde_json::json!(s),
                 Err(_) => serde_json::json!({
@@ -183,6 +189,7 @@ fn list(dest: &std::path::Path, json: bool) -> ExitCode {
                 "name": name,
                 "received_uuid": st.received_uuid.hyphenated().to_string(),
                 "ctransid": st.ctransid,
+                "incremental": parent.is_some() || l.parent_unknown,
                 "parent_uuid": parent,
                 "parent_ctransid": st.parent_ctransid,
                 "complete": st.complete,
@@ -190,20 +197,47 @@ fn list(dest: &std::path::Path, json: bool) -> ExitCode {
             })
             .to_string()
         } else {
+            let shown = match (&parent, l.parent_unknown) {
+                (Some(u), _) => u.as_str(),
+                (None, true) => "?",
+                (None, false) => "-",
+            };
             format!(
-                "{}\t{}\t{}\t{}\t{}",
+                "{}\t{}\t{}\t{shown}\t{}",
                 rreceive::error::escape(&l.name),
                 st.received_uuid.hyphenated(),
                 st.ctransid,
-                parent.as_deref().unwrap_or("-"),
                 l.status()
             )
-        };
-        if writeln!(out, "{line}").is_err() {
-            return ExitCode::SUCCESS;
+        });
+    }
+    let n = listed.len();
+    lines.push(if json {
+        serde_json::json!({ "end": true, "subvolumes": n }).to_string()
+    } else {
+        format!(
+            "# end of list: {n} subvolume{}",
+            if n == 1 { "" } else { "s" }
+        )
+    });
+    let mut out = io::stdout().lock();
+    let written = lines
+        .iter()
+        .try_for_each(|line| writeln!(out, "{line}"))
+        .and_then(|()| out.flush());
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader stopped reading (`| head`): it has what it wanted.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!(
+                "rreceive: error: writing the list of {}: {}",
+                dest.display(),
+                rsend_cli::plain_io(&e)
+            );
+            ExitCode::from(1)
         }
     }
-    ExitCode::SUCCESS
 }
 
 /// `--resume-token DEST/NAME`.

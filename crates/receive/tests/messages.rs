@@ -398,7 +398,11 @@ fn list_shows_each_received_subvolume_and_its_status() {
             format!("{shown}\t{}\t{}\t{parent}\t{status}\n", h.uuid, h.ctransid)
         })
         .collect();
-    assert_eq!(text(&o.stdout), lines.concat());
+    assert_eq!(
+        text(&o.stdout),
+        lines.concat() + "# end of list: 6 subvolumes\n",
+        "the subvolumes, then the end line"
+    );
 
     let o = rreceive(&[OsStr::new("--list"), OsStr::new("--json"), dest.as_os_str()]);
     assert!(o.status.success(), "{}", text(&o.stderr));
@@ -417,16 +421,23 @@ fn list_shows_each_received_subvolume_and_its_status() {
                 "name": name,
                 "received_uuid": h.uuid.to_string(),
                 "ctransid": h.ctransid,
+                "incremental": h.parent.is_some(),
                 "parent_uuid": h.parent.map(|p| p.0.to_string()),
                 "parent_ctransid": h.parent.map_or(0, |p| p.1),
                 "complete": *status == "complete",
                 "resumable": *status == "resumable",
             })
         })
+        .chain([serde_json::json!({"end": true, "subvolumes": 6})])
         .collect();
     assert_eq!(got, json);
     assert_eq!(got[1]["name"], serde_json::json!({"hex": "6f6464ff"}));
     assert_eq!(got[5]["name"], serde_json::json!("tab\there"));
+    assert!(
+        text(&o.stdout).ends_with("\n{\"end\":true,\"subvolumes\":6}\n"),
+        "{}",
+        text(&o.stdout)
+    );
 
     // The resumable one is what its token says.
     let token = rreceive(&[OsStr::new("--resume-token"), dest.join("c1").as_os_str()]);
@@ -435,6 +446,26 @@ fn list_shows_each_received_subvolume_and_its_status() {
         t.contains(&format!(":{n}:{offset}:")),
         "c1 stopped after command {n} at byte {offset}: {t}"
     );
+}
+
+#[test]
+fn list_of_an_empty_destination_is_its_end_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = rreceive(&[OsStr::new("--list"), tmp.path().as_os_str()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "# end of list: 0 subvolumes\n");
+    let o = rreceive(&[
+        OsStr::new("--list"),
+        OsStr::new("--json"),
+        tmp.path().as_os_str(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "{\"end\":true,\"subvolumes\":0}\n");
+    // A destination that cannot be listed prints no end line.
+    let missing = tmp.path().join("missing");
+    let o = rreceive(&[OsStr::new("--list"), missing.as_os_str()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
 }
 
 fn hex(b: &[u8]) -> String {

@@ -95,6 +95,9 @@ pub struct SendArgs {
     /// Pick the parent from what a destination holds (`--parent-from`):
     /// the `rreceive --list` output in this file (`-`: standard input).
     pub parent_from: Option<PathBuf>,
+    /// With `parent_from`: pick the newest snapshot the destination holds
+    /// of any subvolume, not only of the one sent (`--parent-any`).
+    pub parent_any: bool,
 }
 
 /// One subvolume a destination holds, as `rreceive --list` prints it.
@@ -106,21 +109,80 @@ pub struct Held {
     pub complete: bool,
 }
 
-/// Reads `rreceive --list` output (text or `--json`). Lines it cannot
-/// read are an error naming the line.
-pub fn parse_list(text: &str) -> anyhow::Result<Vec<Held>> {
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim_end_matches('\r');
-        if line.trim().is_empty() || line.starts_with('#') {
-            continue;
+/// What `--parent-from` says when the list does not end with the end
+/// line `rreceive --list` prints last.
+const CUT_LIST: &str = "the destination's listing is missing or cut short (no end line from \
+     rreceive --list";
+/// ... and what it does then.
+const NOT_SENDING: &str = "not sending, to avoid a full send by mistake";
+
+/// The end line of `rreceive --list`: `# end of list: N subvolumes` (no
+/// tab: a subvolume's line always has four) or, with `--json`,
+/// `{"end":true,"subvolumes":N}`. `None` when `line` is not one; an error
+/// when it starts like one and is not.
+fn end_line(line: &str, bad: &dyn Fn() -> anyhow::Error) -> anyhow::Result<Option<u64>> {
+    if let Some(rest) = line.strip_prefix("# end of list: ") {
+        if line.contains('\t') {
+            return Ok(None);
         }
-        let bad = || {
-            anyhow::anyhow!(
-                "line {} of the list is not what rreceive --list prints: {line:?}",
-                n + 1
-            )
-        };
+        let n = rest
+            .strip_suffix(" subvolumes")
+            .or_else(|| rest.strip_suffix(" subvolume"))
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(bad)?;
+        return Ok(Some(n));
+    }
+    if !line.trim_start().starts_with('{') {
+        return Ok(None);
+    }
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|_| bad())?;
+    if v.get("end").is_none() {
+        return Ok(None);
+    }
+    match (v["end"].as_bool(), v["subvolumes"].as_u64()) {
+        (Some(true), Some(n)) => Ok(Some(n)),
+        _ => Err(bad()),
+    }
+}
+
+/// Reads `rreceive --list` output (text or `--json`), which must end with
+/// the end line rreceive prints last, counting the subvolumes above it:
+/// a list without it (empty, or cut short by a dropped connection) or
+/// whose count disagrees is an error, so that a lost list never turns
+/// into a full send. Lines it cannot read are an error naming the line.
+pub fn parse_list(text: &str) -> anyhow::Result<Vec<Held>> {
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .collect();
+    let bad_line = |n: usize, line: &str| {
+        anyhow::anyhow!(
+            "line {} of the list is not what rreceive --list prints: {line:?}",
+            n + 1
+        )
+    };
+    let Some((&(last_n, last), body)) = lines.split_last() else {
+        anyhow::bail!("{CUT_LIST}; the list is empty): {NOT_SENDING}");
+    };
+    let Some(count) = end_line(last, &|| bad_line(last_n, last))? else {
+        anyhow::bail!(
+            "{CUT_LIST}; it stops at line {}): {NOT_SENDING}",
+            last_n + 1
+        );
+    };
+    let mut out = Vec::new();
+    for &(n, line) in body {
+        let bad = || bad_line(n, line);
+        if end_line(line, &bad)?.is_some() {
+            anyhow::bail!(
+                "the destination's listing goes on after its end line (line {} of {}): \
+                 {NOT_SENDING}",
+                n + 1,
+                last_n + 1
+            );
+        }
         let held = if line.trim_start().starts_with('{') {
             let v: serde_json::Value = serde_json::from_str(line).map_err(|_| bad())?;
             Held {
@@ -148,16 +210,36 @@ pub fn parse_list(text: &str) -> anyhow::Result<Vec<Held>> {
         };
         out.push(held);
     }
+    if count != out.len() as u64 {
+        anyhow::bail!(
+            "the destination's listing is cut short: its end line (line {}) counts {count} \
+             subvolumes and {} are listed: {NOT_SENDING}",
+            last_n + 1,
+            out.len()
+        );
+    }
     Ok(out)
 }
 
-/// The parent `--parent-from` picks for `sv`: the newest read-only
-/// snapshot (by ctransid) that the destination holds complete, other than
-/// `sv` itself.
+/// How a parent `--parent-from` picked is related to the snapshot sent.
+fn kinship(sv: &Subvolume, p: &Subvolume) -> &'static str {
+    let origin = sv.parent_uuid;
+    if !origin.is_nil() && (p.parent_uuid == origin || p.uuid == origin) {
+        "of the same subvolume"
+    } else {
+        "of the same lineage (linked by snapshots and receives)"
+    }
+}
+
+/// The parent `--parent-from` picks for `sv`: among the read-only
+/// snapshots that the destination holds complete, other than `sv`, the
+/// newest (by ctransid, then id) that is of `sv`'s lineage and older than
+/// it; with `any`, the newest of them all.
 fn parent_from_list(
     fs: &Filesystem,
     sv: &Subvolume,
     path: &std::path::Path,
+    any: bool,
     quiet: bool,
 ) -> anyhow::Result<Option<Subvolume>> {
     let text = if path.as_os_str() == "-" {
@@ -184,29 +266,97 @@ fn parent_from_list(
             label(sv)
         );
     }
-    let best = fs
-        .subvolumes()?
-        .into_iter()
+    let all = fs.subvolumes()?;
+    let there: Vec<&Subvolume> = all
+        .iter()
         .filter(|c| c.id != sv.id && c.is_readonly() && !c.is_dead())
         .filter(|c| complete.contains(&crate::send::stream_uuid_of(c)))
-        .max_by_key(|c| (c.ctransid, c.id));
-    if !quiet {
-        match &best {
-            Some(p) => eprintln!(
-                "rsend: parent {} (subvolume {}, uuid {}): the newest of this filesystem's snapshots the destination holds complete ({} listed there)",
+        .collect();
+    let newest = |c: &&&Subvolume| (c.ctransid, c.id);
+    let listed = held.len();
+    // What is said: why this parent, or why a full send, and "(N listed
+    // there; more)".
+    let said = |p: &Subvolume, why: String, more: &str| {
+        if !quiet {
+            eprintln!(
+                "rsend: parent {} (subvolume {}, uuid {}): {why} ({listed} listed there{more})",
                 p.path_lossy(),
                 p.id,
                 crate::send::stream_uuid_of(p),
-                held.len()
-            ),
-            None => eprintln!(
-                "rsend: the destination holds none of this filesystem's snapshots complete ({} listed there): sending {} in full",
-                held.len(),
+            );
+        }
+    };
+    let full = |why: String, more: String| {
+        if !quiet {
+            eprintln!(
+                "rsend: {why} ({listed} listed there{more}): sending {} in full",
                 label(sv)
-            ),
+            );
+        }
+    };
+    if there.is_empty() {
+        full(
+            "the destination holds none of this filesystem's snapshots complete".into(),
+            String::new(),
+        );
+        return Ok(None);
+    }
+    if any {
+        let best = there.iter().max_by_key(newest).map(|p| (*p).clone());
+        if let Some(p) = &best {
+            said(
+                p,
+                "the newest of this filesystem's snapshots the destination holds complete, \
+                 of any subvolume"
+                    .into(),
+                "; --parent-any",
+            );
+        }
+        return Ok(best);
+    }
+    let lineage = crate::lineage::Lineage::of(sv, &all);
+    let kin: Vec<&&Subvolume> = there.iter().filter(|c| lineage.contains(c)).collect();
+    let older = kin
+        .iter()
+        .filter(|c| (c.ctransid, c.id) < (sv.ctransid, sv.id))
+        .max_by_key(|c| (c.ctransid, c.id));
+    match older {
+        Some(p) => {
+            said(
+                p,
+                format!(
+                    "{} as {}, the newest older snapshot the destination holds complete",
+                    kinship(sv, p),
+                    sv.path_lossy()
+                ),
+                "",
+            );
+            Ok(Some((**p).clone()))
+        }
+        None if kin.is_empty() => {
+            full(
+                format!(
+                    "the destination holds no snapshot of the same subvolume as {} complete",
+                    sv.path_lossy()
+                ),
+                format!(
+                    "; {} of other subvolumes, which --parent-any would take",
+                    there.len()
+                ),
+            );
+            Ok(None)
+        }
+        None => {
+            full(
+                format!(
+                    "the destination holds no older snapshot of the same subvolume as {} complete",
+                    sv.path_lossy()
+                ),
+                format!("; {} newer ones", kin.len()),
+            );
+            Ok(None)
         }
     }
-    Ok(best)
 }
 
 /// The snapshot and parent a resumed send continues: `sv` must be the
@@ -273,7 +423,17 @@ fn find_source(fs: &Filesystem, sel: &SubvolSelector, role: &str) -> anyhow::Res
         SubvolSelector::Path(p) => uuid::Uuid::parse_str(p).ok(),
         _ => None,
     };
+    let nil_asked = match sel {
+        SubvolSelector::Uuid(u) => u.is_nil(),
+        _ => false,
+    };
+    if nil_asked {
+        return Err(nil_uuid(role));
+    }
     let found = match (fs.find_subvolume(sel), by_uuid) {
+        (Err(btrfs_disk::error::Error::NoSubvolume(_)), Some(u)) if u.is_nil() => {
+            return Err(nil_uuid(role));
+        }
         (Err(btrfs_disk::error::Error::NoSubvolume(_)), Some(u)) => {
             fs.find_subvolume(&SubvolSelector::Uuid(u)).map_err(|e| match e {
                 btrfs_disk::error::Error::NoSubvolume(_) => anyhow::anyhow!(
@@ -301,6 +461,15 @@ fn find_source(fs: &Filesystem, sel: &SubvolSelector, role: &str) -> anyhow::Res
     Ok(found)
 }
 
+/// The error for a parent or clone source (`role`) given as the nil uuid,
+/// which every subvolume never received has as its received uuid.
+fn nil_uuid(role: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{role} {}: the nil uuid names no subvolume (it is the received uuid of every subvolume that was never received); give the {role}'s path, id or uuid",
+        uuid::Uuid::nil()
+    )
+}
+
 /// The error for a parent that is not there, listing the subvolumes that are.
 fn parent_missing(fs: &Filesystem, e: btrfs_disk::error::Error) -> anyhow::Error {
     let btrfs_disk::error::Error::NoSubvolume(asked) = e else {
@@ -325,33 +494,43 @@ fn parent_missing(fs: &Filesystem, e: btrfs_disk::error::Error) -> anyhow::Error
 
 /// btrfs-progs' find_good_parent: among the clone sources, the send
 /// root's origin (its parent_uuid), else the snapshot of the same origin
-/// closest in ctransid to it.
+/// closest in ctransid to it; else (where btrfs-progs gives up) the one of
+/// its lineage ([`crate::lineage`]: linked by snapshots and receives)
+/// closest in ctransid to the send root. Never one of another lineage.
 pub fn pick_parent<'a>(
     fs: &Filesystem,
     sv: &Subvolume,
     sources: &'a [Subvolume],
 ) -> anyhow::Result<&'a Subvolume> {
-    let none = || {
-        anyhow::anyhow!(
-            "parent determination failed for {}: no clone source is its origin or a snapshot of it",
-            label(sv)
-        )
-    };
-    if sv.parent_uuid.is_nil() {
-        return Err(none());
+    let origin = sv.parent_uuid;
+    if !origin.is_nil() {
+        if let Some(p) = sources.iter().find(|c| c.uuid == origin) {
+            return Ok(p);
+        }
+        let origin_ctransid = match fs.find_subvolume(&SubvolSelector::Uuid(origin)) {
+            Ok(o) => o.ctransid,
+            Err(btrfs_disk::error::Error::NoSubvolume(_)) => sv.ctransid,
+            Err(e) => return Err(e.into()),
+        };
+        let sibling = sources
+            .iter()
+            .filter(|c| c.id != sv.id && c.parent_uuid == origin)
+            .min_by_key(|c| c.ctransid.abs_diff(origin_ctransid));
+        if let Some(p) = sibling {
+            return Ok(p);
+        }
     }
-    if let Some(p) = sources.iter().find(|c| c.uuid == sv.parent_uuid) {
-        return Ok(p);
-    }
-    let origin_ctransid = fs
-        .find_subvolume(&SubvolSelector::Uuid(sv.parent_uuid))
-        .map(|o| o.ctransid)
-        .unwrap_or(sv.ctransid);
+    let lineage = crate::lineage::Lineage::of(sv, &fs.subvolumes()?);
     sources
         .iter()
-        .filter(|c| c.parent_uuid == sv.parent_uuid)
-        .min_by_key(|c| c.ctransid.abs_diff(origin_ctransid))
-        .ok_or_else(none)
+        .filter(|c| c.id != sv.id && lineage.contains(c))
+        .min_by_key(|c| c.ctransid.abs_diff(sv.ctransid))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "parent determination failed for {}: no clone source is its origin, a snapshot of it or of its lineage (give the parent with -p)",
+                label(sv)
+            )
+        })
 }
 
 /// Whether a send stream may go to `f`: never to a terminal.
@@ -408,7 +587,7 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
     if let Some(t) = &args.resume {
         explicit_parent = check_resume(&fs, &svs[0], explicit_parent, t)?;
     } else if let (Some(list), Some(sv)) = (&args.parent_from, svs.first()) {
-        explicit_parent = parent_from_list(&fs, sv, list, args.quiet)?;
+        explicit_parent = parent_from_list(&fs, sv, list, args.parent_any, args.quiet)?;
     }
     let mut sources = Vec::new();
     for sel in &args.clone_srcs {
@@ -473,6 +652,15 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
                 .context("standard output")?,
         ),
     };
+    // A failed write names the file (`-f OUT`: its disk may be full).
+    let writing = match &args.output {
+        Some(p) if p.as_os_str() != "-" && !args.dry_run => {
+            format!("writing the stream to {}", p.display())
+        }
+        _ => "writing the stream".to_string(),
+    };
+    let output_error =
+        |io: &std::io::Error| anyhow::anyhow!("{writing}: {}", rsend_cli::plain_io(io));
     // Small commands are gathered; WRITEs (larger than the buffer) go straight out.
     let mut w = Writer::new(BufWriter::with_capacity(32 << 10, file));
     let show_progress = !args.quiet && !args.dry_run && std::io::stderr().is_terminal();
@@ -573,11 +761,17 @@ pub fn send(args: &SendArgs) -> anyhow::Result<()> {
             Err(e) => {
                 // What was written stays; the stream just has no END.
                 let _ = w.flush();
-                return Err(e.into());
+                return Err(match e {
+                    crate::send::SendError::Output(io) => output_error(&io),
+                    e => e.into(),
+                });
             }
         }
     }
-    w.flush().context("writing the stream")?;
+    w.flush().map_err(|e| match e {
+        btrfs_stream::WriteError::Io(io) => output_error(&io),
+        e => anyhow::Error::new(e).context(writing.clone()),
+    })?;
     if args.dry_run {
         table_line(&format!("size\t{total}"))?;
     }

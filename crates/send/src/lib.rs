@@ -10,6 +10,7 @@
 
 pub mod changes;
 pub mod cli;
+pub mod lineage;
 pub mod progress;
 pub mod record;
 pub mod send;

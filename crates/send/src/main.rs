@@ -13,8 +13,9 @@ Examples:
   Back up a snapshot incrementally to another machine over ssh:
     rsend -d /dev/sdb -p snaps/mon snaps/tue | ssh backup rreceive /srv/backup
 
-  The nightly cron job: the parent is the newest snapshot the backup holds,
-  and a cut connection is resumed instead of sent again:
+  The nightly cron job: the parent is the newest older snapshot of the same
+  subvolume the backup holds, and a cut connection is resumed instead of
+  sent again:
     ssh backup rreceive --list /srv/backup |
       rsend -d /dev/sdb --parent-from - snaps/today | ssh backup rreceive /srv/backup
     t=$(ssh backup rreceive --resume-token /srv/backup/today) &&
@@ -58,11 +59,19 @@ struct Args {
     /// Pick the parent from a list of what the destination holds: the
     /// output of `rreceive --list DEST` in FILE ("-" for standard input)
     ///
-    /// The parent is the newest read-only snapshot of this filesystem
-    /// (highest ctransid) that the destination holds complete; with none,
-    /// the send is a full one. Either is said on standard error.
+    /// The parent is the newest snapshot of the same subvolume as SUBVOL
+    /// (of its lineage: linked to it by snapshots and receives), older
+    /// than SUBVOL (lower ctransid), read-only, that the destination holds
+    /// complete; with none, the send is a full one. Either is said on
+    /// standard error. A list without the end line rreceive prints last
+    /// (empty, or cut short) is refused: exit code 1, nothing sent.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["parent", "parent_id"])]
     parent_from: Option<PathBuf>,
+
+    /// With --parent-from: the parent is the newest read-only snapshot the
+    /// destination holds complete, whatever subvolume it is a snapshot of
+    #[arg(long, requires = "parent_from")]
+    parent_any: bool,
 
     /// Continue a stream a receive stopped in: TOKEN is what
     /// `rreceive --resume-token DEST/NAME` prints
@@ -282,6 +291,7 @@ fn main() -> ExitCode {
             dry_run: args.dry_run,
             resume,
             parent_from: args.parent_from.clone(),
+            parent_any: args.parent_any,
         })
     };
     match r {

@@ -299,6 +299,18 @@ impl Source {
             .unwrap_or_else(|| panic!("btrfs subvolume show {path}: no UUID line"))
     }
 
+    /// The subvolume id of the subvolume at `path` (from the top level).
+    fn subvol_id(&self, path: &str) -> u64 {
+        let out = run(Command::new("btrfs")
+            .args(["subvolume", "show"])
+            .arg(self.mnt().join(path)));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix("Subvolume ID:"))
+            .and_then(|u| u.trim().parse().ok())
+            .unwrap_or_else(|| panic!("btrfs subvolume show {path}: no Subvolume ID line"))
+    }
+
     /// rsend's stream of `snap` with parent `parent`, written to a file.
     fn stream(&self, parent: &str, snap: &str) -> Vec<u8> {
         let file = self.fs.scratch().join("stream");
@@ -670,7 +682,16 @@ fn night_with_a_cut(src: &Source, dest: &Destination, rreceive: &Path) -> String
 /// complete, each with its source snapshot's uuid and its parent's.
 fn check_list(src: &Source, dest: &Destination, rreceive: &Path) {
     let list = dest.list(rreceive);
-    let rows: Vec<Vec<&str>> = list.lines().map(|l| l.split('\t').collect()).collect();
+    assert!(
+        list.ends_with("\n# end of list: 5 subvolumes\n"),
+        "{}: rreceive --list ends with its end line:\n{list}",
+        dest.label()
+    );
+    let rows: Vec<Vec<&str>> = list
+        .lines()
+        .filter(|l| l.contains('\t'))
+        .map(|l| l.split('\t').collect())
+        .collect();
     let names: Vec<&str> = rows.iter().map(|r| r[0]).collect();
     assert_eq!(
         names,
@@ -773,4 +794,257 @@ fn five_nights_of_the_cron_job_onto_ext4_and_btrfs_resume_a_cut_connection() {
         summary.join("\n"),
         started.elapsed()
     );
+}
+
+// ---------------------------------------------------------------------------
+// Which parent, with two subvolumes
+
+/// `RSEND -d IMAGE ARGS...` with `input` on standard input.
+fn rsend_with(image: &Path, args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rsend"))
+        .arg("-d")
+        .arg(image)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The parent a stream names in its SNAPSHOT (None: a full stream).
+fn stream_parent(stream: &[u8]) -> Option<String> {
+    let mut r = btrfs_stream::Reader::from_bytes(stream);
+    match r.next_command() {
+        Ok(Some(btrfs_stream::Command::Snapshot { clone_uuid, .. })) => {
+            Some(clone_uuid.hyphenated().to_string())
+        }
+        Ok(Some(btrfs_stream::Command::Subvol { .. })) => None,
+        other => panic!("a stream starts with SUBVOL or SNAPSHOT, not {other:?}"),
+    }
+}
+
+/// Two subvolumes, `data` and `other`, snapshotted in turns into `snaps/`
+/// (data.1, other.1, data.2, other.2, data.3, other.3: the newest snapshot
+/// of the filesystem is never of the subvolume sent), and `restore`, a
+/// writable snapshot of snaps/data.1 changed and snapshotted as
+/// snaps/restore.1: of data's lineage through data.1, though no snapshot
+/// of data itself. The destination (on btrfs) holds data.1, other.1,
+/// data.2 and other.2, received by rreceive.
+///
+/// - `--parent-from` sends data.3 against data.2, other.3 against other.2
+///   and restore.1 against data.2 (its lineage), as `-p` would, each stream
+///   received; `--parent-any` sends all three against other.2, the newest;
+/// - `-c` without `-p` picks the parent among the clone sources within the
+///   lineage too: restore.1 against data.1 (btrfs send gives up there), and
+///   a clone source of another subvolume only is refused;
+/// - `rreceive --list` shows an incremental whose parent is gone from the
+///   destination with `?` as its parent (JSON: `"incremental": true`,
+///   `"parent_uuid": null`), and a full one with `-`.
+#[test]
+fn parent_from_keeps_each_subvolume_to_its_own_snapshots() {
+    let test = "parent_from_keeps_each_subvolume_to_its_own_snapshots";
+    if !kernel_available(test) {
+        return;
+    }
+    let rreceive = rreceive_bin();
+    let src = Source::new();
+    testkit::sh(
+        src.mnt(),
+        r#"
+btrfs -q subvolume create other
+for n in 1 2 3; do
+    head -c 200000 /dev/urandom > data/file$n
+    btrfs -q subvolume snapshot -r data snaps/data.$n
+    head -c 200000 /dev/urandom > other/file$n
+    btrfs -q subvolume snapshot -r other snaps/other.$n
+done
+btrfs -q subvolume snapshot snaps/data.1 restore
+echo restored > restore/note
+btrfs -q subvolume snapshot -r restore snaps/restore.1
+sync
+"#,
+    );
+    let dest = Destination::new(Receiver::RreceiveBtrfs);
+    let receive = |stream: &[u8], what: &str| {
+        use std::io::Write;
+        let mut child = Command::new(&rreceive)
+            .arg("-q")
+            .arg(&dest.dir)
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stream).unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "receiving {what}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    let send = |args: &[&str]| {
+        let o = rsend_with(src.image(), args, b"");
+        assert!(
+            o.status.success(),
+            "rsend {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        o.stdout
+    };
+    for (parent, snap) in [
+        (None, "data.1"),
+        (None, "other.1"),
+        (Some("data.1"), "data.2"),
+        (Some("other.1"), "other.2"),
+    ] {
+        let snap = format!("snaps/{snap}");
+        let stream = match parent {
+            Some(p) => send(&["-q", "-p", &format!("snaps/{p}"), &snap]),
+            None => send(&["-q", &snap]),
+        };
+        receive(&stream, &snap);
+    }
+    let list = dest.list(&rreceive);
+    assert!(
+        list.ends_with("\n# end of list: 4 subvolumes\n"),
+        "rreceive --list:\n{list}"
+    );
+    let uuid = |snap: &str| src.uuid(&format!("snaps/{snap}"));
+    let newest = "the newest of this filesystem's snapshots the destination holds complete, \
+                  of any subvolume (4 listed there; --parent-any)";
+    let same = |snap: &str| {
+        format!(
+            "of the same subvolume as snaps/{snap}, the newest older snapshot the destination \
+             holds complete (4 listed there)"
+        )
+    };
+    let lineage = "of the same lineage (linked by snapshots and receives) as snaps/restore.1, \
+                   the newest older snapshot the destination holds complete (4 listed there)";
+    // snapshot, --parent-any, the parent wanted, why
+    let cases = [
+        ("data.3", false, "data.2", same("data.3")),
+        ("other.3", false, "other.2", same("other.3")),
+        ("restore.1", false, "data.2", lineage.to_string()),
+        ("data.3", true, "other.2", newest.to_string()),
+        ("other.3", true, "other.2", newest.to_string()),
+        ("restore.1", true, "other.2", newest.to_string()),
+    ];
+    let mut summary = Vec::new();
+    for (snap, any, want, why) in cases {
+        let what = format!("{snap}{}", if any { " --parent-any" } else { "" });
+        let mut args = vec!["--parent-from", "-"];
+        if any {
+            args.push("--parent-any");
+        }
+        let path = format!("snaps/{snap}");
+        args.push(&path);
+        let o = rsend_with(src.image(), &args, list.as_bytes());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{what}: {err}");
+        let said = format!(
+            "rsend: parent snaps/{want} (subvolume {}",
+            src.subvol_id(&format!("snaps/{want}"))
+        );
+        assert!(
+            err.starts_with(&said) && err.lines().next().is_some_and(|l| l.ends_with(&why)),
+            "{what}: wants {said}...: {why}, said:\n{err}"
+        );
+        assert_eq!(
+            stream_parent(&o.stdout).as_deref(),
+            Some(uuid(want).as_str()),
+            "{what}: the stream's SNAPSHOT"
+        );
+        let by_hand = send(&["-q", "-p", &format!("snaps/{want}"), &path]);
+        assert!(
+            o.stdout == by_hand,
+            "{what}: not the stream of -p snaps/{want}"
+        );
+        if !any {
+            receive(&o.stdout, &what);
+        }
+        summary.push(format!("{what}: parent {want}, {} bytes", o.stdout.len()));
+    }
+
+    // -c without -p: within the lineage as well.
+    let o = rsend_with(
+        src.image(),
+        &[
+            "-q",
+            "-c",
+            "snaps/other.2",
+            "-c",
+            "snaps/data.1",
+            "snaps/restore.1",
+        ],
+        b"",
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        stream_parent(&o.stdout).as_deref(),
+        Some(uuid("data.1").as_str()),
+        "-c other.2 -c data.1 restore.1: the parent picked"
+    );
+    let o = rsend_with(
+        src.image(),
+        &["-q", "-c", "snaps/other.2", "snaps/data.3"],
+        b"",
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "-c other.2 data.3: {err}");
+    assert!(
+        err.contains("parent determination failed for snaps/data.3"),
+        "-c other.2 data.3: {err}"
+    );
+    assert!(o.stdout.is_empty());
+
+    // data.2's parent gone from the destination: its parent is unknown,
+    // not none.
+    run(Command::new("btrfs")
+        .args(["-q", "subvolume", "delete"])
+        .arg(dest.dir.join("data.1")));
+    let list = dest.list(&rreceive);
+    let parent_of = |name: &str| {
+        list.lines()
+            .find(|l| l.split('\t').next() == Some(name))
+            .and_then(|l| l.split('\t').nth(3))
+            .map(str::to_owned)
+    };
+    assert_eq!(parent_of("data.2").as_deref(), Some("?"), "{list}");
+    assert_eq!(parent_of("other.1").as_deref(), Some("-"), "{list}");
+    assert_eq!(parent_of("other.2"), Some(uuid("other.1")), "{list}");
+    let json = run(Command::new(&rreceive)
+        .args(["--list", "--json"])
+        .arg(&dest.dir))
+    .stdout;
+    let json = String::from_utf8_lossy(&json);
+    let objects: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let by_name = |name: &str| {
+        objects
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {json}"))
+    };
+    let data2 = by_name("data.2");
+    assert!(
+        data2["incremental"] == true && data2["parent_uuid"].is_null(),
+        "{data2}"
+    );
+    let other1 = by_name("other.1");
+    assert!(
+        other1["incremental"] == false && other1["parent_uuid"].is_null(),
+        "{other1}"
+    );
+    assert_eq!(
+        objects.last(),
+        Some(&serde_json::json!({"end": true, "subvolumes": objects.len() - 1})),
+        "{json}"
+    );
+    println!("{}", summary.join("\n"));
 }

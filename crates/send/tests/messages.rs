@@ -1,9 +1,12 @@
 //! What rsend says and does at its edges (issue 12), run against the built
-//! binary on the incremental fixture image (no root, no mounts): bad `-d`
-//! paths, `-f -`, the spellings of a subvolume path and the top level,
-//! `--parent-from` with the list a real `rreceive --list` printed, the
-//! progress of a `rsend | rreceive` pipeline on one terminal, `--help`,
-//! `--man`, `--completions`, and `-n` on a terminal.
+//! binary on the incremental fixture image (no root, no mounts, but where
+//! said): bad `-d` paths, `-f -`, the spellings of a subvolume path and the
+//! top level, `--parent-from` with the list a real `rreceive --list`
+//! printed (the parent kept to the subvolume sent, `--parent-any`, lists
+//! cut short), the nil uuid as a parent, the progress of a `rsend |
+//! rreceive` pipeline on one terminal, `--help`, `--man`, `--completions`,
+//! and `-n` on a terminal. One test needs root (a full tmpfs under `-f`)
+//! and skips without it.
 //!
 //! Terminals come from util-linux `script`; a test that needs it and does
 //! not find it says so and passes.
@@ -318,7 +321,20 @@ fn destination(img: &Path, root: &Path) -> (PathBuf, String, String) {
         .lines()
         .map(|l| l.rsplit('\t').next().unwrap())
         .collect();
-    assert_eq!(status, ["complete", "complete", "resumable"], "{text_list}");
+    assert_eq!(
+        status,
+        [
+            "complete",
+            "complete",
+            "resumable",
+            "# end of list: 3 subvolumes"
+        ],
+        "{text_list}"
+    );
+    assert!(
+        json_list.ends_with("\n{\"end\":true,\"subvolumes\":3}\n"),
+        "{json_list}"
+    );
     (dest, text_list, json_list)
 }
 
@@ -333,8 +349,8 @@ fn parent_from_picks_the_newest_snapshot_the_destination_holds_complete() {
     std::fs::write(&list_file, &list).unwrap();
     let want = stream(&img, &["-p", "chain.2", "chain.4"]);
     let line = format!(
-        "rsend: parent chain.2 (subvolume {id2}, uuid {uuid2}): the newest of this \
-         filesystem's snapshots the destination holds complete (3 listed there)"
+        "rsend: parent chain.2 (subvolume {id2}, uuid {uuid2}): of the same subvolume as \
+         chain.4, the newest older snapshot the destination holds complete (3 listed there)"
     );
     let runs = [
         (
@@ -386,12 +402,23 @@ fn parent_from_a_list_without_complete_snapshots_sends_in_full() {
     let (_dest, list, _json) = destination(&img, tmp.path());
     let (id4, _, _) = subvol(&img, "chain.4");
     let full = stream(&img, &["chain.4"]);
+    // What rreceive --list prints for an empty destination.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let o = Command::new(rreceive_bin())
+        .arg("--list")
+        .arg(&empty)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "# end of list: 0 subvolumes\n");
     let only_incomplete: String = list
         .lines()
-        .filter(|l| !l.ends_with("\tcomplete"))
+        .filter(|l| l.ends_with("\tresumable"))
         .map(|l| format!("{l}\n"))
+        .chain(["# end of list: 1 subvolume\n".to_string()])
         .collect();
-    for (input, listed) in [(String::new(), 0), (only_incomplete, 1)] {
+    for (input, listed) in [(text(&o.stdout), 0), (only_incomplete, 1)] {
         let o = rsend_with_input(
             &img,
             &[os("--parent-from"), os("-"), os("chain.4")],
@@ -444,24 +471,35 @@ fn parent_from_a_list_it_cannot_read_names_the_line() {
     let img = image(tmp.path());
     let (_, _, uuid1) = subvol(&img, "chain.1");
     let good = format!("chain.1\t{uuid1}\t470\t-\tcomplete");
+    let end = |n: usize| format!("# end of list: {n} subvolumes\n");
+    let json_end = "{\"end\":true,\"subvolumes\":1}\n";
     let cases = [
+        (format!("{good}\n\nfoo bar\n{}", end(2)), 3, "\"foo bar\""),
+        // rreceive prints no comments: a line starting with # is a name.
+        (format!("# a comment\n{good}\n{}", end(2)), 1, "# a comment"),
         (
-            format!("# a comment\n\n{good}\nfoo bar\n"),
-            4,
-            "\"foo bar\"",
-        ),
-        (
-            format!("{good}\nchain.2\tnot-a-uuid\t473\t-\tcomplete\n"),
+            format!("{good}\nchain.2\tnot-a-uuid\t473\t-\tcomplete\n{}", end(2)),
             2,
             "",
         ),
-        (format!("{good}\nchain.2\t{uuid1}\t473\t-\tmaybe\n"), 2, ""),
         (
-            "{\"name\":\"chain.1\",\"complete\":true}\n".to_string(),
+            format!("{good}\nchain.2\t{uuid1}\t473\t-\tmaybe\n{}", end(2)),
+            2,
+            "",
+        ),
+        (
+            format!("{{\"name\":\"chain.1\",\"complete\":true}}\n{json_end}"),
             1,
             "",
         ),
-        ("{\"name\": broken\n".to_string(), 1, ""),
+        (format!("{{\"name\": broken\n{json_end}"), 1, ""),
+        // An end line that is not one.
+        (format!("{good}\n# end of list: two subvolumes\n"), 2, ""),
+        (
+            format!("{good}\n{{\"end\":false,\"subvolumes\":1}}\n"),
+            2,
+            "",
+        ),
     ];
     for (list, n, shown) in cases {
         let o = rsend_with_input(
@@ -482,6 +520,279 @@ fn parent_from_a_list_it_cannot_read_names_the_line() {
         );
         assert!(err.contains(shown));
     }
+}
+
+/// Receives `data` (a stream) into `dest` with rreceive.
+fn receive_into(dest: &Path, data: &[u8]) {
+    let mut child = Command::new(rreceive_bin())
+        .arg("-q")
+        .arg(dest)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(data).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+}
+
+/// `rreceive --list [--json] DEST`.
+fn rreceive_list(dest: &Path, json: bool) -> String {
+    let mut c = Command::new(rreceive_bin());
+    c.arg("--list");
+    if json {
+        c.arg("--json");
+    }
+    let o = c.arg(dest).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+#[test]
+fn parent_from_keeps_to_the_snapshots_of_the_subvolume_sent() {
+    // The fixture's subvolumes each have two snapshots, X.p and X.c (made
+    // in that order); chain has chain.0 to chain.5. The destination holds
+    // chain.1, chain.2 (the newest of all), chain.3 cut off, and
+    // new_files.p and changed_files.p.
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let (dest, _, _) = destination(&img, tmp.path());
+    for snap in ["new_files.p", "changed_files.p"] {
+        receive_into(&dest, &stream(&img, &[snap]));
+    }
+    let list_file = tmp.path().join("list.txt");
+    std::fs::write(&list_file, rreceive_list(&dest, false)).unwrap();
+    let json_file = tmp.path().join("list.json");
+    std::fs::write(&json_file, rreceive_list(&dest, true)).unwrap();
+    let chain2 = "the newest of this filesystem's snapshots the destination holds complete, \
+                  of any subvolume (5 listed there; --parent-any)";
+    let kin = |snap: &str| {
+        format!(
+            "of the same subvolume as {snap}, the newest older snapshot the destination holds \
+             complete (5 listed there)"
+        )
+    };
+    // snapshot, --parent-any, the parent wanted (None: a full send), why
+    let cases: [(&str, bool, Option<&str>, String); 9] = [
+        (
+            "new_files.c",
+            false,
+            Some("new_files.p"),
+            kin("new_files.c"),
+        ),
+        (
+            "changed_files.c",
+            false,
+            Some("changed_files.p"),
+            kin("changed_files.c"),
+        ),
+        ("chain.4", false, Some("chain.2"), kin("chain.4")),
+        (
+            "deleted_files.c",
+            false,
+            None,
+            "the destination holds no snapshot of the same subvolume as deleted_files.c \
+             complete (5 listed there; 4 of other subvolumes, which --parent-any would take)"
+                .into(),
+        ),
+        (
+            "chain.0",
+            false,
+            None,
+            "the destination holds no older snapshot of the same subvolume as chain.0 complete \
+             (5 listed there; 2 newer ones)"
+                .into(),
+        ),
+        ("new_files.c", true, Some("chain.2"), chain2.into()),
+        ("deleted_files.c", true, Some("chain.2"), chain2.into()),
+        ("chain.0", true, Some("chain.2"), chain2.into()),
+        ("chain.4", true, Some("chain.2"), chain2.into()),
+    ];
+    for (snap, any, want, why) in cases {
+        let (id, _, _) = subvol(&img, snap);
+        let expected = match want {
+            Some(p) => stream(&img, &["-p", p, snap]),
+            None => stream(&img, &[snap]),
+        };
+        let said = match want {
+            Some(p) => {
+                let (pid, _, puuid) = subvol(&img, p);
+                format!("rsend: parent {p} (subvolume {pid}, uuid {puuid}): {why}\n")
+            }
+            None => format!("rsend: {why}: sending {snap} (subvolume {id}) in full\n"),
+        };
+        for list in [&list_file, &json_file] {
+            let what = format!("{snap} any={any} {}", list.display());
+            let mut args = vec![os("--parent-from"), list.as_os_str()];
+            if any {
+                args.push(os("--parent-any"));
+            }
+            args.push(os(snap));
+            let o = rsend(&img, &args);
+            let err = text(&o.stderr);
+            assert!(o.status.success(), "{what}: {err}");
+            assert!(
+                err.starts_with(&said),
+                "{what}: wants {said:?}, said {err:?}"
+            );
+            let unrelated = want.is_some_and(|p| p.split('.').next() != snap.split('.').next());
+            assert_eq!(
+                err.contains("is not related"),
+                unrelated,
+                "{what}: a warning only for a parent of another subvolume: {err}"
+            );
+            assert!(o.stdout == expected, "{what}: not the stream of {want:?}");
+        }
+    }
+    // --parent-any means nothing without --parent-from.
+    let o = rsend(&img, &[os("--parent-any"), os("chain.4")]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn parent_from_refuses_a_list_cut_short_or_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let (_dest, list, json) = destination(&img, tmp.path());
+    let lines: Vec<&str> = list.lines().collect();
+    let json_lines: Vec<&str> = json.lines().collect();
+    assert_eq!(lines.len(), 4, "{list}");
+    let keep = |l: &[&str]| l.iter().map(|l| format!("{l}\n")).collect::<String>();
+    let cut = |rest: &str| {
+        format!(
+            "the destination's listing is missing or cut short (no end line from rreceive \
+             --list; {rest}): not sending, to avoid a full send by mistake"
+        )
+    };
+    let cases = [
+        ("an empty file", String::new(), cut("the list is empty")),
+        (
+            "the end line dropped",
+            keep(&lines[..3]),
+            cut("it stops at line 3"),
+        ),
+        (
+            "the JSON end line dropped",
+            keep(&json_lines[..3]),
+            cut("it stops at line 3"),
+        ),
+        (
+            "cut in the middle of a line",
+            format!("{}{}", keep(&lines[..1]), &lines[1][..20]),
+            cut("it stops at line 2"),
+        ),
+        (
+            "a line lost",
+            keep(&[lines[0], lines[2], lines[3]]),
+            "the destination's listing is cut short: its end line (line 3) counts 3 \
+             subvolumes and 2 are listed: not sending, to avoid a full send by mistake"
+                .to_string(),
+        ),
+        (
+            "two lists",
+            format!("{list}{list}"),
+            "the destination's listing goes on after its end line (line 4 of 8): not \
+             sending, to avoid a full send by mistake"
+                .to_string(),
+        ),
+    ];
+    let out = tmp.path().join("out.stream");
+    for (what, input, msg) in cases {
+        let file = tmp.path().join("list.txt");
+        std::fs::write(&file, &input).unwrap();
+        let from_file = rsend(
+            &img,
+            &[
+                os("--parent-from"),
+                file.as_os_str(),
+                os("-f"),
+                out.as_os_str(),
+                os("chain.4"),
+            ],
+        );
+        let from_stdin = rsend_with_input(
+            &img,
+            &[os("--parent-from"), os("-"), os("chain.4")],
+            input.as_bytes(),
+        );
+        for o in [from_file, from_stdin] {
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{what}: {err}");
+            assert_eq!(err, format!("rsend: error: {msg}\n"), "{what}");
+            assert!(o.stdout.is_empty(), "{what}: wrote a stream");
+            assert!(!out.exists(), "{what}: made the stream file");
+        }
+    }
+}
+
+#[test]
+fn the_nil_uuid_names_no_parent_or_clone_source() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let nil = "00000000-0000-0000-0000-000000000000";
+    // Every snapshot of the fixture has the nil uuid as its received uuid:
+    // the lookup by uuid must not take one of them for it.
+    let fs = Filesystem::open(std::slice::from_ref(&img)).unwrap();
+    assert!(fs
+        .subvolumes()
+        .unwrap()
+        .iter()
+        .any(|s| s.received_uuid.is_nil()));
+    assert!(matches!(
+        fs.find_subvolume(&SubvolSelector::Uuid(uuid::Uuid::nil())),
+        Err(btrfs_disk::error::Error::NoSubvolume(_))
+    ));
+    let out = tmp.path().join("out.stream");
+    for (flag, value, role) in [
+        ("-p", nil, "parent"),
+        ("--parent", "00000000000000000000000000000000", "parent"),
+        ("-c", nil, "clone source"),
+    ] {
+        let o = rsend(
+            &img,
+            &[
+                os(flag),
+                os(value),
+                os("-f"),
+                out.as_os_str(),
+                os("chain.4"),
+            ],
+        );
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{flag} {value}: {err}");
+        assert_eq!(
+            err,
+            format!(
+                "rsend: error: {role} {nil}: the nil uuid names no subvolume (it is the received \
+                 uuid of every subvolume that was never received); give the {role}'s path, id or \
+                 uuid\n"
+            ),
+            "{flag} {value}"
+        );
+        assert!(!out.exists(), "{flag} {value}: made the stream file");
+    }
+}
+
+#[test]
+fn a_full_disk_under_the_stream_file_is_named() {
+    if !testkit::kernel_available("a_full_disk_under_the_stream_file_is_named") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    // 64 KiB (the later size= wins); chain.1's stream is 100 KB.
+    let full = testkit::Tmpfs::new(1, "size=64k");
+    let out = full.mnt().join("chain.1.stream");
+    let o = rsend(&img, &[os("-q"), os("-f"), out.as_os_str(), os("chain.1")]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stderr),
+        format!(
+            "rsend: error: writing the stream to {}: No space left on device\n",
+            out.display()
+        )
+    );
 }
 
 #[test]
@@ -583,7 +894,7 @@ fn a_pipeline_on_one_terminal_leaves_the_bar_to_rsend() {
         .output()
         .unwrap();
     assert!(
-        text(&list.stdout).ends_with("\tcomplete\n"),
+        text(&list.stdout).ends_with("\tcomplete\n# end of list: 1 subvolume\n"),
         "{}",
         text(&list.stdout)
     );
