@@ -33,15 +33,20 @@ reaches (orphans with no links) are not seen at all.
   and one linked per gained name (NEW path).
 - identity in both: what = those of data (regular files: content or size),
   mode (st_mode & 0o7777, not for symlinks), owner (uid or gid), xattrs (all
-  names and values), mtime (st_mtime_ns), target (symlinks), rdev (char and
-  block devices) that differ; atime and ctime never count.  If any, one
-  modified record per path in NEW.
+  names and values), flags (files and directories: the inode flags
+  FS_IOC_GETFLAGS gives, of those chattr sets: sync, immutable, append,
+  nodump, noatime, compress, nocow, nocompress, dirsync), mtime
+  (st_mtime_ns), target (symlinks), rdev (char and block devices) that
+  differ; atime and ctime never count.  If any, one modified record per path
+  in NEW.
 - type is the NEW inode's, the OLD one's for deleted and unlinked.
 
 Standard library only.
 """
 
 import argparse
+import array
+import fcntl
 import hashlib
 import json
 import os
@@ -51,6 +56,13 @@ import subprocess
 import sys
 
 CHUNK = 1 << 20
+
+# FS_IOC_GETFLAGS: _IOR('f', 1, long), which moves an int.
+FS_IOC_GETFLAGS = (2 << 30) | (array.array("l").itemsize << 16) | (ord("f") << 8) | 1
+# FS_SYNC_FL | FS_IMMUTABLE_FL | FS_APPEND_FL | FS_NODUMP_FL | FS_NOATIME_FL |
+# FS_COMPR_FL | FS_NOCOW_FL | FS_NOCOMP_FL | FS_DIRSYNC_FL: what chattr sets
+# on btrfs (not FS_VERITY_FL, which fs-verity sets).
+CHATTR_FLAGS = 0x8 | 0x10 | 0x20 | 0x40 | 0x80 | 0x4 | 0x00800000 | 0x400 | 0x10000
 
 RANK = {"deleted": 0, "unlinked": 1, "renamed": 2, "created": 3, "linked": 4, "modified": 5}
 
@@ -111,7 +123,7 @@ def generations(device, rootid):
 
 class Inode:
     __slots__ = ("ino", "paths", "names", "type", "perm", "uid", "gid", "mtime_ns",
-                 "size", "rdev", "xattrs", "target", "abspath", "_sha")
+                 "size", "rdev", "xattrs", "flags", "target", "abspath", "_sha")
 
     def __init__(self, st, abspath):
         self.ino = st.st_ino
@@ -131,6 +143,7 @@ class Inode:
         self.xattrs = {n: os.getxattr(abspath, n, follow_symlinks=False)
                        for n in os.listxattr(abspath, follow_symlinks=False)}
         self.target = os.readlink(abspath) if self.type == "symlink" else None
+        self.flags = inode_flags(abspath, self.type)
         self._sha = None
 
     def sha256(self):
@@ -148,6 +161,23 @@ class Inode:
                 os.close(fd)
             self._sha = h.digest()
         return self._sha
+
+
+def inode_flags(abspath, typ):
+    """The chattr flags of a file or directory (FS_IOC_GETFLAGS); None for
+    other types (chattr cannot set any on them)."""
+    if typ not in ("file", "dir"):
+        return None
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOATIME", 0)
+    if typ == "dir":
+        flags |= os.O_DIRECTORY
+    fd = os.open(abspath, flags)
+    try:
+        buf = array.array("i", [0])
+        fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
+    finally:
+        os.close(fd)
+    return buf[0] & CHATTR_FLAGS
 
 
 def walk(root, device):
@@ -229,6 +259,8 @@ def changes(old, new):
             what.append("owner")
         if o.xattrs != n.xattrs:
             what.append("xattrs")
+        if o.flags != n.flags:
+            what.append("flags")
         if o.mtime_ns != n.mtime_ns:
             what.append("mtime")
         if n.type == "symlink" and o.target != n.target:

@@ -10,8 +10,9 @@
 //!   deleted at every old name, created at every new one;
 //! - in both: its names (parent directory, that directory's generation,
 //!   name) lost and gained are one rename when exactly one went and one
-//!   came, else unlinks and links; its attributes are compared, and its
-//!   data only where an EXTENT_DATA item differs. Bytes are proven equal
+//!   came, else unlinks and links; its attributes (inode flags as `chattr`
+//!   shows them among them) are compared, and its data only where an
+//!   EXTENT_DATA item differs. Bytes are proven equal
 //!   the cheap way first: the same extent at the same place, then equal
 //!   data checksums when the filesystem's checksum is collision-resistant
 //!   (sha256, blake2b), else by reading both. A dedupe, defrag, reflink of
@@ -34,6 +35,7 @@ use btrfs_disk::fs::Filesystem;
 use btrfs_disk::items::{key_type, objectid, Compression, ExtentKind, FileExtentItem, InodeItem};
 use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::{Key, Tree};
+use btrfs_stream::fileattr;
 
 pub(crate) type Result<T> = std::result::Result<T, Stop>;
 
@@ -402,6 +404,13 @@ impl<'fs> Lister<'_, 'fs> {
             b.sort();
             w.add_if(a != b, What::Xattrs);
         }
+        // Only files and directories can have inode flags set (chattr
+        // refuses the rest); the bits compared are those chattr shows.
+        w.add_if(
+            matches!(ft, FileType::File | FileType::Dir)
+                && fileattr::fs_flags(o.flags) != fileattr::fs_flags(n.flags),
+            What::Flags,
+        );
         w.add_if(
             (o.mtime.sec, o.mtime.nsec) != (n.mtime.sec, n.mtime.nsec),
             What::Mtime,

@@ -802,6 +802,8 @@ pub struct CompareArgs {
     pub json: bool,
     /// Print no progress bar.
     pub quiet: bool,
+    /// Kinds of difference `--verify` leaves out (`--ignore`).
+    pub ignore: crate::verify::Ignore,
 }
 
 /// Opens the filesystem on `devices` for a send, a listing or a verify,
@@ -894,7 +896,7 @@ pub fn verify(args: &CompareArgs, dir: &std::path::Path) -> anyhow::Result<bool>
                 }
             });
         }
-        crate::verify::verify(&fs, &sv, dir, progress.as_ref())
+        crate::verify::verify(&fs, &sv, dir, args.ignore, progress.as_ref())
     });
     if let Some(p) = &progress {
         p.finish();

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 use rsend::cli::SendArgs;
 use rsend::cli::SubvolSelector;
+use rsend::verify::Ignore;
 
 /// Real jobs, shown at the end of `--help` and in the man page.
 const EXAMPLES: &str = "\
@@ -146,9 +147,11 @@ struct Args {
     /// One line per change, sorted by path: `+ PATH` created, `- PATH`
     /// deleted, `R FROM TO` renamed, `L PATH` a hard link gained, `U PATH`
     /// one lost, `M PATH WHAT` modified (WHAT from data, mode, owner,
-    /// xattrs, mtime, target, rdev; data only when the bytes differ, not
-    /// when only the extent layout did), tab-separated, names escaped as
-    /// rdump escapes them. Without -p every inode is listed as created.
+    /// xattrs, flags, mtime, target, rdev; data only when the bytes
+    /// differ, not when only the extent layout did; flags: the inode flags
+    /// chattr sets, such as immutable, append-only, nodump, nocow and
+    /// compression), tab-separated, names escaped as rdump escapes them.
+    /// Without -p every inode is listed as created.
     /// It reads what an incremental send would read, and no unchanged data.
     #[arg(long, conflicts_with_all = ["verify", "dry_run", "file", "resume", "parent_from", "clone_src", "list"])]
     changes: bool,
@@ -158,13 +161,35 @@ struct Args {
     ///
     /// One line per difference, sorted by path: `- PATH` missing from the
     /// copy, `+ PATH` extra in the copy, `M PATH WHAT` differs (WHAT from
-    /// data, type, mode, owner, xattrs, mtime, target, rdev, links). Data
-    /// is compared byte for byte: where the snapshot's checksums cover a
-    /// block, only the copy's block is read and hashed. The copy is only
-    /// read (never written, symlinks never followed). Exit code 0 when
-    /// identical, 1 when the copy differs or on an error.
+    /// data, type, mode, owner, xattrs, flags, mtime, target, rdev, links).
+    /// Data is compared byte for byte: where the snapshot's checksums cover
+    /// a block, only the copy's block is read and hashed. Inode flags
+    /// (chattr) count only where the copy's filesystem can hold them. The
+    /// copy is only read (never written, symlinks never followed). Exit
+    /// code 0 when identical, 1 when the copy differs or on an error.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["dry_run", "file", "resume", "parent_from", "clone_src", "parent", "parent_id", "list"])]
     verify: Option<PathBuf>,
+
+    /// With --verify: neither compare nor list these kinds of difference
+    /// (comma-separated, repeatable)
+    ///
+    /// KIND is a WHAT of --verify (data, type, mode, owner, xattrs, flags,
+    /// mtime, target, rdev, links), `missing` or `extra`. `--ignore links`
+    /// for a copy made by `rreceive --link`: its unchanged files are hard
+    /// links shared with the copy it was made from, so their link counts
+    /// differ. `--ignore flags` for a copy made by a receive (a stream
+    /// carries a file's inode flags only when they change in an
+    /// incremental one, and `btrfs receive` drops even those), rsync or cp.
+    #[arg(
+        long,
+        value_name = "KIND[,KIND...]",
+        value_delimiter = ',',
+        requires = "verify",
+        conflicts_with = "changes",
+        value_parser = clap::builder::PossibleValuesParser::new(rsend::verify::Ignore::KINDS),
+        hide_possible_values = true
+    )]
+    ignore: Vec<String>,
 
     /// With --changes or --verify: one JSON object per line
     #[arg(long)]
@@ -222,6 +247,11 @@ fn main() -> ExitCode {
                 .or(args.parent_id.map(SubvolSelector::Id)),
             json: args.json,
             quiet: args.quiet,
+            ignore: args.ignore.iter().fold(Ignore::default(), |mut i, k| {
+                // clap lets only the names of Ignore::KINDS through.
+                i.add(k);
+                i
+            }),
         };
         match &args.verify {
             Some(dir) => match rsend::cli::verify(&c, dir) {

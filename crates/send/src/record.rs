@@ -73,6 +73,9 @@ pub enum What {
     Owner,
     /// Extended attributes (names or values).
     Xattrs,
+    /// Inode flags (`chattr`: immutable, append-only, nodump, nocow,
+    /// compression, ...).
+    Flags,
     /// Modification time.
     Mtime,
     /// A symlink's target.
@@ -85,12 +88,13 @@ pub enum What {
 
 impl What {
     /// Every attribute, in the order records list them.
-    pub const ALL: [What; 9] = [
+    pub const ALL: [What; 10] = [
         What::Data,
         What::Type,
         What::Mode,
         What::Owner,
         What::Xattrs,
+        What::Flags,
         What::Mtime,
         What::Target,
         What::Rdev,
@@ -105,6 +109,7 @@ impl What {
             What::Mode => "mode",
             What::Owner => "owner",
             What::Xattrs => "xattrs",
+            What::Flags => "flags",
             What::Mtime => "mtime",
             What::Target => "target",
             What::Rdev => "rdev",
@@ -135,6 +140,10 @@ impl WhatSet {
     /// Whether `w` is in the set.
     pub fn has(self, w: What) -> bool {
         self.0 & w.bit() != 0
+    }
+    /// The members not in `other`.
+    pub fn without(self, other: WhatSet) -> WhatSet {
+        WhatSet(self.0 & !other.0)
     }
     /// Whether nothing is.
     pub fn is_empty(self) -> bool {

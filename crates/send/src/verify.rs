@@ -5,8 +5,11 @@
 //! Both trees are walked together, directory by directory. A path only in
 //! the snapshot is missing, one only in the copy is extra (whole subtrees
 //! are listed); a path in both is compared by type, permission bits,
-//! owner, extended attributes, mtime, symlink target, device number, hard
-//! links (link count, and which paths share an inode) and data.
+//! owner, extended attributes, inode flags, mtime, symlink target, device
+//! number, hard links (link count, and which paths share an inode) and
+//! data. Kinds of difference a caller expects ([`Ignore`], such as the
+//! link counts of a copy made with hard links to an older one) are neither
+//! compared nor listed.
 //!
 //! Data is compared for real. Where the snapshot's checksum tree covers a
 //! sector of an uncompressed extent, the copy's sector is hashed with the
@@ -23,6 +26,12 @@
 //! `noatime`: readlink(2) has no flag against it.) rreceive's own state
 //! (`user.rreceive.*` xattrs) on the copy's root is not content; `btrfs.*`
 //! xattrs (btrfs properties) only count when the copy is on btrfs.
+//!
+//! Inode flags (`chattr`) are compared as `FS_IOC_GETFLAGS` shows them, on
+//! files and directories, and only those the copy's filesystem can hold
+//! (nocow, nocompress and compression only on btrfs; see `flags_held`).
+//! On a filesystem without inode flags (the ioctl is not there) they are
+//! not compared, and that is said once.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
@@ -43,6 +52,9 @@ use btrfs_disk::fs::Filesystem;
 use btrfs_disk::items::{key_type, objectid, Compression};
 use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::Tree;
+use btrfs_stream::fileattr::{
+    self, FS_APPEND_FL, FS_DIRSYNC_FL, FS_IMMUTABLE_FL, FS_NOATIME_FL, FS_NODUMP_FL, FS_SYNC_FL,
+};
 
 /// File bytes compared per read.
 const CHUNK: u64 = 1 << 20;
@@ -56,6 +68,46 @@ const ACL_ACCESS: &[u8] = b"system.posix_acl_access";
 const ACL_DEFAULT: &[u8] = b"system.posix_acl_default";
 /// An empty POSIX ACL as getxattr returns it (header, version 2).
 const EMPTY_ACL: [u8; 4] = [2, 0, 0, 0];
+
+/// Kinds of difference a verify is told to leave out (`--ignore`): they
+/// are neither compared nor listed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ignore {
+    /// Attributes not compared.
+    pub what: WhatSet,
+    /// Paths missing from the copy are not listed.
+    pub missing: bool,
+    /// Paths extra in the copy are not listed.
+    pub extra: bool,
+}
+
+impl Ignore {
+    /// The names of the kinds: every WHAT of a record, `missing` and
+    /// `extra`.
+    pub const KINDS: [&'static str; 12] = [
+        "data", "type", "mode", "owner", "xattrs", "flags", "mtime", "target", "rdev", "links",
+        "missing", "extra",
+    ];
+
+    /// Adds the kind `name` (one of [`Ignore::KINDS`]); false for another
+    /// name.
+    pub fn add(&mut self, name: &str) -> bool {
+        match name {
+            "missing" => self.missing = true,
+            "extra" => self.extra = true,
+            _ => match What::ALL.into_iter().find(|w| w.name() == name) {
+                Some(w) => self.what.add(w),
+                None => return false,
+            },
+        }
+        true
+    }
+
+    /// Whether `w` is compared.
+    fn checks(self, w: What) -> bool {
+        !self.what.has(w)
+    }
+}
 
 /// Everything that can stop a verify (a difference does not).
 #[derive(Debug, thiserror::Error)]
@@ -95,11 +147,13 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
-/// Compares snapshot `sv` with the copy in `dir`.
+/// Compares snapshot `sv` with the copy in `dir`, leaving out what
+/// `ignore` names.
 pub fn verify(
     fs: &Filesystem,
     sv: &Subvolume,
     dir: &Path,
+    ignore: Ignore,
     progress: Option<&Progress>,
 ) -> Result<Report, VerifyError> {
     let bad_dir = |reason: String| VerifyError::Dir {
@@ -112,7 +166,8 @@ pub fn verify(
     }
     // DIR itself may be reached through a symlink; nothing below it is.
     let dir = &std::fs::canonicalize(dir).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
-    open_copy(Place::path(dir), true).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
+    let root_fd =
+        open_copy(Place::path(dir), true).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
     let fs_type = nix::sys::statfs::statfs(dir).map(|s| s.filesystem_type());
     let on_btrfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::BTRFS_SUPER_MAGIC);
     let on_xfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::XFS_SUPER_MAGIC);
@@ -125,7 +180,13 @@ pub fn verify(
         report: Report::default(),
         on_btrfs,
         on_xfs,
-        xattrs: true,
+        ignore,
+        xattrs: ignore.checks(What::Xattrs),
+        flags_held: if ignore.checks(What::Flags) {
+            fs_type.map_or(0, flags_held)
+        } else {
+            0
+        },
         snap_links: HashMap::new(),
         copy_links: HashMap::new(),
         ino: 0,
@@ -140,11 +201,21 @@ pub fn verify(
         },
     };
     // A filesystem without extended attributes lists none, so ask for one.
-    if let Err(e) = xattr::get(dir, "user.rsend.probe") {
-        if e.raw_os_error() == Some(libc::ENOTSUP) {
-            v.no_xattrs();
+    if v.xattrs {
+        if let Err(e) = xattr::get(dir, "user.rsend.probe") {
+            if e.raw_os_error() == Some(libc::ENOTSUP) {
+                v.no_xattrs();
+            }
         }
     }
+    if v.flags_held != 0 {
+        if let Err(e) = rustix::fs::ioctl_getflags(&root_fd) {
+            if no_flags(e) {
+                v.no_flags();
+            }
+        }
+    }
+    drop(root_fd);
     v.run()?;
     let mut report = v.report;
     record::sort(&mut report.records);
@@ -160,8 +231,14 @@ struct Verifier<'a, 'fs> {
     report: Report,
     on_btrfs: bool,
     on_xfs: bool,
-    /// Whether the copy's filesystem has extended attributes.
+    /// What is not compared.
+    ignore: Ignore,
+    /// Whether extended attributes are compared (not ignored, and the
+    /// copy's filesystem has them).
     xattrs: bool,
+    /// The inode flags (`FS_*_FL`) compared: those the copy's filesystem
+    /// holds, none when ignored.
+    flags_held: u32,
     /// Hard-linked snapshot inodes: the copy's (dev, ino) first seen for each.
     snap_links: HashMap<u64, (u64, u64)>,
     /// Hard-linked copy inodes: the snapshot inode first seen for each.
@@ -248,7 +325,9 @@ impl<'d> Place<'d> {
 /// following a symlink and, where allowed, without updating its atime.
 fn open_copy(at: Place, dir: bool) -> io::Result<OwnedFd> {
     use rustix::fs::OFlags;
-    let mut flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    // NONBLOCK: a fifo put in a file's place meanwhile must not hang the
+    // open (it changes nothing for files and directories).
+    let mut flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
     if dir {
         flags |= OFlags::DIRECTORY;
     }
@@ -258,6 +337,33 @@ fn open_copy(at: Place, dir: bool) -> io::Result<OwnedFd> {
         r => r,
     }
     .map_err(io::Error::from)
+}
+
+/// Whether a failed `FS_IOC_GETFLAGS` means the filesystem has no inode
+/// flags (ramfs, NFS, tmpfs before Linux 6.0, ...).
+fn no_flags(e: rustix::io::Errno) -> bool {
+    use rustix::io::Errno;
+    e == Errno::NOTTY || e == Errno::OPNOTSUPP
+}
+
+/// The inode flags (`FS_*_FL`, of those a FILEATTR carries) a filesystem
+/// of type `t` holds: all on btrfs; elsewhere not nocow, nocompress or
+/// compression, which mean something else or nothing there.
+fn flags_held(t: nix::sys::statfs::FsType) -> u32 {
+    use nix::sys::statfs::{BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, TMPFS_MAGIC, XFS_SUPER_MAGIC};
+    let common = FS_IMMUTABLE_FL | FS_APPEND_FL | FS_NODUMP_FL;
+    if t == BTRFS_SUPER_MAGIC {
+        fileattr::FS_FLAGS
+    } else if t == EXT4_SUPER_MAGIC {
+        // ext2 and ext3 too: they share the magic number.
+        common | FS_SYNC_FL | FS_NOATIME_FL | FS_DIRSYNC_FL
+    } else if t == XFS_SUPER_MAGIC {
+        common | FS_SYNC_FL | FS_NOATIME_FL
+    } else if t == TMPFS_MAGIC {
+        common | FS_NOATIME_FL
+    } else {
+        common
+    }
 }
 
 /// The copy's path for `rel` (relative to the snapshot root).
@@ -319,7 +425,17 @@ impl Verifier<'_, '_> {
             .map_err(|e| self.snap_err(e))
     }
 
+    /// Lists a difference, unless its kind is ignored.
     fn push(&mut self, change: Change, path: Vec<u8>, ft: FileType, what: WhatSet) {
+        let what = what.without(self.ignore.what);
+        let listed = match change {
+            Change::Missing => !self.ignore.missing,
+            Change::Extra => !self.ignore.extra,
+            _ => !what.is_empty(),
+        };
+        if !listed {
+            return;
+        }
         self.report.records.push(Record {
             change,
             path,
@@ -499,6 +615,13 @@ impl Verifier<'_, '_> {
         if self.xattrs && !self.same_xattrs(&inode, rel)? {
             w.add(What::Xattrs);
         }
+        // The file, opened once for its flags and its data.
+        let mut file = None;
+        if self.flags_held != 0 && matches!(ft, FileType::File | FileType::Dir) {
+            let (same, f) = self.same_flags(&inode, rel, at, ft)?;
+            w.add_if(!same, What::Flags);
+            file = f;
+        }
         w.add_if(
             md.mtime != (inode.mtime.sec, i64::from(inode.mtime.nsec)),
             What::Mtime,
@@ -525,22 +648,62 @@ impl Verifier<'_, '_> {
             }
             _ => {}
         }
-        if ft != FileType::Dir && !self.same_links(&inode, md) {
+        if ft != FileType::Dir && self.ignore.checks(What::Links) && !self.same_links(&inode, md) {
             w.add(What::Links);
         }
         if ft == FileType::File
+            && self.ignore.checks(What::Data)
             && (md.size != inode.size
                 || (inode.size > 0
                     && !self
                         .check
-                        .same_data(&inode, rel, at, &mut self.report.bytes)?))
+                        .same_data(&inode, rel, at, file, &mut self.report.bytes)?))
         {
             w.add(What::Data);
         }
-        if !w.is_empty() {
-            self.push(Change::Differs, rel.to_vec(), ft, w);
-        }
+        self.push(Change::Differs, rel.to_vec(), ft, w);
         Ok(ft == FileType::Dir)
+    }
+
+    /// Whether the copy's file or directory `rel` (found `at`) has the
+    /// inode flags of the snapshot's, of those its filesystem holds; and a
+    /// file, opened for that, to read its data from.
+    fn same_flags(
+        &mut self,
+        inode: &Inode,
+        rel: &[u8],
+        at: Place,
+        ft: FileType,
+    ) -> Result<(bool, Option<File>), VerifyError> {
+        let fd = match open_copy(at, ft == FileType::Dir) {
+            Ok(fd) => fd,
+            // Unreadable to this user: its flags cannot be asked for (its
+            // data, if any, fails to be read on its own).
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Ok((true, None)),
+            Err(e) => return Err(self.copy_err(rel)(e)),
+        };
+        let copy = match rustix::fs::ioctl_getflags(&fd) {
+            Ok(f) => f.bits(),
+            Err(e) if no_flags(e) => {
+                self.no_flags();
+                return Ok((true, None));
+            }
+            Err(e) => return Err(self.copy_err(rel)(e.into())),
+        };
+        let snap = fileattr::fs_flags(inode.flags);
+        let same = (snap ^ copy) & self.flags_held == 0;
+        Ok((same, (ft == FileType::File).then(|| File::from(fd))))
+    }
+
+    /// Stops comparing inode flags: the copy's filesystem has none.
+    fn no_flags(&mut self) {
+        if self.flags_held != 0 {
+            self.flags_held = 0;
+            self.report.notes.push(format!(
+                "the copy's filesystem at {} has no inode flags; they are not compared",
+                self.root.display()
+            ));
+        }
     }
 
     /// Whether the copy's link count and link groups match the snapshot's.
@@ -625,16 +788,21 @@ struct DataCheck<'a, 'fs> {
 }
 
 impl DataCheck<'_, '_> {
-    /// Whether the copy's file `rel` (of the same size, found `at`) holds the snapshot file's bytes; adds the bytes read to
-    /// `bytes`.
+    /// Whether the copy's file `rel` (of the same size, found `at`, or
+    /// already open as `file`) holds the snapshot file's bytes; adds the
+    /// bytes read to `bytes`.
     fn same_data(
         &mut self,
         inode: &Inode,
         rel: &[u8],
         at: Place,
+        file: Option<File>,
         bytes: &mut u64,
     ) -> Result<bool, VerifyError> {
-        let file = File::from(open_copy(at, false).map_err(copy_error(self.root, rel))?);
+        let file = match file {
+            Some(f) => f,
+            None => File::from(open_copy(at, false).map_err(copy_error(self.root, rel))?),
+        };
         let mut bufs = std::mem::take(&mut self.bufs);
         bufs.copy.resize(CHUNK as usize, 0);
         let mut cmp = FileCompare {

@@ -12,7 +12,9 @@
 //!   here (crc32c and sha256 checksums) a dedupe, a defrag, a
 //!   recompression, a reflink of equal data and a rewrite with the same
 //!   bytes are no data change, while a same-size rewrite with its mtime
-//!   put back is one, as the oracle says.
+//!   put back is one, as the oracle says; inode flags set or cleared with
+//!   chattr (immutable, nodump, noatime, append-only, nocow, compression)
+//!   are a `flags` change, as the oracle's FS_IOC_GETFLAGS says.
 
 mod common;
 
@@ -247,15 +249,16 @@ fn committed_listings_are_what_the_oracle_says_on_this_kernel() {
 
 /// Builds parent and child snapshots on a fresh btrfs (`mkfs` args), with
 /// `setup` then `change` run in the top level; returns the oracle's and
-/// rsend's listings (from the image file, unmounted), after checking that
-/// each of `relaid` has another extent layout in the child.
+/// rsend's listings (from the image file, unmounted; rsend's also as
+/// text), after checking that each of `relaid` has another extent layout
+/// in the child.
 fn live_listing(
     mkfs: &[&str],
     opts: &str,
     setup: &str,
     change: &str,
     relaid: &[&str],
-) -> (String, String) {
+) -> (String, String, String) {
     let mut fs = BtrfsImage::new(512, mkfs, opts);
     sh(fs.mnt(), setup);
     sh(fs.mnt(), "sync");
@@ -282,7 +285,13 @@ fn live_listing(
     fs.unmount();
     let args: Vec<String> = ["-p", "p", "c"].map(String::from).to_vec();
     let got = changes_json(fs.image(), &args).unwrap_or_else(|e| panic!("rsend: {e}"));
-    (want, got)
+    let text = run(rsend()
+        .arg("-d")
+        .arg(fs.image())
+        .arg("--changes")
+        .args(&args))
+    .stdout;
+    (want, got, String::from_utf8(text).unwrap())
 }
 
 const LAYOUT_SETUP: &str = r#"
@@ -324,7 +333,7 @@ fn check_layout_changes(mkfs: &[&str], test: &str) {
         "same_bytes",
         "same_size",
     ];
-    let (want, got) = live_listing(mkfs, "", LAYOUT_SETUP, LAYOUT_CHANGE, &relaid);
+    let (want, got, _) = live_listing(mkfs, "", LAYOUT_SETUP, LAYOUT_CHANGE, &relaid);
     assert_eq!(
         got,
         want,
@@ -371,5 +380,61 @@ fn dedupe_defrag_recompression_and_reflinks_are_not_data_changes_sha256() {
     check_layout_changes(
         &["--csum", "sha256"],
         "dedupe_defrag_recompression_and_reflinks_are_not_data_changes_sha256",
+    );
+}
+
+const FLAGS_SETUP: &str = r#"
+printf 'i\n' > immutable
+printf 'd\n' > nodump
+printf 'A\n' > noatime
+printf 'a\n' > was_append
+chattr +a was_append
+printf 'c\n' > compressed
+touch nocow
+mkdir dir
+printf 'p\n' > plain
+touch -d '2021-01-02 03:04:05' .
+"#;
+
+/// chattr only: no data, mode, owner or mtime changes.
+const FLAGS_CHANGE: &str = r#"
+chattr +i immutable
+chattr +d nodump dir
+chattr +A noatime
+chattr -a was_append
+chattr +c compressed
+chattr +C nocow
+# The snapshot of the parent is an entry in the top level.
+touch -d '2021-01-02 03:04:05' .
+"#;
+
+#[test]
+fn inode_flags_set_or_cleared_with_chattr_are_flags_changes() {
+    if !kernel_available("inode_flags_set_or_cleared_with_chattr_are_flags_changes") {
+        return;
+    }
+    let (want, got, text) = live_listing(&[], "", FLAGS_SETUP, FLAGS_CHANGE, &[]);
+    assert_eq!(
+        got,
+        want,
+        "rsend against the oracle:{}",
+        line_diff(&want, &got)
+    );
+    // chattr +c also sets the btrfs.compression property (an xattr).
+    assert_eq!(
+        text,
+        "M\tcompressed\txattrs,flags\n\
+         M\tdir\tflags\n\
+         M\timmutable\tflags\n\
+         M\tnoatime\tflags\n\
+         M\tnocow\tflags\n\
+         M\tnodump\tflags\n\
+         M\twas_append\tflags\n"
+    );
+    assert!(
+        got.lines()
+            .any(|l| l
+                == r#"{"change":"modified","path":"immutable","type":"file","what":["flags"]}"#),
+        "{got}"
     );
 }

@@ -5,11 +5,15 @@
 //! a NODATASUM and a sparse file and in a file's last partial sector; a
 //! chmod, a chown, a removed file, an added directory, a broken hard link,
 //! a changed symlink target, a changed xattr, a file turned into a
-//! directory) is reported exactly, by what was done, and nothing else. The
-//! copy is never changed by the verify (not even its atimes), a copy
-//! without xattrs is said once, and a missing or wrong DIR is an error
-//! naming it. Root, loop devices and the kernel are needed (one SKIP line
-//! otherwise), but for the error tests, which read the scenario image.
+//! directory, an inode flag added) is reported exactly, by what was done,
+//! and nothing else. The copy is never changed by the verify (not even its
+//! atimes), a copy without xattrs or inode flags is said once, and a
+//! missing or wrong DIR is an error naming it. Inode flags (chattr) the
+//! snapshot has and a copy lacks are reported where the copy's filesystem
+//! can hold them, and only there; a chain received with `rreceive --link`
+//! differs only in link counts, and `--ignore links` (and only that)
+//! leaves them out. Root, loop devices and the kernel are needed (one SKIP
+//! line otherwise), but for the error tests, which read the scenario image.
 
 mod common;
 
@@ -71,8 +75,13 @@ struct Source {
 }
 
 fn source() -> Source {
+    source_of(SOURCE)
+}
+
+/// A snapshot `snap` of what `script` makes, and its stream.
+fn source_of(script: &str) -> Source {
     let mut fs = BtrfsImage::new(512, &[], "");
-    sh(fs.mnt(), SOURCE);
+    sh(fs.mnt(), script);
     sh(fs.mnt(), "sync");
     fs.snapshot("snap");
     fs.unmount();
@@ -90,12 +99,18 @@ fn source() -> Source {
 impl Source {
     /// `rsend --verify DIR snap --json`.
     fn verify(&self, dir: &Path) -> Output {
+        self.verify_as(dir, "snap", &[])
+    }
+
+    /// `rsend --verify DIR SNAP --json ARGS`.
+    fn verify_as(&self, dir: &Path, snap: &str, args: &[&str]) -> Output {
         rsend()
             .arg("-d")
             .arg(self.fs.image())
             .arg("--verify")
             .arg(dir)
-            .args(["snap", "--json"])
+            .args([snap, "--json"])
+            .args(args)
             .output()
             .unwrap()
     }
@@ -139,7 +154,12 @@ fn last_stderr_line(o: &Output) -> String {
 }
 
 fn assert_identical(src: &Source, copy: &Path, what: &str) {
-    let o = src.verify(copy);
+    assert_identical_with(src, copy, what, &[]);
+}
+
+/// The copy is identical, told `args` (such as `--ignore flags`).
+fn assert_identical_with(src: &Source, copy: &Path, what: &str, args: &[&str]) {
+    let o = src.verify_as(copy, "snap", args);
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -179,21 +199,32 @@ fn received_copies_on_every_filesystem_are_identical() {
         &src.receive(&xfs.mnt().join("r")),
         "rreceive onto xfs",
     );
+    // On btrfs the copies lack the NOCOW flag of `nodatasum`: a stream
+    // carries no inode flags of the files it creates (only a change of
+    // them, in an incremental one), and a file with data cannot get NOCOW.
+    // Elsewhere NOCOW means nothing and is not compared.
     let btrfs = BtrfsImage::new(512, &[], "");
-    assert_identical(
-        &src,
-        &src.receive(&btrfs.mnt().join("r")),
-        "rreceive onto btrfs",
-    );
+    let nocow_lost = [("differs".into(), "nodatasum".into(), vec!["flags".into()])];
+    let copy = src.receive(&btrfs.mnt().join("r"));
+    let o = src.verify(&copy);
+    assert_eq!(records(&o), nocow_lost, "rreceive onto btrfs");
+    assert_identical_with(&src, &copy, "rreceive onto btrfs", &["--ignore", "flags"]);
     let dest = btrfs.mnt().join("k");
     std::fs::create_dir(&dest).unwrap();
     Receiver::BtrfsReceive
         .receive(&rreceive_bin(), &src.stream, &dest)
         .unwrap();
-    assert_identical(&src, &dest.join("snap"), "btrfs receive onto btrfs");
+    let o = src.verify(&dest.join("snap"));
+    assert_eq!(records(&o), nocow_lost, "btrfs receive onto btrfs");
+    assert_identical_with(
+        &src,
+        &dest.join("snap"),
+        "btrfs receive onto btrfs",
+        &["--ignore", "flags"],
+    );
     // The last line counts what was compared: every path, and the bytes
     // of every file (sizes from the copy).
-    let o = src.verify(&dest.join("snap"));
+    let o = src.verify_as(&dest.join("snap"), "snap", &["--ignore", "flags"]);
     let last = last_stderr_line(&o);
     let paths = walk(&dest.join("snap")).len();
     assert!(last.contains(&format!(": {paths} paths and ")), "{last}");
@@ -319,6 +350,11 @@ const DAMAGES: &[Damage] = &[
         want: &[("differs", "x", &["xattrs"])],
     },
     Damage {
+        name: "an inode flag added (nodump)",
+        script: "chattr +d small",
+        want: &[("differs", "small", &["flags"])],
+    },
+    Damage {
         name: "file turned into a directory",
         script: "rm small; mkdir small; printf 'y' > small/y; touch -d '2021-01-02 03:04:05.123456789' small .",
         want: &[("differs", "small", &["type"]), ("extra", "small/y", &[])],
@@ -409,6 +445,7 @@ fn a_copy_without_xattrs_is_said_once_and_the_rest_compared() {
     let o = src.verify(&ram.join("snap"));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.matches("no extended attributes").count(), 1, "{err}");
+    assert_eq!(err.matches("has no inode flags").count(), 1, "{err}");
     assert_eq!(o.status.code(), Some(0), "{:?} {err}", records(&o));
     // Data is still compared there.
     sh(&ram.join("snap"), DAMAGES[0].script);
@@ -504,4 +541,301 @@ fn a_terminal_shows_a_progress_bar_and_a_pipe_gets_none() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+/// Files with every inode flag chattr sets on btrfs (before the snapshot),
+/// and one without.
+const FLAGS_SOURCE: &str = r#"
+printf 'i\n' > immutable
+printf 'a\n' > append
+printf 'd\n' > nodump
+printf 'A\n' > noatime
+printf 'S\n' > sync
+mkdir dirsync nocow
+touch nocow/file
+chattr +C nocow nocow/file
+printf 'nocow data\n' > nocow/file
+printf 'c\n' > compress
+chattr +c compress
+printf 'p\n' > plain
+chattr +a append
+chattr +d nodump
+chattr +A noatime
+chattr +S sync
+chattr +D dirsync
+chattr +i immutable
+"#;
+
+/// The records of `o` as `CHANGE<TAB>PATH[<TAB>WHAT]`.
+fn differs(o: &Output) -> Vec<String> {
+    records(o)
+        .into_iter()
+        .map(|(c, p, w)| match &w[..] {
+            [] => format!("{c}\t{p}"),
+            w => format!("{c}\t{p}\t{}", w.join(",")),
+        })
+        .collect()
+}
+
+#[test]
+fn inode_flags_a_copy_lacks_are_reported_where_its_filesystem_holds_them() {
+    if !kernel_available("inode_flags_a_copy_lacks_are_reported_where_its_filesystem_holds_them") {
+        return;
+    }
+    let src = source_of(FLAGS_SOURCE);
+    let ext4 = ext4_image(128, &[], "");
+    let xfs = xfs_image(300, "");
+    let tmpfs = Tmpfs::new(64, "");
+    let btrfs = BtrfsImage::new(512, &[], "");
+    // What each filesystem holds of the snapshot's flags, and the chattr
+    // that gives a copy the same (the stream gave it none). `compress` is
+    // a btrfs property too: on btrfs the copy has it already.
+    let d = |p: &str| format!("differs\t{p}\tflags");
+    let cases = [
+        (
+            "ext4",
+            ext4.mnt(),
+            vec![
+                d("append"),
+                d("dirsync"),
+                d("immutable"),
+                d("noatime"),
+                d("nodump"),
+                d("sync"),
+            ],
+            "chattr +a append; chattr +D dirsync; chattr +A noatime; chattr +d nodump; chattr +S sync; chattr +i immutable",
+        ),
+        (
+            "xfs",
+            xfs.mnt(),
+            vec![
+                d("append"),
+                d("immutable"),
+                d("noatime"),
+                d("nodump"),
+                d("sync"),
+            ],
+            "chattr +a append; chattr +A noatime; chattr +d nodump; chattr +S sync; chattr +i immutable",
+        ),
+        (
+            "tmpfs",
+            tmpfs.mnt(),
+            vec![d("append"), d("immutable"), d("noatime"), d("nodump")],
+            "chattr +a append; chattr +A noatime; chattr +d nodump; chattr +i immutable",
+        ),
+        (
+            "btrfs",
+            btrfs.mnt(),
+            vec![
+                d("append"),
+                d("dirsync"),
+                d("immutable"),
+                d("noatime"),
+                d("nocow"),
+                d("nocow/file"),
+                d("nodump"),
+                d("sync"),
+            ],
+            // The file under `nocow` has data: it cannot become NOCOW.
+            "chattr +a append; chattr +D dirsync; chattr +A noatime; chattr +C nocow; chattr +d nodump; chattr +S sync; chattr +i immutable",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, mnt, want, chattr) in cases {
+        let copy = src.receive(&mnt.join("r"));
+        if name == "btrfs" {
+            // rreceive made a read-only subvolume there.
+            run(Command::new("btrfs")
+                .args(["property", "set", "-f", "-ts"])
+                .arg(&copy)
+                .args(["ro", "false"]));
+        }
+        let o = src.verify(&copy);
+        if differs(&o) != want || o.status.code() != Some(1) {
+            failures.push(format!(
+                "{name}: exit {:?}, want {want:?}, got {:?}",
+                o.status.code(),
+                differs(&o)
+            ));
+        }
+        let o = src.verify_as(&copy, "snap", &["--ignore", "flags"]);
+        if o.status.code() != Some(0) {
+            failures.push(format!("{name} --ignore flags: {:?}", differs(&o)));
+        }
+        sh(&copy, chattr);
+        let o = src.verify(&copy);
+        let left: Vec<String> = if name == "btrfs" {
+            vec![d("nocow/file")]
+        } else {
+            Vec::new()
+        };
+        if differs(&o) != left {
+            failures.push(format!("{name} after `{chattr}`: {:?}", differs(&o)));
+        }
+        // The immutable flag lost again (the flag ext4, xfs, btrfs and
+        // tmpfs all hold) is found.
+        sh(&copy, "chattr -i immutable");
+        let mut want = left.clone();
+        want.insert(0, d("immutable"));
+        let o = src.verify(&copy);
+        if differs(&o) != want || o.status.code() != Some(1) {
+            failures.push(format!(
+                "{name} after chattr -i: want {want:?}, got {:?}",
+                differs(&o)
+            ));
+        }
+        // Lift what would keep the copy from being removed.
+        sh(&copy, "chattr -a append");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A snapshot chain s0, s1 (a file changed, one added, one directory
+/// renamed) on btrfs, received onto ext4 in full, then with `--link`.
+const LINK_S0: &str = r#"
+btrfs -q subvolume create data
+cd data
+head -c 100000 /dev/urandom > big
+printf 'a\n' > a
+mkdir -p d/e
+printf 'c\n' > d/e/c
+printf 'changed later\n' > chg
+ln -s a sl
+mkfifo fifo
+cd ..
+btrfs -q subvolume snapshot -r data s0
+"#;
+
+const LINK_S1: &str = r#"
+printf 'more\n' >> data/chg
+printf 'new\n' > data/d/new
+mv data/d/e data/e
+btrfs -q subvolume snapshot -r data s1
+"#;
+
+#[test]
+fn a_chain_received_with_link_verifies_clean_only_with_ignore_links() {
+    if !kernel_available("a_chain_received_with_link_verifies_clean_only_with_ignore_links") {
+        return;
+    }
+    let mut fs = BtrfsImage::new(512, &[], "");
+    sh(fs.mnt(), LINK_S0);
+    sh(fs.mnt(), LINK_S1);
+    sh(fs.mnt(), "sync");
+    fs.unmount();
+    let full = fs.scratch().join("s0.stream");
+    let inc = fs.scratch().join("s1.stream");
+    run(rsend()
+        .arg("-q")
+        .arg("-d")
+        .arg(fs.image())
+        .arg("-f")
+        .arg(&full)
+        .arg("s0"));
+    run(rsend()
+        .arg("-q")
+        .arg("-d")
+        .arg(fs.image())
+        .args(["-p", "s0", "-f"])
+        .arg(&inc)
+        .arg("s1"));
+    let ext4 = ext4_image(128, &[], "");
+    let dest = ext4.mnt().join("backup");
+    std::fs::create_dir(&dest).unwrap();
+    let rreceive = rreceive_bin();
+    run(Command::new(&rreceive)
+        .arg("-q")
+        .arg("-f")
+        .arg(&full)
+        .arg(&dest));
+    run(Command::new(&rreceive)
+        .args(["-q", "--link", "-f"])
+        .arg(&inc)
+        .arg(&dest));
+    // The files s1 did not change are hard links to s0's: one more link
+    // each, on both sides; the directories, `chg` and `d/new` are s1's own.
+    let shared = ["a", "big", "e/c", "fifo", "sl"];
+    let ino = |p: PathBuf| std::fs::symlink_metadata(p).unwrap().ino();
+    for f in shared {
+        assert_eq!(
+            ino(dest.join("s1").join(f)),
+            ino(dest.join("s0").join(f.replace("e/c", "d/e/c"))),
+            "{f} is not shared"
+        );
+    }
+    let src = Source { fs, stream: full };
+    for (snap, shared) in [
+        ("s1", shared.to_vec()),
+        ("s0", vec!["a", "big", "d/e/c", "fifo", "sl"]),
+    ] {
+        let copy = dest.join(snap);
+        let o = src.verify_as(&copy, snap, &[]);
+        let want: Vec<String> = shared
+            .iter()
+            .map(|p| format!("differs\t{p}\tlinks"))
+            .collect();
+        assert_eq!(differs(&o), want, "{snap} without --ignore");
+        assert_eq!(o.status.code(), Some(1));
+        let o = src.verify_as(&copy, snap, &["--ignore", "links"]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{snap} --ignore links: {:?} {}",
+            differs(&o),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(o.stdout.is_empty());
+        assert!(last_stderr_line(&o).ends_with("identical"));
+    }
+    // Ignoring links hides nothing else: a chmod of s1's own copy of `chg`
+    // and a file gone are still found, and the others ignored with them.
+    let s1 = dest.join("s1");
+    sh(&s1, "chmod 600 chg; rm d/new; touch -d @0 d");
+    let o = src.verify_as(&s1, "s1", &["--ignore", "links"]);
+    assert_eq!(
+        differs(&o),
+        ["differs\tchg\tmode", "differs\td\tmtime", "missing\td/new"],
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = src.verify_as(
+        &s1,
+        "s1",
+        &["--ignore", "links,missing", "--ignore", "mtime"],
+    );
+    assert_eq!(differs(&o), ["differs\tchg\tmode"]);
+    let o = src.verify_as(&s1, "s1", &["--ignore", "links,mode,mtime,missing"]);
+    assert_eq!(o.status.code(), Some(0), "{:?}", differs(&o));
+}
+
+#[test]
+fn ignore_takes_only_the_kinds_verify_reports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = scenarios::decompress_image(tmp.path());
+    let o = rsend()
+        .arg("-d")
+        .arg(&img)
+        .args([
+            "--verify",
+            "/",
+            "--ignore",
+            "links,hardlinks",
+            "new_files.c",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("hardlinks") && err.contains("links, missing, extra"),
+        "{err}"
+    );
+    // Only with --verify.
+    let o = rsend()
+        .arg("-d")
+        .arg(&img)
+        .args(["--changes", "--ignore", "links", "new_files.c"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
 }

@@ -11,6 +11,7 @@ pub mod attr;
 pub mod command;
 pub mod crc;
 pub mod error;
+pub mod fileattr;
 pub mod header;
 pub mod reader;
 pub mod resume;
