@@ -19,6 +19,7 @@ use uuid::Uuid;
 use crate::copy;
 use crate::ioctl;
 use crate::subvol::{self, Store, SubvolState};
+use crate::workdir;
 
 /// Inode number of a btrfs subvolume root directory.
 const BTRFS_FIRST_FREE_OBJECTID: u64 = 256;
@@ -228,17 +229,20 @@ impl Dest {
                 (true, false) => "too few inodes",
                 _ => "too little space",
             };
-            return Err(io::Error::other(format!(
-                "a copy of parent {} needs {} inodes and {} bytes{}, and {} has {} inodes and \
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!(
+                    "a copy of parent {} needs {} inodes and {} bytes{}, and {} has {} inodes and \
                  {} bytes free: {why}; nothing was copied (--in-place or --link need no copy)",
-                crate::error::escape(&parent.name),
-                usage.inodes + 1,
-                usage.bytes,
-                if reflink { " (data by reflink)" } else { "" },
-                self.path.display(),
-                free_inodes,
-                free_bytes
-            )));
+                    crate::error::escape(&parent.name),
+                    usage.inodes + 1,
+                    usage.bytes,
+                    if reflink { " (data by reflink)" } else { "" },
+                    self.path.display(),
+                    free_inodes,
+                    free_bytes
+                ),
+            ));
         }
         Ok(CopyPlan { usage, reflink })
     }
@@ -287,8 +291,18 @@ impl Dest {
                     && n != crate::fake_super::XATTR.as_bytes()
             },
             tick,
-        )?;
-        Ok((dst, Made::Tree(tree)))
+        );
+        match tree {
+            Ok(tree) => Ok((dst, Made::Tree(tree))),
+            Err(e) => {
+                // A part of a copy is nothing to resume: it goes, so that
+                // the same stream can be received again (a full disk).
+                drop(dst);
+                let _ = crate::workdir::remove_tree(self.fd(), name);
+                let _ = subvol::forget(self.fd(), name);
+                Err(e)
+            }
+        }
     }
 
     /// `--in-place`: renames the parent to `name` and records it as the
@@ -354,6 +368,31 @@ impl Dest {
             }
         }
         Ok(())
+    }
+
+    /// Removes subvolume `name`, which rreceive received and did not
+    /// complete, with what rreceive keeps beside it (its side file, work
+    /// directory and state-file line). A complete subvolume, or anything
+    /// rreceive did not receive, is refused (`Err` with the reason).
+    pub fn delete_incomplete(&self, name: &[u8]) -> Result<(), String> {
+        let shown = crate::error::escape(name);
+        match self.existing(name) {
+            Err(e) => return Err(rsend_cli::plain_io(&e)),
+            Ok(None) => return Err(format!("{shown} does not exist")),
+            Ok(Some(Existing::Other)) => {
+                return Err(format!("{shown} is not a subvolume rreceive received"))
+            }
+            Ok(Some(Existing::Received(st))) if st.complete => {
+                return Err(format!("{shown} is complete: it is kept"))
+            }
+            Ok(Some(Existing::Received(_))) => {}
+        }
+        // On btrfs the subvolume, emptied, goes with rmdir.
+        workdir::remove_tree(self.fd(), name).map_err(|e| rsend_cli::plain_io(&e))?;
+        for side in [subvol::side_file(name), workdir::name_for(name)] {
+            let _ = workdir::remove_tree(self.fd(), &side);
+        }
+        subvol::forget(self.fd(), name).map_err(|e| rsend_cli::plain_io(&e))
     }
 
     /// What is at `name` in DEST already, if anything.

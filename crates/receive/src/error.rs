@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use btrfs_stream::{Attr, Command, CommandKind, FieldValue, PathRole, Position};
 use nix::errno::Errno;
+use std::ops::Not;
+
 use uuid::Uuid;
 
 use crate::path::PathError;
@@ -71,6 +73,16 @@ pub enum CmdError {
         /// The error.
         err: std::io::Error,
     },
+    /// Changing DEST itself failed.
+    #[error("{op} in {dest}: {}", rsend_cli::plain_io(err))]
+    InDest {
+        /// The operation.
+        op: &'static str,
+        /// DEST.
+        dest: String,
+        /// The error.
+        err: std::io::Error,
+    },
     /// A command that needs a subvolume came before SUBVOL or SNAPSHOT.
     #[error("no subvolume is being received (missing SUBVOL or SNAPSHOT)")]
     NoSubvol,
@@ -84,8 +96,8 @@ pub enum CmdError {
     #[error("a new subvolume starts before the END of the previous one")]
     NestedSubvol,
     /// The parent of a snapshot is not under DEST.
-    #[error("parent subvolume {0} not found among the subvolumes received in DEST")]
-    ParentNotFound(Uuid),
+    #[error("parent subvolume {0} not found among the subvolumes received in {1}")]
+    ParentNotFound(Uuid, String),
     /// The parent exists but its receive did not finish.
     #[error("parent subvolume {name} ({uuid}) is incomplete (its receive did not finish); --force uses it anyway")]
     ParentIncomplete {
@@ -95,8 +107,8 @@ pub enum CmdError {
         uuid: Uuid,
     },
     /// A clone source subvolume is not under DEST.
-    #[error("clone source subvolume {0} not found among the subvolumes received in DEST")]
-    CloneSourceNotFound(Uuid),
+    #[error("clone source subvolume {0} not found among the subvolumes received in {1}")]
+    CloneSourceNotFound(Uuid, String),
     /// A clone source exists but its receive did not finish.
     #[error("clone source subvolume {name} ({uuid}) is incomplete (its receive did not finish); --force uses it anyway")]
     CloneSourceIncomplete {
@@ -174,6 +186,70 @@ pub enum CmdError {
     /// ENCODED_WRITE data that does not decode.
     #[error(transparent)]
     Decode(#[from] btrfs_compress::Error),
+}
+
+/// Errors a later try may not meet: the destination full, out of memory,
+/// an I/O error, a busy or read-only filesystem.
+const TRANSIENT: [Errno; 12] = [
+    Errno::ENOSPC,
+    Errno::EDQUOT,
+    Errno::EIO,
+    Errno::ENOMEM,
+    Errno::EAGAIN,
+    Errno::EINTR,
+    Errno::ENFILE,
+    Errno::EMFILE,
+    Errno::ETIMEDOUT,
+    Errno::EBUSY,
+    Errno::ETXTBSY,
+    Errno::EROFS,
+];
+
+impl Error {
+    /// Why resuming after this error would only meet it again (a refused
+    /// path, a file the stream needs that is not there, a malformed
+    /// stream, a parent that is not the stream's); `None` when a later try
+    /// can succeed (a full disk, a cut connection, a signal, EIO).
+    pub fn permanent(&self) -> Option<String> {
+        use btrfs_stream::ErrorKind as K;
+        match self {
+            Error::Stream(e) => match &e.kind {
+                K::Io(_)
+                | K::Empty
+                | K::TruncatedStreamHeader { .. }
+                | K::MissingEnd
+                | K::TruncatedCommandHeader { .. }
+                | K::TruncatedCommand { .. }
+                | K::Failed => None,
+                K::CrcMismatch { .. } => Some(format!("the stream is corrupt ({e})")),
+                _ => Some(format!("the stream is malformed ({e})")),
+            },
+            Error::Interrupted(..) => None,
+            Error::Failed(n) => Some(format!("{n} command(s) failed")),
+            Error::Dest { .. } => Some(self.to_string()),
+            Error::Command { kind, .. } => kind.transient().not().then(|| self.to_string()),
+        }
+    }
+}
+
+impl CmdError {
+    /// Whether a later try of the command may succeed (see
+    /// [`Error::permanent`]).
+    pub fn transient(&self) -> bool {
+        match self {
+            CmdError::Os { errno, .. } => TRANSIENT.contains(errno),
+            CmdError::Io { err, .. } | CmdError::InDest { err, .. } => {
+                matches!(
+                    err.kind(),
+                    std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+                ) || err
+                    .raw_os_error()
+                    .is_some_and(|n| TRANSIENT.contains(&Errno::from_raw(n)))
+            }
+            CmdError::DirTimes { err, .. } => err.transient(),
+            _ => false,
+        }
+    }
 }
 
 impl Error {

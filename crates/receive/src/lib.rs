@@ -263,9 +263,25 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
             stats: rx.stats,
         })
     };
-    // A stream that stops early, cleanly: what was applied is kept, and
-    // where it stopped is recorded to resume from.
+    // A failure that leaves the subvolume incomplete and not resumable,
+    // recording why for `--resume-token`.
+    let refuse = |rx: &mut Receiver<'_>, error: Error, why: String| {
+        let name = rx.current_name();
+        let mut f = fail(rx, error);
+        if let (Some(_), Some(name)) = (&f.incomplete, name) {
+            rx.record_refusal(&name, &why);
+            f.not_resumable = Some(why);
+        }
+        f
+    };
+    // A stream that stops early: what was applied is kept, and where it
+    // stopped is recorded to resume from, unless resuming would only meet
+    // the same error again.
     let stop = |rx: &mut Receiver<'_>, error: Error| {
+        if let Some(why) = error.permanent() {
+            let why = format!("{why}; resuming would stop there again");
+            return refuse(rx, error, why);
+        }
         let path = rx.current_path();
         match rx.suspend() {
             Ok(state) => Box::new(Failure {
@@ -277,13 +293,7 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
                 not_resumable: None,
                 stats: rx.stats,
             }),
-            Err(why) => {
-                let mut f = fail(rx, error);
-                if f.incomplete.is_some() {
-                    f.not_resumable = Some(why);
-                }
-                f
-            }
+            Err(why) => refuse(rx, error, why),
         }
     };
     let signalled = || {
@@ -316,17 +326,17 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
         let res = rx.apply(&cmd, pos);
         failed += std::mem::take(&mut rx.extra_errors);
         if opts.max_errors != 0 && failed >= opts.max_errors && res.is_ok() {
-            return Err(fail(&mut rx, Error::Failed(failed)));
+            let why = format!("{failed} command(s) failed");
+            return Err(refuse(&mut rx, Error::Failed(failed), why));
         }
         match res {
             Ok(_) => {}
             Err(e) => {
                 failed += 1;
-                if opts.max_errors == 1
-                    && matches!(e, Error::Command { command, .. } if command == pos.index)
-                {
-                    // This command failed and nothing after it was applied:
-                    // resumable from the one before (ENOSPC, say).
+                if opts.max_errors == 1 {
+                    // Everything before the failed command is applied (or
+                    // recorded to be applied again): resumable from there
+                    // when the cause can go away (ENOSPC, say).
                     return Err(stop(&mut rx, e));
                 }
                 rx.note_error();
@@ -343,10 +353,14 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
     let res = rx.finish();
     failed += std::mem::take(&mut rx.extra_errors);
     if let Err(e) = res {
+        if opts.max_errors == 1 {
+            return Err(stop(&mut rx, e));
+        }
         return Err(fail(&mut rx, e));
     }
     if failed > 0 {
-        return Err(fail(&mut rx, Error::Failed(failed)));
+        let why = format!("{failed} command(s) failed");
+        return Err(refuse(&mut rx, Error::Failed(failed), why));
     }
     let s = rx.stats;
     rx.log.note(format_args!(

@@ -106,8 +106,16 @@ struct Args {
     /// Resuming needs a stream made by rsend.
     #[arg(long, value_name = "DEST/NAME", conflicts_with = "dump")]
     resume_token: Option<PathBuf>,
+    /// Delete DEST/NAME, a subvolume rreceive received and did not
+    /// complete (one --resume-token calls not resumable), with what
+    /// rreceive kept beside it; a complete one is never deleted
+    ///
+    /// For a nightly job that starts again after a stop that resuming
+    /// would only repeat (scripts/nightly-backup.sh --delete-incomplete).
+    #[arg(long, value_name = "DEST/NAME", conflicts_with_all = ["dump", "resume_token", "list"])]
+    delete_incomplete: Option<PathBuf>,
     /// Destination directory.
-    #[arg(required_unless_present_any = ["dump", "resume_token", "completions", "man"])]
+    #[arg(required_unless_present_any = ["dump", "resume_token", "delete_incomplete", "completions", "man"])]
     dest: Option<PathBuf>,
     #[command(flatten)]
     extra: rsend_cli::ExtraArgs,
@@ -240,25 +248,65 @@ fn list(dest: &std::path::Path, json: bool) -> ExitCode {
     }
 }
 
-/// `--resume-token DEST/NAME`.
-fn resume_token(path: &std::path::Path) -> ExitCode {
+/// DEST and NAME of a `DEST/NAME` argument (exit 2 when it has no NAME).
+fn dest_and_name(
+    flag: &str,
+    path: &std::path::Path,
+) -> Result<(std::path::PathBuf, Vec<u8>), ExitCode> {
     use std::os::unix::ffi::OsStrExt;
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
         eprintln!(
-            "rreceive: error: --resume-token {}: give DEST/NAME, the subvolume's directory",
+            "rreceive: error: {flag} {}: give DEST/NAME, the subvolume's directory",
             path.display()
         );
-        return ExitCode::from(2);
+        return Err(ExitCode::from(2));
     };
     let dir = if dir.as_os_str().is_empty() {
         std::path::Path::new(".")
     } else {
         dir
     };
-    let name = name.as_bytes();
+    Ok((dir.to_path_buf(), name.as_bytes().to_vec()))
+}
+
+/// `--delete-incomplete DEST/NAME`.
+fn delete_incomplete(path: &std::path::Path) -> ExitCode {
+    let (dir, name) = match dest_and_name("--delete-incomplete", path) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let res = rreceive::Dest::open(&dir, false)
+        .map_err(|e| format!("{}: {}", dir.display(), rsend_cli::plain_io(&e)))
+        .and_then(|d| d.delete_incomplete(&name));
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            eprintln!("rreceive: error: not deleted: {}: {why}", path.display());
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `--resume-token DEST/NAME`.
+fn resume_token(path: &std::path::Path) -> ExitCode {
+    let (dir, name) = match dest_and_name("--resume-token", path) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let (dir, name) = (dir.as_path(), name.as_slice());
     let shown = path.display();
-    let found = rreceive::Dest::open(dir, false).and_then(|d| d.existing(name));
-    let why = match found {
+    let dest = match rreceive::Dest::open(dir, false) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!(
+                "rreceive: error: no resume token: {}: {}",
+                dir.display(),
+                rsend_cli::plain_io(&e)
+            );
+            return ExitCode::from(1);
+        }
+    };
+    let why = match dest.existing(name) {
         Err(e) => format!("{}: {}", dir.display(), rsend_cli::plain_io(&e)),
         Ok(None) => format!("{shown} does not exist"),
         Ok(Some(rreceive::dest::Existing::Other)) => {
@@ -270,11 +318,17 @@ fn resume_token(path: &std::path::Path) -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             None if st.complete => format!("{shown} is complete: there is nothing to resume"),
-            None => format!(
-                "{shown} is incomplete, but its receive did not stop cleanly (killed, a failed \
-                 command, or the system went down): it cannot be resumed; delete it and receive \
-                 the stream again"
-            ),
+            None => match rreceive::apply::refusal(dest.fd(), name) {
+                Some(reason) => format!(
+                    "{shown} is incomplete and not resumable: {reason}. Delete it and receive \
+                     the stream again"
+                ),
+                None => format!(
+                    "{shown} is incomplete, and its receive did not stop cleanly (killed, or \
+                     the system went down): it cannot be resumed; delete it and receive the \
+                     stream again"
+                ),
+            },
         },
     };
     eprintln!("rreceive: error: no resume token: {why}");
@@ -323,6 +377,9 @@ fn main() -> ExitCode {
     }
     if let Some(p) = &args.resume_token {
         return resume_token(p);
+    }
+    if let Some(p) = &args.delete_incomplete {
+        return delete_incomplete(p);
     }
     if args.list {
         return match &args.dest {
@@ -380,6 +437,8 @@ fn main() -> ExitCode {
     match rreceive::receive(stream, &opts) {
         Ok(_) => ExitCode::SUCCESS,
         Err(f) => {
+            let transient = f.error.permanent().is_none();
+            let stopped = f.resumable.is_some() || (transient && f.incomplete.is_none());
             eprintln!("rreceive: error: {}", f.error);
             if let Some(p) = f.given_back {
                 eprintln!(
@@ -415,7 +474,21 @@ fn main() -> ExitCode {
                     );
                 }
             }
-            ExitCode::from(1)
+            if stopped && f.resumable.is_none() {
+                eprintln!(
+                    "rreceive: nothing of it was kept; this can succeed later: receive the same \
+                     stream again (when there is room, the connection is back...)"
+                );
+            }
+            if stopped {
+                ExitCode::from(STOPPED)
+            } else {
+                ExitCode::from(1)
+            }
         }
     }
 }
+
+/// The exit code of a receive that stopped for a cause that can go away
+/// (a full disk, a cut connection, a signal) and can be resumed.
+const STOPPED: u8 = 3;

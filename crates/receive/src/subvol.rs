@@ -72,14 +72,16 @@ pub struct Resumable {
 }
 
 impl Resumable {
-    fn to_field(self) -> String {
+    /// As written in the state (`VERSION:COMMANDS:OFFSET:DIGEST`).
+    pub fn to_field(self) -> String {
         format!(
             "{}:{}:{}:{:032x}",
             self.version, self.point.commands, self.point.offset, self.point.digest
         )
     }
 
-    fn from_field(s: &str) -> Option<Resumable> {
+    /// Parses [`Resumable::to_field`].
+    pub fn from_field(s: &str) -> Option<Resumable> {
         let mut it = s.split(':');
         let r = Resumable {
             version: it.next()?.parse().ok()?,
@@ -337,20 +339,63 @@ pub fn forget(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
     update_file(dest, name, None)
 }
 
+/// The side file of subvolume `name` in DEST (`.rreceive-resume-<name as
+/// hex>`): what a stopped receive kept for the one that resumes it,
+/// including where it stopped (the `point` line), which counts even when
+/// the state could not be written (a full filesystem).
+pub fn side_file(name: &[u8]) -> Vec<u8> {
+    let mut v = RESERVED_PREFIX.to_vec();
+    v.extend_from_slice(b"-resume-");
+    for b in name {
+        v.extend_from_slice(format!("{b:02x}").as_bytes());
+    }
+    v
+}
+
+/// The `point` line of subvolume `name`'s side file, if any.
+fn side_point(dest: BorrowedFd<'_>, name: &[u8]) -> Option<Resumable> {
+    use std::io::Read;
+    let fd = crate::ioctl::openat(
+        Some(dest.as_raw_fd()),
+        side_file(name).as_slice(),
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let mut text = String::new();
+    std::fs::File::from(fd)
+        .take(1 << 20)
+        .read_to_string(&mut text)
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("point\t"))
+        .and_then(Resumable::from_field)
+}
+
+/// `st` of `name`, with where it stopped from the side file when there.
+fn with_side(dest: BorrowedFd<'_>, name: &[u8], mut st: SubvolState) -> SubvolState {
+    if !st.complete {
+        if let Some(r) = side_point(dest, name) {
+            st.resume = Some(r);
+        }
+    }
+    st
+}
+
 /// The state of directory `name` in `dest`, from its xattr or the state file.
 pub fn lookup(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<Option<SubvolState>> {
     use xattr::FileExt;
     if let Ok(dir) = open_dir(dest, name) {
         if let Ok(Some(v)) = dir.get_xattr(XATTR_NAME) {
             if let Some(s) = SubvolState::from_xattr(&v) {
-                return Ok(Some(s));
+                return Ok(Some(with_side(dest, name, s)));
             }
         }
     }
     Ok(read_file(dest)?
         .into_iter()
         .find(|(n, _)| n == name)
-        .map(|(_, s)| s))
+        .map(|(_, s)| with_side(dest, name, s)))
 }
 
 /// Every received directory in `dest` with its state: xattrs first, then
@@ -387,7 +432,13 @@ pub fn scan(dest: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, SubvolState)>> {
             out.push((n, s));
         }
     }
-    Ok(out)
+    Ok(out
+        .into_iter()
+        .map(|(n, s)| {
+            let s = with_side(dest, &n, s);
+            (n, s)
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -66,24 +66,70 @@ impl Workdir {
 }
 
 fn remove(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
-    let dir = match open_dir(dest, name) {
+    remove_tree(dest, name)
+}
+
+/// Removes `name` in directory `dir` and everything beneath it, following
+/// no symlink; immutable and append-only flags in the way are cleared.
+/// Nothing there is not an error.
+pub fn remove_tree(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
+    let sub = match open_dir(dir, name) {
         Ok(d) => d,
         Err(Errno::ENOENT) => return Ok(()),
+        Err(Errno::ENOTDIR) => {
+            return match unlinkat(Some(dir.as_raw_fd()), name, UnlinkatFlags::NoRemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        }
         Err(e) => return Err(e.into()),
     };
-    let mut d = nix::dir::Dir::from_fd(dir.into_raw_fd())?;
-    let raw = d.as_raw_fd();
-    let mut names = Vec::new();
+    unlock(sub.as_fd());
+    let mut d = nix::dir::Dir::from_fd(sub.try_clone()?.into_raw_fd())?;
+    let mut entries = Vec::new();
     for e in d.iter() {
-        let n = e?.file_name().to_bytes().to_vec();
+        let e = e?;
+        let n = e.file_name().to_bytes().to_vec();
         if n != b"." && n != b".." {
-            names.push(n);
+            entries.push((n, e.file_type() == Some(nix::dir::Type::Directory)));
         }
     }
-    for n in names {
-        unlinkat(Some(raw), n.as_slice(), UnlinkatFlags::NoRemoveDir)?;
-    }
     drop(d);
-    unlinkat(Some(dest.as_raw_fd()), name, UnlinkatFlags::RemoveDir)?;
-    Ok(())
+    let raw = sub.as_raw_fd();
+    for (n, is_dir) in entries {
+        if is_dir {
+            remove_tree(sub.as_fd(), &n)?;
+        } else {
+            if let Ok(f) = ioctl::openat(
+                Some(raw),
+                n.as_slice(),
+                OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ) {
+                let regular = nix::sys::stat::fstat(f.as_raw_fd())
+                    .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
+                if regular {
+                    unlock(f.as_fd());
+                }
+            }
+            match unlinkat(Some(raw), n.as_slice(), UnlinkatFlags::NoRemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    drop(sub);
+    match unlinkat(Some(dir.as_raw_fd()), name, UnlinkatFlags::RemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Clears the immutable and append-only flags of `f`, where set.
+fn unlock(f: BorrowedFd<'_>) {
+    if let Ok(flags) = ioctl::get_inode_flags(f) {
+        if flags & crate::flags::LATE_FLAGS != 0 {
+            let _ = ioctl::set_inode_flags(f, flags & !crate::flags::LATE_FLAGS);
+        }
+    }
 }

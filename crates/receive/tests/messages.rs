@@ -236,8 +236,8 @@ fn a_killed_receive_is_incomplete_and_cannot_be_resumed() {
         squeezed(&text(&o.stderr)),
         format!(
             "rreceive: error: subvolume s1 in {} is incomplete from an earlier receive that did \
-             not stop cleanly (killed, a failed command, or the system went down), so it cannot \
-             be resumed: {AGAIN}: 's1' (command #1 SUBVOL at byte 17)\n",
+             not stop cleanly (killed, or the system went down), so it cannot be resumed: \
+             {AGAIN}: 's1' (command #1 SUBVOL at byte 17)\n",
             dest.display()
         )
     );
@@ -248,9 +248,9 @@ fn a_killed_receive_is_incomplete_and_cannot_be_resumed() {
     assert_eq!(
         text(&token.stderr),
         format!(
-            "rreceive: error: no resume token: {}/s1 is incomplete, but its receive did not stop \
-             cleanly (killed, a failed command, or the system went down): it cannot be resumed; \
-             delete it and receive the stream again\n",
+            "rreceive: error: no resume token: {}/s1 is incomplete, and its receive did not stop \
+             cleanly (killed, or the system went down): it cannot be resumed; delete it and \
+             receive the stream again\n",
             dest.display()
         )
     );
@@ -270,7 +270,7 @@ fn a_cut_off_receive_is_resumable_and_says_how() {
 
     let o = receive_file(&cut_file, &dest);
     let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(o.status.code(), Some(3), "{err}");
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 3, "{err}");
     assert_eq!(lines[0], "At subvol s1");
@@ -366,7 +366,7 @@ fn list_shows_each_received_subvolume_and_its_status() {
     assert_received(&receive_piped(&full, &dest), "full-v1");
     assert_received(&receive_piped(&incr, &dest), "incr-v1");
     let (cut, n, offset) = cut_in_half(&cut_full);
-    assert_eq!(receive_piped(&cut, &dest).status.code(), Some(1));
+    assert_eq!(receive_piped(&cut, &dest).status.code(), Some(3));
     receive_killed(&killed, &dest);
     assert_received(&receive_piped(&tab, &dest), "tab");
     assert_received(&receive_piped(&odd, &dest), "odd");
@@ -572,7 +572,7 @@ fn off_a_terminal_there_are_no_escape_sequences() {
     assert_received(&o, "pipe");
     assert_eq!(text(&o.stderr), "At subvol s1\n");
     let o = receive_piped(&cut_in_half(&data).0, &cut);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(3));
     let err = text(&o.stderr);
     assert_eq!(err.lines().count(), 3, "{err}");
     assert!(!err.contains(['\x1b', '\r']), "{}", err.escape_debug());
@@ -651,7 +651,7 @@ fn refusals_of_an_existing_name_are_single_spaced() {
     let data = std::fs::read(&file).unwrap();
     let cut = tmp.path().join("cut.stream");
     std::fs::write(&cut, cut_in_half(&data).0).unwrap();
-    assert_eq!(receive_file(&cut, &dest).status.code(), Some(1));
+    assert_eq!(receive_file(&cut, &dest).status.code(), Some(3));
     for stream in [kernel_stream("full-v1-subvol"), file] {
         let o = receive_file(&stream, &dest);
         let err = text(&o.stderr);

@@ -42,7 +42,7 @@ use std::time::Instant;
 
 use common::receivers::{listing, manifest_of_tree, rreceive_bin, Receiver};
 use common::scenarios::Manifest;
-use testkit::{ext4_image, kernel_available, run, BtrfsImage, LoopImage};
+use testkit::{ext4_image, kernel_available, run, BtrfsImage, LoopImage, Tmpfs};
 
 // ---------------------------------------------------------------------------
 // The nights
@@ -433,7 +433,7 @@ n=$(( $(cat "$dir/count" 2>/dev/null || echo 0) + 1 ))
 echo $n > "$dir/count"
 printf '%s\n' "$2" > "$dir/$n.cmd"
 case $2 in
-    *--list*|*--resume-token*)
+    *--list*|*--resume-token*|*--delete-incomplete*)
         bash -c "$2" > "$dir/$n.out"
         rc=$?
         echo $rc > "$dir/$n.rc"
@@ -445,6 +445,16 @@ if [ -e "$dir/cut" ]; then
     limit=$(cat "$dir/cut")
     rm "$dir/cut"
     head -c "$limit" | tee "$dir/$n.stream" | bash -c "$2"
+elif [ -e "$dir/corrupt" ]; then
+    at=$(cat "$dir/corrupt")
+    rm "$dir/corrupt"
+    perl -e 'binmode STDIN; binmode STDOUT; my ($at, $n) = (shift, 0);
+        while (my $got = read(STDIN, my $b, 65536)) {
+            if ($at >= $n && $at < $n + $got) {
+                substr($b, $at - $n, 1) = chr(ord(substr($b, $at - $n, 1)) ^ 0xff);
+            }
+            $n += $got; print $b;
+        }' "$at" | tee "$dir/$n.stream" | bash -c "$2"
 else
     tee "$dir/$n.stream" | bash -c "$2"
 fi
@@ -475,6 +485,11 @@ impl FakeSsh {
 
     fn program(&self) -> PathBuf {
         self.dir.path().join("fake-ssh")
+    }
+
+    /// Flips the byte at `at` of the next receive's stream.
+    fn corrupt_next_receive(&self, at: u64) {
+        std::fs::write(self.dir.path().join("corrupt"), at.to_string()).unwrap();
     }
 
     /// Cuts the next receive's stream after `bytes`.
@@ -539,19 +554,35 @@ fn nightly_backup(
     rreceive: &Path,
     over_ssh: bool,
 ) -> Job {
+    let ssh = over_ssh.then_some(&dest.ssh);
+    run_job(src.image(), snap, &dest.dir, rreceive, ssh, &[])
+}
+
+/// scripts/nightly-backup.sh -w 0 EXTRA -d IMAGE SNAP DIR [HOST], HOST
+/// reached with `ssh`.
+fn run_job(
+    image: &Path,
+    snap: &str,
+    dir: &Path,
+    rreceive: &Path,
+    ssh: Option<&FakeSsh>,
+    extra: &[&str],
+) -> Job {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nightly-backup.sh");
     let mut cmd = Command::new(script);
-    cmd.args(["-w", "0", "-d"])
-        .arg(src.image())
+    cmd.args(["-w", "0"])
+        .args(extra)
+        .arg("-d")
+        .arg(image)
         .arg(snap)
-        .arg(&dest.dir)
+        .arg(dir)
         .env("RSEND", env!("CARGO_BIN_EXE_rsend"))
         .env("RRECEIVE", rreceive)
         .env_remove("SSH")
         .current_dir("/")
         .stdin(Stdio::null());
-    if over_ssh {
-        cmd.arg("backup-host").env("SSH", dest.ssh.program());
+    if let Some(ssh) = ssh {
+        cmd.arg("backup-host").env("SSH", ssh.program());
     }
     let out = cmd.output().unwrap();
     Job {
@@ -585,7 +616,10 @@ fn night_with_a_cut(src: &Source, dest: &Destination, rreceive: &Path) -> String
     assert_eq!(job.code, Some(0), "{what}: the job failed:\n{}", job.log);
     job.says("attempt 1: sending night3", &what);
     job.says("rsend: parent snaps/night2 (subvolume", &what);
-    job.says("attempt 1 failed (exit codes", &what);
+    job.says(
+        "attempt 1 stopped (rreceive exit 3): it can go on later",
+        &what,
+    );
     job.says("stopped after command", &what);
     job.says("attempt 2: resuming night3", &what);
     job.says("night3 is complete in", &what);
@@ -794,6 +828,173 @@ fn five_nights_of_the_cron_job_onto_ext4_and_btrfs_resume_a_cut_connection() {
         summary.join("\n"),
         started.elapsed()
     );
+}
+
+// ---------------------------------------------------------------------------
+// A full disk and a stream that would fail again
+
+/// A destination on a tmpfs whose size a test sets, reached over a fake ssh.
+struct SmallDest {
+    fs: Tmpfs,
+    dir: PathBuf,
+    ssh: FakeSsh,
+}
+
+impl SmallDest {
+    fn new() -> SmallDest {
+        // As the other destinations: reading a tree to compare it must not
+        // change its atimes.
+        let fs = Tmpfs::new(512, "noatime");
+        let dir = fs.mnt().join("backup");
+        std::fs::create_dir(&dir).unwrap();
+        SmallDest {
+            fs,
+            dir,
+            ssh: FakeSsh::new(),
+        }
+    }
+
+    /// Limits the tmpfs to twice what it holds (room for a copy of the
+    /// one subvolume it holds) and `spare` KiB.
+    fn squeeze(&self, spare: u64) {
+        let st = nix::sys::statvfs::statvfs(self.fs.mnt()).unwrap();
+        let used = (st.blocks() - st.blocks_free()) * st.fragment_size() / 1024;
+        run(Command::new("mount")
+            .args(["-o", &format!("remount,size={}k", 2 * used + spare)])
+            .arg(self.fs.mnt()));
+    }
+
+    fn grow(&self) {
+        run(Command::new("mount")
+            .args(["-o", "remount,size=512m"])
+            .arg(self.fs.mnt()));
+    }
+
+    fn check_tree(&self, name: &str, want: &Manifest, when: &str) {
+        let got = self.dir.join(name);
+        if let Err(d) = Receiver::RreceiveExt4.compare_received(want, &got, false) {
+            panic!("{when}: {name} differs from its source snapshot: {d}");
+        }
+    }
+
+    /// The receives (commands with a stream) the fake ssh ran so far.
+    fn receives(&self) -> usize {
+        self.ssh
+            .calls()
+            .iter()
+            .filter(|c| c.stream.is_some())
+            .count()
+    }
+}
+
+/// Five nights of the job over ssh onto two small destinations, one run
+/// with --delete-incomplete: night 2 meets a full disk (a stop that can go
+/// on: no retry within the run, and the next run resumes it once there is
+/// room), night 4 a corrupt stream (a stop that would happen again: never
+/// retried; with --delete-incomplete the partial subvolume is deleted and
+/// sent again at once, without it the log says what to delete, and after
+/// that the next run sends it again). Every night ends with each snapshot
+/// equal to its source.
+#[test]
+fn the_job_resumes_a_full_disk_and_never_retries_what_would_fail_again() {
+    let test = "the_job_resumes_a_full_disk_and_never_retries_what_would_fail_again";
+    if !kernel_available(test) {
+        return;
+    }
+    let rreceive = rreceive_bin();
+    let mut src = Source::new();
+    let dests = [(SmallDest::new(), true), (SmallDest::new(), false)];
+    let mut wants: Vec<Manifest> = Vec::new();
+    for n in 1..=NIGHTS.len() {
+        src.change(n);
+        let snap = src.snapshot(n);
+        let name = format!("night{n}");
+        wants.push(manifest_of_tree(&src.mnt().join(&snap)));
+        for (dest, delete) in &dests {
+            let what = format!("night {n}, --delete-incomplete {delete}");
+            let extra: &[&str] = if *delete {
+                &["-r", "1", "--delete-incomplete"]
+            } else {
+                &["-r", "1"]
+            };
+            let job = |extra: &[&str]| {
+                run_job(
+                    src.image(),
+                    &snap,
+                    &dest.dir,
+                    &rreceive,
+                    Some(&dest.ssh),
+                    extra,
+                )
+            };
+            match n {
+                2 => {
+                    // The parent's copy fits, the night's changes do not.
+                    dest.squeeze(16);
+                    let before = dest.receives();
+                    let j = job(extra);
+                    assert_eq!(j.code, Some(1), "{what}: {}", j.log);
+                    j.says("stopped (rreceive exit 3): it can go on later", &what);
+                    j.never_says("cannot be resumed", &what);
+                    assert_eq!(dest.receives(), before + 1, "{what}: {}", j.log);
+                    dest.grow();
+                    let j = job(extra);
+                    assert_eq!(j.code, Some(0), "{what}: {}", j.log);
+                    j.says(&format!("attempt 1: resuming {name}"), &what);
+                }
+                4 => {
+                    dest.ssh.corrupt_next_receive(40_000);
+                    let before = dest.receives();
+                    let j = job(extra);
+                    j.says("retrying would fail the same way", &what);
+                    j.says("the stream is corrupt", &what);
+                    if *delete {
+                        assert_eq!(j.code, Some(0), "{what}: {}", j.log);
+                        j.says("deleting it (--delete-incomplete) to send it again", &what);
+                        assert_eq!(dest.receives(), before + 2, "{what}: {}", j.log);
+                    } else {
+                        assert_eq!(j.code, Some(1), "{what}: {}", j.log);
+                        j.says(
+                            &format!(
+                                "cannot be resumed (rreceive exit 1): delete it (ssh backup-host \
+                                 rreceive --delete-incomplete {}/{name})",
+                                dest.dir.display()
+                            ),
+                            &what,
+                        );
+                        assert_eq!(dest.receives(), before + 1, "{what}: {}", j.log);
+                        // The next run, before anyone deleted it, sends
+                        // nothing and says the same.
+                        let j = job(extra);
+                        assert_eq!(j.code, Some(1), "{what}: {}", j.log);
+                        j.says("cannot be resumed (", &what);
+                        j.says("the stream is corrupt", &what);
+                        assert_eq!(dest.receives(), before + 1, "{what}: {}", j.log);
+                        // What the log said to run, then the next run.
+                        run(Command::new(&rreceive)
+                            .arg("--delete-incomplete")
+                            .arg(dest.dir.join(&name)));
+                        let j = job(extra);
+                        assert_eq!(j.code, Some(0), "{what}: {}", j.log);
+                    }
+                }
+                _ => {
+                    let j = job(extra);
+                    assert_eq!(j.code, Some(0), "{what}: {}", j.log);
+                }
+            }
+            dest.check_tree(&name, &wants[n - 1], &what);
+        }
+    }
+    for (dest, delete) in &dests {
+        for (k, want) in wants.iter().enumerate() {
+            dest.check_tree(
+                &format!("night{}", k + 1),
+                want,
+                &format!("after night 5, --delete-incomplete {delete}"),
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

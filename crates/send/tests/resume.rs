@@ -547,8 +547,8 @@ fn cut_and_resume(
     std::fs::write(&cut_file, &stream[..cut.at]).unwrap();
     let o = receive_file(&cut_file, dest);
     let err = text(&o.stderr);
-    if o.status.code() != Some(1) {
-        return Err(format!("the cut stream: exit {:?}: {err}", o.status));
+    if o.status.code() != Some(3) {
+        return Err(format!("the cut stream: exit {:?}, not 3: {err}", o.status));
     }
     let said = format!(
         "rreceive: subvolume {} stopped after command {};",
@@ -837,7 +837,7 @@ fn cut_twice(s: &Setup, args: &[&str], send: &Send<'_>, dest: &Path) -> Result<(
     let cut_file = s.file("twice.cut");
     std::fs::write(&cut_file, &stream[..f[first].0 + f[first].1 / 2]).unwrap();
     let o = receive_file(&cut_file, dest);
-    if o.status.code() != Some(1) {
+    if o.status.code() != Some(3) {
         return Err(format!("first cut: {}: {}", o.status, text(&o.stderr)));
     }
     let (t1, p1) = token_of(&sv)?;
@@ -854,7 +854,7 @@ fn cut_twice(s: &Setup, args: &[&str], send: &Send<'_>, dest: &Path) -> Result<(
     let o = receive_file(&cut_file, dest);
     let second = p1.point.commands + (k as u64 - 2);
     let said = format!("stopped after command {second};");
-    if o.status.code() != Some(1) || !text(&o.stderr).contains(&said) {
+    if o.status.code() != Some(3) || !text(&o.stderr).contains(&said) {
         return Err(format!(
             "second cut: {}: no {said:?} in: {}",
             o.status,
@@ -1091,7 +1091,7 @@ fn stopped(s: &Setup, args: &[&str], snap: &str, dest: &Path) -> (Vec<u8>, Strin
     let cut = s.file("stopped.cut");
     std::fs::write(&cut, &stream[..f[i].0 + f[i].1 / 2]).unwrap();
     let o = receive_file(&cut, dest);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
     let (token, _) = token_of(&dest.join(snap)).unwrap();
     (stream, token)
 }
@@ -1318,7 +1318,13 @@ fn what_cannot_be_resumed_says_why() {
     let first = frames(&stream)[0];
     std::fs::write(&cut, &stream[..first.0 + first.1 / 2]).unwrap();
     let o = receive_file(&cut, &dest);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    // A cut can be mended: exit 3, though with nothing to resume.
+    assert_fails(
+        &o,
+        3,
+        "nothing of it was kept; this can succeed later: receive the same stream again",
+        "a cut in the first command",
+    );
     assert!(
         !text(&o.stderr).contains("stopped after"),
         "{}",
@@ -1350,7 +1356,12 @@ fn what_cannot_be_resumed_says_why() {
     );
     let (code, _, err) = resume_token(&dest.join(&c));
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("did not stop cleanly"), "{err}");
+    assert!(
+        words(&err).contains(
+            "is incomplete and not resumable: it was received with --in-place or --link, which cannot resume"
+        ),
+        "{err}"
+    );
     assert_eq!(status_of(&dest, &c).unwrap(), "incomplete");
 }
 
@@ -1420,7 +1431,7 @@ fn sigterm_and_sigint_stop_a_piped_receive_cleanly_and_it_resumes() {
     for (sig, name) in [("-TERM", "SIGTERM"), ("-INT", "SIGINT")] {
         let dest = s.dir(&format!("dest{sig}"));
         let (status, err, whole) = signalled_receive(&stream, &dest, BIG, sig);
-        assert_eq!(status.code(), Some(1), "{name}: {status}: {err}");
+        assert_eq!(status.code(), Some(3), "{name}: {status}: {err}");
         assert!(err.contains(&format!("stopped by {name}")), "{name}: {err}");
         assert_eq!(status_of(&dest, BIG).unwrap(), "resumable", "{name}");
         let (token, t) = token_of(&dest.join(BIG)).unwrap();
@@ -1682,7 +1693,7 @@ fn a_cut_in_the_second_of_two_streams_resumes_the_second() {
     let o = receive_file(&cut, &dest);
     assert_fails(
         &o,
-        1,
+        3,
         &format!("stopped after command {i};"),
         "the cut concatenation",
     );

@@ -19,7 +19,9 @@ use crate::meta;
 use crate::path;
 
 use super::dirtimes::{Record, Source};
+use super::resume::RecipeMark;
 use super::{err_at, Create, Flow, Receiver, R};
+use btrfs_stream::resume::Point;
 
 /// What a held-back new file gets before it is created, so that it is
 /// created at its final name, with its final mode, in one call.
@@ -40,6 +42,23 @@ pub(super) struct Pending {
     path: Vec<u8>,
     pub(super) what: Create,
     recipe: Recipe,
+    /// The number of the last command folded in.
+    pub(super) last: u64,
+    /// Where the subvolume's stream stood before the create.
+    before: Point,
+    /// Made again on a resumed receive: it may be there already.
+    remake: bool,
+}
+
+impl Pending {
+    /// Its commands, for a stop that has to apply them again.
+    pub(super) fn mark(&self) -> RecipeMark {
+        RecipeMark {
+            first: self.cmd_pos.index,
+            last: self.last,
+            before: self.before,
+        }
+    }
 }
 
 /// Whether a command folded into the held-back create.
@@ -90,7 +109,7 @@ impl Receiver<'_> {
     /// is full.
     pub(super) fn enqueue(&mut self, p: Pending) -> Result<(), Error> {
         let Some(cur) = self.cur.as_mut() else {
-            return self.materialize(p, true);
+            return self.materialize_or_redo(p, true);
         };
         cur.batch_bytes += p.recipe.bytes + p.path.len();
         cur.batch.push(p);
@@ -114,13 +133,17 @@ impl Receiver<'_> {
         cur.batch_bytes = 0;
         // Stable: files of one directory keep their order.
         batch.sort_by(|a, b| path::split(&a.path).0.cmp(path::split(&b.path).0));
-        for p in batch {
+        let mut batch = batch.into_iter();
+        while let Some(p) = batch.next() {
             if self.opts.max_errors == 1 && self.closer.has_errors() {
-                // An earlier file failed on the finishing thread: stop here.
+                // An earlier file failed on the finishing thread: stop
+                // here; a resumed receive makes the rest.
+                self.redo_all(std::iter::once(p).chain(batch));
                 return self.collect();
             }
-            if let Err(e) = self.materialize(p, true) {
+            if let Err(e) = self.materialize_or_redo(p, true) {
                 if self.opts.max_errors == 1 {
+                    self.redo_all(batch);
                     return Err(e);
                 }
                 self.log.error(&e);
@@ -130,13 +153,40 @@ impl Receiver<'_> {
         }
         Ok(())
     }
+    /// Records held-back files that a stop has to make again.
+    pub(super) fn redo_all(&mut self, held: impl IntoIterator<Item = Pending>) {
+        if let Some(c) = self.cur.as_mut() {
+            for p in held {
+                c.redo.again(p.mark());
+            }
+        }
+    }
+
+    /// [`Receiver::materialize`], recording `p` to be made again if it
+    /// fails.
+    pub(super) fn materialize_or_redo(&mut self, p: Pending, complete: bool) -> Result<(), Error> {
+        let mark = p.mark();
+        let r = self.materialize(p, complete);
+        if r.is_err() {
+            if let Some(c) = self.cur.as_mut() {
+                c.redo.again(mark);
+            }
+        }
+        r
+    }
+
     pub(super) fn defer(&mut self, pos: Position, path: &[u8], what: Create) -> R<Flow> {
         let cur = self.cur()?;
+        let before = cur.track.point();
+        let remake = cur.redo.remakes(before.commands + 1);
         cur.pending = Some(Pending {
             cmd_pos: pos,
             path: path.to_vec(),
             what,
             recipe: Recipe::default(),
+            last: pos.index,
+            before,
+            remake,
         });
         Ok(Flow::Continue)
     }
@@ -241,11 +291,14 @@ impl Receiver<'_> {
     /// file whose commands all came (`complete`: its UTIMES was folded in)
     /// is finished on the closing thread.
     pub(super) fn materialize(&mut self, p: Pending, complete: bool) -> Result<(), Error> {
+        let mark = p.mark();
         let Pending {
             cmd_pos,
             path: at,
             what,
             recipe: r,
+            remake,
+            ..
         } = p;
         let kind = what.kind();
         // The mode can be given at create time when no chown follows that
@@ -260,7 +313,7 @@ impl Receiver<'_> {
         };
         let mut direct = true;
         let change = r.orphan.as_ref().map_or(cmd_pos, |o| o.1).index;
-        match self.create(&what, &at, mode, change) {
+        match self.create(&what, &at, mode, change, remake) {
             Ok(()) => {
                 if r.orphan.is_some() {
                     self.stats.fused_renames += 1;
@@ -276,7 +329,7 @@ impl Receiver<'_> {
                     return Err(err_at(kind, cmd_pos, &at, CmdError::NoSubvol));
                 };
                 direct = false;
-                self.create(&what, &orphan, mode, cmd_pos.index)
+                self.create(&what, &orphan, mode, cmd_pos.index, remake)
                     .map_err(|e| err_at(kind, cmd_pos, &orphan, e))?;
                 self.rename(&orphan, &at, rpos.index)
                     .map_err(|e| err_at(CommandKind::Rename, rpos, &at, e))?;
@@ -317,6 +370,8 @@ impl Receiver<'_> {
                         flush,
                     })),
                 });
+                cur.redo.prune(self.closer.done(), self.closer.has_errors());
+                cur.redo.handed(seq, mark);
                 cur.inflight.push_back((seq, at.clone()));
                 cur.inflight_paths.insert(at, seq);
                 return Ok(());

@@ -41,14 +41,61 @@ impl Create {
 
 impl Receiver<'_> {
     /// Makes `what` at `at` for command number `change` (the create, or
-    /// the RENAME folded into it).
+    /// the RENAME folded into it). With `remake` (a resumed receive making
+    /// again what a stopped one may have made), what is at `at` already is
+    /// replaced, or kept if it is a directory.
     pub(super) fn create(
         &mut self,
         what: &Create,
         at: &[u8],
         file_mode: u32,
         change: u64,
+        remake: bool,
     ) -> R<()> {
+        match self.create_once(what, at, file_mode, change) {
+            Err(CmdError::Os {
+                errno: Errno::EEXIST,
+                ..
+            }) if remake => {}
+            r => return r,
+        }
+        // The directory's times are read (if need be) before it changes.
+        self.entries_change(&[crate::path::split(at).0], change)?;
+        let cur = self.cur()?;
+        let (dir, name) = cur.res.parent(at).map_err(CmdError::os(RESOLVE))?;
+        let there = crate::meta::At { dir, name }
+            .stat()
+            .map_err(CmdError::os("stat"))?;
+        let is_dir = there.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        let raw = dir.as_raw_fd();
+        let name = name.to_vec();
+        match (what, is_dir) {
+            (Create::Dir, true) => {
+                self.dir_created(at)?;
+                return Ok(());
+            }
+            (_, true) => {
+                return Err(CmdError::Os {
+                    op: "create",
+                    errno: Errno::EEXIST,
+                })
+            }
+            (_, false) => {
+                if cur.is_open(at) {
+                    cur.retire();
+                }
+                nix::unistd::unlinkat(
+                    Some(raw),
+                    name.as_slice(),
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                )
+                .map_err(CmdError::os("unlink what a stopped receive made"))?;
+            }
+        }
+        self.create_once(what, at, file_mode, change)
+    }
+
+    fn create_once(&mut self, what: &Create, at: &[u8], file_mode: u32, change: u64) -> R<()> {
         self.entries_change(&[crate::path::split(at).0], change)?;
         let fake_super = self.opts.fake_super;
         let cur = self.cur()?;

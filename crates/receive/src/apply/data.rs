@@ -79,7 +79,10 @@ impl Receiver<'_> {
                 .dest
                 .find(clone_uuid)
                 .map_err(CmdError::io("look up clone source"))?
-                .ok_or(CmdError::CloneSourceNotFound(clone_uuid))?;
+                .ok_or(CmdError::CloneSourceNotFound(
+                    clone_uuid,
+                    self.dest.path().display().to_string(),
+                ))?;
             if !known.complete && !force {
                 return Err(CmdError::CloneSourceIncomplete {
                     name: escape(&known.name),
@@ -87,7 +90,10 @@ impl Receiver<'_> {
                 });
             }
             if known.name == cur.name {
-                return Err(CmdError::CloneSourceNotFound(clone_uuid));
+                return Err(CmdError::CloneSourceNotFound(
+                    clone_uuid,
+                    self.dest.path().display().to_string(),
+                ));
             }
             let root = self
                 .dest
@@ -104,7 +110,10 @@ impl Receiver<'_> {
             } else {
                 cur.sources
                     .get_mut(&clone_uuid)
-                    .ok_or(CmdError::CloneSourceNotFound(clone_uuid))?
+                    .ok_or(CmdError::CloneSourceNotFound(
+                        clone_uuid,
+                        self.dest.path().display().to_string(),
+                    ))?
             };
             Some(open_regular(res, clone_path, OFlag::O_RDONLY)?)
         };

@@ -77,9 +77,14 @@ impl Receiver<'_> {
                     "subvolume {shown} in {dest} is incomplete: an earlier receive stopped after command {} (byte {}). Resume it with rsend --resume \"$(rreceive --resume-token {dest}/{shown})\" and the same rsend arguments as before, or {again}",
                     r.point.commands, r.point.offset
                 ),
-                None => format!(
-                    "subvolume {shown} in {dest} is incomplete from an earlier receive that did not stop cleanly (killed, a failed command, or the system went down), so it cannot be resumed: {again}"
-                ),
+                None => match super::resume::refusal(self.dest.fd(), name) {
+                    Some(why) => format!(
+                        "subvolume {shown} in {dest} is incomplete from an earlier receive that cannot be resumed ({why}): {again}"
+                    ),
+                    None => format!(
+                        "subvolume {shown} in {dest} is incomplete from an earlier receive that did not stop cleanly (killed, or the system went down), so it cannot be resumed: {again}"
+                    ),
+                },
             },
             Existing::Other => format!(
                 "{dest}/{shown} exists and is not a subvolume rreceive received: move it away, or receive into another directory"
@@ -103,7 +108,12 @@ impl Receiver<'_> {
         let root = self
             .dest
             .create_subvol(name, &state)
-            .map_err(CmdError::io("create subvolume"))?;
+            .map_err(|err| CmdError::InDest {
+                op: "create subvolume",
+                dest: self.dest.path().display().to_string(),
+                err,
+            })?;
+        self.reserve_side(name);
         self.log.info(format_args!("At subvol {}", escape(name)));
         self.cur = Some(Current::new(
             name,
@@ -131,7 +141,9 @@ impl Receiver<'_> {
             .dest
             .find(parent_uuid)
             .map_err(CmdError::io("look up parent"))?
-            .ok_or(CmdError::ParentNotFound(parent_uuid))?;
+            .ok_or_else(|| {
+                CmdError::ParentNotFound(parent_uuid, self.dest.path().display().to_string())
+            })?;
         if !parent.complete {
             if !self.opts.force {
                 return Err(CmdError::ParentIncomplete {
@@ -207,7 +219,11 @@ impl Receiver<'_> {
                 if let Some(w) = work {
                     let _ = w.remove(self.dest.fd());
                 }
-                return Err(CmdError::io("create snapshot")(e));
+                return Err(CmdError::InDest {
+                    op: "create snapshot",
+                    dest: self.dest.path().display().to_string(),
+                    err: e,
+                });
             }
         };
         let mut late = Vec::new();
@@ -275,6 +291,7 @@ impl Receiver<'_> {
         // any the stream sets.
         cur.deferred = late;
         self.cur = Some(cur);
+        self.reserve_side(name);
         Ok(Flow::Continue)
     }
 

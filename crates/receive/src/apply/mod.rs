@@ -36,6 +36,8 @@ mod names;
 mod resume;
 mod schedule;
 
+pub use resume::refusal;
+
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::Write;
@@ -132,6 +134,8 @@ pub struct Current {
     work: Option<crate::workdir::Workdir>,
     /// How far its stream is applied.
     track: resume::Track,
+    /// Which applied commands a stop would have to apply again.
+    redo: resume::Redo,
 }
 
 /// Applies commands to a destination.
@@ -196,6 +200,7 @@ impl Current {
             taken: None,
             work: None,
             track: resume::Track::default(),
+            redo: resume::Redo::default(),
         }
     }
 
@@ -321,6 +326,11 @@ impl<'o> Receiver<'o> {
             .map(|c| self.dest.path().join(std::ffi::OsStr::from_bytes(&c.name)))
     }
 
+    /// The name in DEST of the subvolume being received, if any.
+    pub fn current_name(&self) -> Option<Vec<u8>> {
+        self.cur.as_ref().map(|c| c.name.clone())
+    }
+
     /// Counts a failed command against the current subvolume.
     pub fn note_error(&mut self) {
         if let Some(c) = self.cur.as_mut() {
@@ -394,7 +404,15 @@ impl<'o> Receiver<'o> {
     /// as a failed command; with `-E 1` the first one stops the receive.
     fn collect(&mut self) -> Result<(), Error> {
         self.merge_counts();
-        let mut errs = self.closer.take_errors().into_iter();
+        let errs = self.closer.take_errors();
+        if let Some(c) = self.cur.as_mut() {
+            for e in &errs {
+                if let Error::Command { command, .. } = e {
+                    c.redo.failed(*command);
+                }
+            }
+        }
+        let mut errs = errs.into_iter();
         if self.opts.max_errors == 1 {
             if let Some(e) = errs.next() {
                 return Err(e);
@@ -414,6 +432,18 @@ impl<'o> Receiver<'o> {
         // come first.
         if self.closer.has_errors() {
             self.collect()?;
+        }
+        if let Some(c) = self.cur.as_mut() {
+            let counted = !matches!(
+                cmd,
+                Command::Subvol { .. }
+                    | Command::Snapshot { .. }
+                    | Command::Resume { .. }
+                    | Command::End {}
+            );
+            if counted && c.redo.applied_before(c.track.count + 1) == Some(true) {
+                return self.skip_applied(cmd, pos);
+            }
         }
         let res = self.apply_one(cmd, pos);
         match (&res, self.cur.as_mut()) {
@@ -444,7 +474,11 @@ impl<'o> Receiver<'o> {
         }
         // A create held back from earlier commands comes first.
         if let Some(mut p) = self.cur.as_mut().and_then(|c| c.pending.take()) {
-            match self.fold(&mut p, cmd, pos) {
+            let fold = self.fold(&mut p, cmd, pos);
+            if !matches!(fold, Fold::No) {
+                p.last = pos.index;
+            }
+            match fold {
                 Fold::Held => {
                     if let Some(c) = self.cur.as_mut() {
                         c.pending = Some(p);
@@ -456,13 +490,19 @@ impl<'o> Receiver<'o> {
                     return Ok(Flow::Continue);
                 }
                 Fold::Now => {
-                    self.flush_batch()?;
-                    self.materialize(p, true)?;
+                    if let Err(e) = self.flush_batch() {
+                        self.redo_all([p]);
+                        return Err(e);
+                    }
+                    self.materialize_or_redo(p, true)?;
                     return Ok(Flow::Continue);
                 }
                 Fold::No => {
-                    self.flush_batch()?;
-                    if let Err(e) = self.materialize(p, false) {
+                    if let Err(e) = self.flush_batch() {
+                        self.redo_all([p]);
+                        return Err(e);
+                    }
+                    if let Err(e) = self.materialize_or_redo(p, false) {
                         if self.opts.max_errors == 1 {
                             return Err(e);
                         }
@@ -479,6 +519,11 @@ impl<'o> Receiver<'o> {
             self.flush_batch()?;
         }
         self.settle_for(cmd);
+        // A file this command waited for may have failed: then it is not
+        // applied (a resumed receive makes that file again first).
+        if self.opts.max_errors == 1 && self.closer.has_errors() {
+            self.collect()?;
+        }
         if let Command::End {} = cmd {
             // Failed files keep the subvolume from being marked complete.
             self.closer.wait();

@@ -16,8 +16,9 @@
 //! its state records no point, so one killed without a chance to stop
 //! cleanly (SIGKILL, a crash) is never resumed from a wrong place.
 
+use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 
@@ -28,9 +29,9 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use uuid::Uuid;
 
-use crate::error::{escape, CmdError};
+use crate::error::{escape, CmdError, Error};
 use crate::ioctl;
-use crate::subvol::{Resumable, SubvolState, RESERVED_PREFIX};
+use crate::subvol::{Resumable, SubvolState};
 
 use super::{Current, Flow, Receiver, R};
 
@@ -65,7 +66,8 @@ impl Track {
         }
     }
 
-    fn point(&self) -> Point {
+    /// Where the stream stands: after the last command counted.
+    pub(super) fn point(&self) -> Point {
         Point {
             commands: self.count,
             offset: self.offset,
@@ -74,15 +76,121 @@ impl Track {
     }
 }
 
-/// The side file of subvolume `name` in DEST.
-fn side_file(name: &[u8]) -> Vec<u8> {
-    let mut v = RESERVED_PREFIX.to_vec();
-    v.extend_from_slice(b"-resume-");
-    for b in name {
-        v.extend_from_slice(format!("{b:02x}").as_bytes());
-    }
-    v
+/// A new file's commands held back together (its recipe, contiguous in the
+/// stream): the numbers of its first and last command (as in
+/// [`Position::index`]) and where the subvolume's stream stood before it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RecipeMark {
+    pub(super) first: u64,
+    pub(super) last: u64,
+    pub(super) before: Point,
 }
+
+impl RecipeMark {
+    /// Its commands, as counted in the subvolume's stream (1 = SUBVOL).
+    fn counts(&self) -> (u64, u64) {
+        let first = self.before.commands + 1;
+        (first, first + self.last.saturating_sub(self.first))
+    }
+}
+
+/// What a stop must apply again: new files finished on other threads (or
+/// not created yet) when a command failed, so that every command before
+/// the resume point is applied and the ones after it that were applied
+/// too are known.
+#[derive(Debug, Default)]
+pub(super) struct Redo {
+    /// Recipes handed to the finishing thread, not known to be done:
+    /// (job, recipe), oldest first.
+    inflight: VecDeque<(u64, RecipeMark)>,
+    /// Recipes whose files were not made, or not finished.
+    again: Vec<RecipeMark>,
+    /// Commands (by [`Position::index`]) that failed on other threads.
+    failed: Vec<u64>,
+    /// On a resumed receive: which of the next commands were applied
+    /// before it stopped.
+    replay: Option<Replay>,
+}
+
+/// Commands after the resume point that the stopped receive had applied
+/// already, except new files to make again.
+#[derive(Debug)]
+struct Replay {
+    /// Commands up to this count were applied...
+    until: u64,
+    /// ... except these ranges of counts (first, last).
+    again: Vec<(u64, u64)>,
+}
+
+impl Redo {
+    /// A recipe handed to the finishing thread as job `seq`.
+    pub(super) fn handed(&mut self, seq: u64, mark: RecipeMark) {
+        self.inflight.push_back((seq, mark));
+    }
+
+    /// Forgets recipes of jobs up to `done`, unless failures are waiting
+    /// to be collected (they may be among them).
+    pub(super) fn prune(&mut self, done: u64, failures_waiting: bool) {
+        if failures_waiting || !self.failed.is_empty() {
+            return;
+        }
+        while self.inflight.front().is_some_and(|(s, _)| *s <= done) {
+            self.inflight.pop_front();
+        }
+    }
+
+    /// Whether something failed that a stop must apply again.
+    pub(super) fn failing(&self) -> bool {
+        !self.failed.is_empty() || !self.again.is_empty()
+    }
+
+    /// A recipe to apply again.
+    pub(super) fn again(&mut self, mark: RecipeMark) {
+        self.again.push(mark);
+    }
+
+    /// Command number `index` failed on another thread.
+    pub(super) fn failed(&mut self, index: u64) {
+        self.failed.push(index);
+    }
+
+    /// On a resumed receive: commands up to `until` were applied before.
+    fn replay_until(&mut self, until: u64) {
+        self.replay = Some(Replay {
+            until,
+            again: Vec::new(),
+        });
+    }
+
+    /// On a resumed receive: commands `first..=last` (counts) are applied
+    /// again, though before `until`.
+    fn replay_again(&mut self, first: u64, last: u64) {
+        if let Some(r) = self.replay.as_mut() {
+            r.again.push((first, last));
+        }
+    }
+
+    /// Whether the command counted `n` (1 = SUBVOL) on a resumed receive
+    /// was applied already: `None` once past what the stopped receive did.
+    pub(super) fn applied_before(&mut self, n: u64) -> Option<bool> {
+        let r = self.replay.as_ref()?;
+        if n > r.until {
+            self.replay = None;
+            return None;
+        }
+        Some(!r.again.iter().any(|&(a, b)| (a..=b).contains(&n)))
+    }
+
+    /// Whether a create counted `n` is made again on a resumed receive
+    /// (what it makes may be there already, from the stopped receive).
+    pub(super) fn remakes(&self, n: u64) -> bool {
+        self.replay
+            .as_ref()
+            .is_some_and(|r| n <= r.until && r.again.iter().any(|&(a, b)| (a..=b).contains(&n)))
+    }
+}
+
+use crate::subvol::side_file;
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -222,6 +330,7 @@ impl Receiver<'_> {
         self.cur = Some(cur);
         self.load_side(&side)
             .map_err(CmdError::io("read what the stopped receive kept for END"))?;
+        self.reserve_side(name);
         Ok(Flow::Continue)
     }
 
@@ -240,7 +349,10 @@ impl Receiver<'_> {
         let mut text = String::new();
         File::from(fd).take(64 << 20).read_to_string(&mut text)?;
         let bad = || std::io::Error::other("the side file is malformed");
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        {
             let f: Vec<&str> = line.split('\t').collect();
             match f.as_slice() {
                 ["flags", bits, path] => {
@@ -262,27 +374,69 @@ impl Receiver<'_> {
                         c.caps = Some(caps);
                     }
                 }
+                ["applied", until] => {
+                    let until = until.parse().map_err(|_| bad())?;
+                    if let Some(c) = self.cur.as_mut() {
+                        c.redo.replay_until(until);
+                    }
+                }
+                ["again", a, b] => {
+                    let (a, b) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                    if a > b {
+                        return Err(bad());
+                    }
+                    if let Some(c) = self.cur.as_mut() {
+                        c.redo.replay_again(a, b);
+                    }
+                }
+                ["why", _] | ["point", _] => {}
                 _ => return Err(bad()),
             }
         }
-        let _ = nix::unistd::unlinkat(
-            Some(self.dest.fd().as_raw_fd()),
-            name,
-            nix::unistd::UnlinkatFlags::NoRemoveDir,
-        );
         Ok(())
+    }
+
+    /// A command counted in the stream, which the stopped receive this one
+    /// resumes had applied already: counted again, not applied again.
+    pub(super) fn skip_applied(&mut self, cmd: &Command<'_>, pos: Position) -> Result<Flow, Error> {
+        // What is held back comes first, as before any other command.
+        if let Some(p) = self.cur.as_mut().and_then(|c| c.pending.take()) {
+            if let Err(e) = self.flush_batch() {
+                self.redo_all([p]);
+                return Err(e);
+            }
+            self.materialize_or_redo(p, false)?;
+        }
+        self.flush_batch()?;
+        self.stats.commands += 1;
+        self.now = (cmd.kind(), pos);
+        if let Some(c) = self.cur.as_mut() {
+            c.track.add(cmd, pos);
+        }
+        Ok(Flow::Continue)
     }
 
     /// After the stream stopped early: applies what is held back, syncs,
     /// and records where the subvolume being received stopped, so that a
     /// resumed stream can complete it. Returns its state, or why it cannot
     /// be resumed. The subvolume is closed either way.
+    ///
+    /// New files whose making failed (on this thread or another, say for
+    /// ENOSPC) are made again by the resumed receive: it resumes before the
+    /// first of them, and the side file says which of the commands after
+    /// that were applied.
     pub fn suspend(&mut self) -> Result<SubvolState, String> {
         let Some(c) = self.cur.as_ref() else {
             return Err("no subvolume was being received".into());
         };
-        if c.track.broken || c.errors > 0 {
-            return Err("a command failed".into());
+        if c.track.broken {
+            return Err("the stream's fingerprint could not be taken".into());
+        }
+        if c.errors > 0 {
+            return Err(
+                "a command failed and later ones were applied after it (-E allowed more than one error)"
+                    .into(),
+            );
         }
         if !matches!(c.guard, super::guard::Guard::Own) {
             return Err("it was received with --in-place or --link, which cannot resume".into());
@@ -290,84 +444,211 @@ impl Receiver<'_> {
         if c.track.count == 0 {
             return Err("not even its first command was applied".into());
         }
-        // What batches and the closing thread hold, then directory times.
-        let flushed = self.finish().and_then(|()| {
-            if let Some(p) = self.cur.as_mut().and_then(|c| c.pending.take()) {
-                self.materialize(p, false)?;
-                self.finish()?;
+        // What batches and the closing thread hold. What fails is recorded
+        // to be made again; after a failure, nothing more is made.
+        let failing = self.closer.has_errors() || c.redo.failing();
+        if failing {
+            if let Some(c) = self.cur.as_mut() {
+                let held: Vec<_> = c.batch.drain(..).chain(c.pending.take()).collect();
+                c.batch_bytes = 0;
+                self.redo_all(held);
             }
-            self.apply_dir_times()
-        });
-        if let Err(e) = flushed {
-            return Err(format!("applying what was held back failed: {e}"));
+        } else {
+            let _ = self.flush_batch();
+            if let Some(p) = self.cur.as_mut().and_then(|c| c.pending.take()) {
+                let _ = self.materialize_or_redo(p, false);
+            }
         }
-        let Some(mut c) = self.cur.take() else {
+        if let Some(c) = self.cur.as_mut() {
+            c.retire();
+            c.settle_all();
+        }
+        self.closer.wait();
+        let _ = self.collect();
+        if let Err(e) = self.apply_dir_times() {
+            return Err(format!("applying the directories' times failed: {e}"));
+        }
+        self.closer.wait();
+        let _ = self.collect();
+        let Some(c) = self.cur.as_mut() else {
             return Err("no subvolume was being received".into());
         };
-        c.retire();
         c.sources.clear();
-        self.closer.wait();
-        if let Err(e) = self.collect() {
-            return Err(format!("finishing the last files failed: {e}"));
-        }
-        let mut state = c.state.clone();
-        state.resume = Some(Resumable {
-            version: c.track.version,
-            point: c.track.point(),
-        });
-        let res = self
-            .save_side(&c)
-            .and_then(|()| nix::unistd::syncfs(c.res.root().as_raw_fd()).map_err(Into::into))
-            .and_then(|()| self.dest.set_state(&c.name, &state))
-            .and_then(|()| {
-                // The state must be there when the token is asked for.
-                nix::unistd::syncfs(self.dest.fd().as_raw_fd()).map_err(Into::into)
-            });
-        match res {
-            Ok(()) => Ok(state),
-            Err(e) => Err(format!("recording where it stopped failed: {e}")),
-        }
-    }
-
-    /// Writes the side file of `c`, or removes a stale one.
-    fn save_side(&self, c: &Current) -> std::io::Result<()> {
-        let name = side_file(&c.name);
-        let dir = self.dest.fd().as_raw_fd();
-        match nix::unistd::unlinkat(
-            Some(dir),
-            name.as_slice(),
-            nix::unistd::UnlinkatFlags::NoRemoveDir,
-        ) {
-            Ok(()) | Err(Errno::ENOENT) => {}
-            Err(e) => return Err(e.into()),
-        }
-        if c.deferred.is_empty() && c.caps.is_none() {
-            return Ok(());
-        }
-        let root_link = std::fs::read_link(format!("/proc/self/fd/{}", c.res.root().as_raw_fd()))?;
-        let root = root_link.as_os_str().as_bytes();
-        let mut text = String::from(
-            "# rreceive: what END still needs: flags BITS PATH | caps PATH VALUE (hex)\n",
-        );
-        for (f, bits) in &c.deferred {
-            use std::os::fd::AsFd;
-            if let Some(p) = path_beneath(root, f.as_fd()) {
-                text.push_str(&format!("flags\t{bits}\t{}\n", hex(&p)));
+        let redo = std::mem::take(&mut c.redo);
+        let mut again = redo.again;
+        for idx in redo.failed {
+            if again.iter().any(|m| (m.first..=m.last).contains(&idx)) {
+                continue;
+            }
+            match redo
+                .inflight
+                .iter()
+                .map(|(_, m)| m)
+                .find(|m| (m.first..=m.last).contains(&idx))
+            {
+                Some(m) => again.push(*m),
+                None => {
+                    return Err(format!(
+                        "command #{idx} failed after later commands were applied"
+                    ))
+                }
             }
         }
-        if let Some((p, v)) = &c.caps {
-            text.push_str(&format!("caps\t{}\t{}\n", hex(p), hex(v)));
+        let mut until = c.track.count;
+        let mut ranges: Vec<(u64, u64)> = again.iter().map(RecipeMark::counts).collect();
+        if let Some(r) = redo.replay {
+            // Stopped again before the end of what the first receive had
+            // applied: that part still counts.
+            until = until.max(r.until);
+            ranges.extend(r.again.into_iter().filter(|&(a, _)| a > c.track.count));
+        }
+        let point = again
+            .iter()
+            .map(|m| m.before)
+            .min_by_key(|p| p.commands)
+            .unwrap_or_else(|| c.track.point());
+        ranges.retain(|&(_, b)| b > point.commands);
+        ranges.sort_unstable();
+        ranges.dedup();
+        let window = Window {
+            until: (until > point.commands).then_some(until),
+            again: ranges,
+        };
+        let mut state = c.state.clone();
+        let resumable = Resumable {
+            version: c.track.version,
+            point,
+        };
+        state.resume = Some(resumable);
+        let Some(c) = self.cur.take() else {
+            return Err("no subvolume was being received".into());
+        };
+        // The side file (written in room kept for it) holds the point;
+        // the state too where it can still be written.
+        let side = self
+            .save_side(&c, &window, resumable)
+            .and_then(|()| nix::unistd::syncfs(c.res.root().as_raw_fd()).map_err(Into::into));
+        if let Err(e) = side {
+            let why = format!("recording where it stopped failed: {e}");
+            self.cur = Some(c);
+            return Err(why);
+        }
+        let _ = self.dest.set_state(&c.name, &state);
+        // The state must be there when the token is asked for.
+        let _ = nix::unistd::syncfs(self.dest.fd().as_raw_fd());
+        Ok(state)
+    }
+
+    /// Records in the side file of the subvolume being received why it
+    /// cannot be resumed (for `rreceive --resume-token`).
+    pub fn record_refusal(&self, name: &[u8], why: &str) {
+        let _ = self.write_side(name, &format!("why\t{}\n", hex(why.as_bytes())));
+    }
+
+    /// Writes the side file of `c`: what END still needs and what the
+    /// resumed receive must not apply again.
+    fn save_side(&self, c: &Current, window: &Window, at: Resumable) -> std::io::Result<()> {
+        let mut text = format!("point\t{}\n", at.to_field());
+        if !c.deferred.is_empty() || c.caps.is_some() {
+            let root_link =
+                std::fs::read_link(format!("/proc/self/fd/{}", c.res.root().as_raw_fd()))?;
+            let root = root_link.as_os_str().as_bytes();
+            for (f, bits) in &c.deferred {
+                use std::os::fd::AsFd;
+                if let Some(p) = path_beneath(root, f.as_fd()) {
+                    text.push_str(&format!("flags\t{bits}\t{}\n", hex(&p)));
+                }
+            }
+            if let Some((p, v)) = &c.caps {
+                text.push_str(&format!("caps\t{}\t{}\n", hex(p), hex(v)));
+            }
+        }
+        if let Some(until) = window.until {
+            text.push_str(&format!("applied\t{until}\n"));
+            for (a, b) in &window.again {
+                text.push_str(&format!("again\t{a}\t{b}\n"));
+            }
+        }
+        self.write_side(&c.name, &text)
+    }
+
+    /// Replaces the side file of subvolume `name` by `text` (removes it
+    /// when `text` is empty). It is written over the room a reserved one
+    /// holds ([`Receiver::reserve_side`]), padded with empty lines, so a
+    /// full filesystem still takes it.
+    fn write_side(&self, name: &[u8], text: &str) -> std::io::Result<()> {
+        let name = side_file(name);
+        let dir = self.dest.fd().as_raw_fd();
+        if text.is_empty() {
+            return match nix::unistd::unlinkat(
+                Some(dir),
+                name.as_slice(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            ) {
+                Ok(()) | Err(Errno::ENOENT) => Ok(()),
+                Err(e) => Err(e.into()),
+            };
         }
         let fd = ioctl::openat(
             Some(dir),
             name.as_slice(),
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(0o600),
         )?;
-        let mut f = File::from(fd);
-        f.write_all(text.as_bytes())?;
+        let f = File::from(fd);
+        let mut body = format!(
+            "# rreceive: where the receive stopped (point), what END still needs (flags BITS PATH, \
+             caps PATH VALUE), which commands after the point were applied (applied UNTIL, again \
+             FIRST LAST), why it cannot resume (why TEXT); hex\n{text}"
+        )
+        .into_bytes();
+        let room = f.metadata()?.len() as usize;
+        if body.len() < room {
+            body.resize(room, b'\n');
+        }
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(&body, 0)?;
         f.sync_all()
     }
+
+    /// Makes the side file of subvolume `name` (or blanks it) with room
+    /// for what a stop writes, so that a stop on a full filesystem can
+    /// still record where it stopped.
+    pub(super) fn reserve_side(&self, name: &[u8]) {
+        let _ = self.write_side(name, &"\n".repeat(SIDE_RESERVE));
+    }
+}
+
+/// Room kept for a side file (a stop then needs no new blocks).
+const SIDE_RESERVE: usize = 128 << 10;
+
+/// Which commands after a resume point were applied already.
+struct Window {
+    /// Commands counted up to this were applied (none if `None`)...
+    until: Option<u64>,
+    /// ... except these (first, last), to apply again.
+    again: Vec<(u64, u64)>,
+}
+
+/// Why the incomplete subvolume `name` in `dest` cannot be resumed, as
+/// recorded when its receive stopped.
+pub fn refusal(dest: BorrowedFd<'_>, name: &[u8]) -> Option<String> {
+    let fd = ioctl::openat(
+        Some(dest.as_raw_fd()),
+        side_file(name).as_slice(),
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let mut text = String::new();
+    File::from(fd)
+        .take(1 << 20)
+        .read_to_string(&mut text)
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("why\t"))
+        .and_then(unhex)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 
 /// Removes the side file of `name` in `dest`, if any (at END).
