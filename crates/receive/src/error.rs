@@ -227,7 +227,12 @@ impl Error {
             Error::Interrupted(..) => None,
             Error::Failed(n) => Some(format!("{n} command(s) failed")),
             Error::Dest { .. } => Some(self.to_string()),
-            Error::Command { kind, .. } => kind.transient().not().then(|| self.to_string()),
+            Error::Command {
+                kind, command, cmd, ..
+            } => kind
+                .transient()
+                .not()
+                .then(|| format!("command #{command} {cmd} failed: {kind}")),
         }
     }
 }

@@ -387,6 +387,39 @@ pub fn set_inode_flags(fd: BorrowedFd<'_>, flags: u32) -> nix::Result<()> {
     unsafe { fs_ioc_setflags(fd.as_raw_fd(), &v) }.map(drop)
 }
 
+/// Maps `file` shared, to read and write (the journal of a receive).
+pub fn map_shared(file: &std::fs::File) -> std::io::Result<memmap2::MmapMut> {
+    // SAFETY: the journal is this receive's own file, locked with flock;
+    // another process writing it would only change what is read back.
+    unsafe { memmap2::MmapMut::map_mut(file) }
+}
+
+/// The mount `fd` is on, by a number the kernel never gives another mount
+/// (STATX_MNT_ID_UNIQUE; the reusable STATX_MNT_ID on kernels before 6.8).
+pub fn mount_id(fd: BorrowedFd<'_>) -> Option<u64> {
+    const STATX_MNT_ID: u32 = 0x1000;
+    const STATX_MNT_ID_UNIQUE: u32 = 0x4000;
+    for mask in [STATX_MNT_ID_UNIQUE, STATX_MNT_ID] {
+        // SAFETY: statx writes only into `buf`, which is a valid statx
+        // struct; the path is a NUL-terminated empty string.
+        let mut buf: libc::statx = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; `fd` is a valid descriptor for the call.
+        let r = unsafe {
+            libc::statx(
+                fd.as_raw_fd(),
+                c"".as_ptr(),
+                libc::AT_EMPTY_PATH,
+                mask,
+                &mut buf,
+            )
+        };
+        if r == 0 && buf.stx_mask & mask != 0 {
+            return Some(buf.stx_mnt_id);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

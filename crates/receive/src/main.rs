@@ -318,7 +318,9 @@ fn resume_token(path: &std::path::Path) -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             None if st.complete => format!("{shown} is complete: there is nothing to resume"),
-            None => match rreceive::apply::refusal(dest.fd(), name) {
+            None => match rreceive::apply::refusal(dest.fd(), name)
+                .or_else(|| rreceive::apply::killed_point(dest.fd(), name, &st).err())
+            {
                 Some(reason) => format!(
                     "{shown} is incomplete and not resumable: {reason}. Delete it and receive \
                      the stream again"

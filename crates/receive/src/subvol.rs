@@ -353,7 +353,7 @@ pub fn side_file(name: &[u8]) -> Vec<u8> {
 }
 
 /// The `point` line of subvolume `name`'s side file, if any.
-fn side_point(dest: BorrowedFd<'_>, name: &[u8]) -> Option<Resumable> {
+pub(crate) fn side_point(dest: BorrowedFd<'_>, name: &[u8]) -> Option<Resumable> {
     use std::io::Read;
     let fd = crate::ioctl::openat(
         Some(dest.as_raw_fd()),
@@ -377,6 +377,11 @@ fn with_side(dest: BorrowedFd<'_>, name: &[u8], mut st: SubvolState) -> SubvolSt
     if !st.complete {
         if let Some(r) = side_point(dest, name) {
             st.resume = Some(r);
+        } else if st.resume.is_none() {
+            // Killed outright: its journal may say where to resume.
+            if let Ok(Some(r)) = crate::apply::killed_point(dest, name, &st) {
+                st.resume = Some(r);
+            }
         }
     }
     st

@@ -522,10 +522,11 @@ fn dry_run_with_parent_from_measures_the_stream_of_the_parent_it_picks() {
         (vec!["chain.0", "chain.1", "chain.2"], Some("chain.2")),
         (vec!["elsewhere"], None),
     ] {
-        let text_list: String = held
+        let mut text_list: String = held
             .iter()
             .map(|h| format!("{h}\t{}\t1\t-\tcomplete\n", uuid_of(h)))
             .collect();
+        text_list.push_str(&format!("# end of list: {} subvolumes\n", held.len()));
         std::fs::write(&list, text_list).unwrap();
         let args = strings(&["--parent-from", list.to_str().unwrap(), "chain.3"]);
         let n = check(&img, &args, &out, &mut failures);

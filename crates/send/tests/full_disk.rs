@@ -404,3 +404,66 @@ fn a_destination_that_fills_up_stops_resumably_and_resumes_to_the_snapshot() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A receive killed outright resumes from its journal, but not once its
+/// destination was unmounted since: what the page cache held may not have
+/// reached the disk (a power cut looks the same), so the journal is not
+/// trusted and --resume-token says why; deleted, it is received again.
+#[test]
+fn a_journal_is_not_trusted_once_the_destination_was_unmounted() {
+    if !kernel_available("a_journal_is_not_trusted_once_the_destination_was_unmounted") {
+        return;
+    }
+    let src = Source::new();
+    let fs = ext4_image(256, &[], "noatime");
+    let dest = fs.mnt().join("backup");
+    std::fs::create_dir(&dest).unwrap();
+    let stream = fs.scratch().join("s1.stream");
+    src.send(&["snaps/s1"], &stream);
+    let o = Command::new(rreceive_bin())
+        .arg("-q")
+        .arg("-f")
+        .arg(&stream)
+        .arg(&dest)
+        .env("RRECEIVE_TEST_KILL", "2000:1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "not killed: {}", text(&o.stderr));
+    let token = |what: &str| {
+        let o = Command::new(rreceive_bin())
+            .arg("--resume-token")
+            .arg(dest.join("s1"))
+            .output()
+            .unwrap();
+        println!("{what}: {}{}", text(&o.stdout), text(&o.stderr));
+        o
+    };
+    assert!(token("killed").status.success());
+    let dev = run(Command::new("findmnt")
+        .args(["-n", "-o", "SOURCE"])
+        .arg(fs.mnt()))
+    .stdout;
+    let dev = text(&dev).trim().to_owned();
+    run(Command::new("umount").arg(fs.mnt()));
+    run(Command::new("mount")
+        .args(["-o", "noatime", &dev])
+        .arg(fs.mnt()));
+    let o = token("unmounted");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("not resumable: the destination was unmounted since"),
+        "{}",
+        text(&o.stderr)
+    );
+    run(Command::new(rreceive_bin())
+        .arg("--delete-incomplete")
+        .arg(dest.join("s1")));
+    run(Command::new(rreceive_bin())
+        .arg("-q")
+        .arg("-f")
+        .arg(&stream)
+        .arg(&dest));
+    Receiver::RreceiveExt4
+        .compare_received(&src.want[0], &dest.join("s1"), false)
+        .unwrap();
+}

@@ -5,7 +5,7 @@
 //! - every scenario of testdata/incremental, its full stream (NAME.p) and
 //!   its incremental one (NAME.c against NAME.p), cut right after the first
 //!   command, at a command boundary, inside a command at about 1/3 and 2/3
-//!   of its commands and inside END: rreceive stops (exit 1, "stopped after
+//!   of its commands and inside END: rreceive stops (exit 3, "stopped after
 //!   command N"), `--resume-token` gives the point, `rsend --resume TOKEN
 //!   NAME` writes the rest (RESUME, the first command, then the original
 //!   stream's bytes after the point, byte for byte), and receiving that
@@ -15,7 +15,8 @@
 //! - `--proto 2 --compressed-data` on every v2 scenario;
 //! - what must be refused, with its exit code and message;
 //! - SIGTERM and SIGINT stop a receive from a pipe cleanly and it resumes;
-//!   after SIGKILL it cannot be resumed and says so;
+//!   after SIGKILL it resumes from its journal, at any command of many
+//!   scenarios, on every kind of filesystem (as root);
 //! - a resumed stream after a cut at 90% is a small part of the whole.
 //!
 //! As root rreceive applies owners, devices and capabilities; as an
@@ -1468,39 +1469,276 @@ fn sigterm_and_sigint_stop_a_piped_receive_cleanly_and_it_resumes() {
 }
 
 #[test]
-fn after_sigkill_the_receive_cannot_be_resumed_and_says_so() {
+fn after_sigkill_the_receive_resumes_from_its_journal() {
     use std::os::unix::process::ExitStatusExt;
     let s = Setup::incremental();
     let stream = s.stream(&[BIG], &s.file("big.stream")).unwrap();
     let dest = s.dir("dest");
-    let (status, err, _) = signalled_receive(&stream, &dest, BIG, "-KILL");
+    let (status, err, whole) = signalled_receive(&stream, &dest, BIG, "-KILL");
     assert_eq!(status.signal(), Some(9), "{status}: {err}");
-    assert_eq!(status_of(&dest, BIG).unwrap(), "incomplete");
-    let (code, out, why) = resume_token(&dest.join(BIG));
-    assert_eq!(code, Some(1), "{out} {why}");
-    assert!(out.is_empty(), "{out}");
+    assert_eq!(status_of(&dest, BIG).unwrap(), "resumable");
+    let (token, t) = token_of(&dest.join(BIG)).unwrap();
     assert!(
-        words(&why).contains("did not stop cleanly"),
-        "--resume-token after SIGKILL: {why}"
+        t.point.commands >= 1 && t.point.commands <= whole,
+        "the journal's point {} is past the {whole} commands given whole",
+        t.point.commands
     );
-    let whole = s.file("big.whole");
-    std::fs::write(&whole, &stream).unwrap();
-    let o = receive_file(&whole, &dest);
-    assert_fails(
-        &o,
-        1,
-        &format!(
-            "subvolume {BIG} in {} is incomplete from an earlier receive that did not stop cleanly",
-            dest.display()
-        ),
-        "the whole stream after SIGKILL",
-    );
-    assert!(words(&text(&o.stderr)).contains("cannot be resumed"));
-    // Deleted, it is received again.
-    remove_tree(&dest.join(BIG));
-    let o = receive_file(&whole, &dest);
+    let resumed = s.file("big.resumed");
+    let r = s.stream(&["--resume", &token, BIG], &resumed).unwrap();
+    std::fs::write(&resumed, &r).unwrap();
+    let o = rreceive(&[
+        OsStr::new("-v"),
+        OsStr::new("-f"),
+        resumed.as_os_str(),
+        dest.as_os_str(),
+    ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("resuming after a kill: commands up to"),
+        "{}",
+        text(&o.stderr)
+    );
     compare(&Manifest::committed(BIG), &dest.join(BIG)).unwrap();
+    assert_eq!(status_of(&dest, BIG).unwrap(), "complete");
+}
+
+/// A journal only holds for this boot's page cache: one from another boot
+/// (a power cut, a reboot) is refused, and says why.
+#[test]
+fn a_journal_from_another_boot_is_not_resumed() {
+    let s = Setup::incremental();
+    let stream = s.stream(&[BIG], &s.file("big.stream")).unwrap();
+    let dest = s.dir("dest");
+    let file = s.file("big.whole");
+    std::fs::write(&file, &stream).unwrap();
+    let jdir = s.dir("journals");
+    let n = frames(&stream).len() / 2;
+    let o = rreceive_cmd(&[OsStr::new("-f"), file.as_os_str(), dest.as_os_str()])
+        .env("RRECEIVE_TEST_KILL", format!("{n}:0"))
+        .env("RRECEIVE_JOURNAL_DIR", &jdir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "{}", text(&o.stderr));
+    let journal = std::fs::read_dir(&jdir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut j = std::fs::read(&journal).unwrap();
+    j[8] ^= 0xff; // the boot id
+    std::fs::write(&journal, &j).unwrap();
+    let o = Command::new(rreceive_bin())
+        .arg("--resume-token")
+        .arg(dest.join(BIG))
+        .env("RRECEIVE_JOURNAL_DIR", &jdir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        words(&text(&o.stderr)).contains(
+            "is incomplete and not resumable: the system went down since (its journal is from another boot)"
+        ),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// The scenarios the kill test goes through: a spread of testdata's, with
+/// renamed directories, hard links, clones and large files among them.
+fn kill_scenarios() -> Vec<String> {
+    let names = scenarios::names();
+    let step = (names.len() / 12).max(1);
+    let mut v: Vec<String> = names.iter().step_by(step).cloned().collect();
+    for must in [
+        "btrfs_007_seeded_random_ops",
+        "btrfs_045_nested_moves_many_subtrees",
+        "btrfs_084_subtree_swap",
+        "hardlinks_renamed_across_dirs",
+        "btrfs_094_clone_into_new_file",
+        "btrfs_283_reflinks_share_best_source",
+        "large_dir_renamed",
+        "many_files_one_dir",
+        "btrfs_214_capability_after_chgrp",
+    ] {
+        if let Some(n) = names.iter().find(|n| n.contains(must)) {
+            if !v.contains(n) {
+                v.push(n.clone());
+            }
+        }
+    }
+    v
+}
+
+/// One receive killed (SIGKILL, by rreceive's fault injection) at command
+/// `at`, before applying it (`phase` 0) or after, before its journal says
+/// so (1); then resumed with the token `--resume-token` gives, and
+/// compared with the snapshot.
+fn kill_and_resume(
+    s: &Setup,
+    send: &Send<'_>,
+    stream: &[u8],
+    dest: &Path,
+    at: usize,
+    phase: u64,
+) -> Result<(), String> {
+    let name = send.snap;
+    let sv = dest.join(name);
+    let file = dest.with_extension("stream");
+    std::fs::write(&file, stream).unwrap();
+    let o = rreceive_cmd(&[
+        OsStr::new("-q"),
+        OsStr::new("-f"),
+        file.as_os_str(),
+        dest.as_os_str(),
+    ])
+    .env("RRECEIVE_TEST_KILL", format!("{at}:{phase}"))
+    .output()
+    .unwrap();
+    if o.status.code().is_some() {
+        return Err(format!("not killed: {:?}: {}", o.status, text(&o.stderr)));
+    }
+    if !sv.exists() {
+        // Killed before SUBVOL made anything: received again.
+        let o = receive_file(&file, dest);
+        return if o.status.success() {
+            compare(send.want, &sv)
+        } else {
+            Err(format!("received again: {}", text(&o.stderr)))
+        };
+    }
+    if status_of(dest, name)? == "complete" {
+        // Killed after END was applied.
+        return compare(send.want, &sv);
+    }
+    let (token, t) = token_of(&sv)?;
+    if t.point.commands as usize > at {
+        return Err(format!(
+            "the token's point {} is past the kill",
+            t.point.commands
+        ));
+    }
+    let mut args: Vec<&OsStr> = send.flags.iter().map(OsStr::new).collect();
+    args.extend([
+        OsStr::new("--resume"),
+        OsStr::new(&token),
+        OsStr::new("-f"),
+        file.as_os_str(),
+        OsStr::new(name),
+    ]);
+    let o = s.rsend(&args);
+    if !o.status.success() {
+        return Err(format!("rsend --resume: {}", text(&o.stderr)));
+    }
+    let o = receive_file(&file, dest);
+    if !o.status.success() {
+        return Err(format!("the resumed receive: {}", text(&o.stderr)));
+    }
+    compare(send.want, &sv)?;
+    match status_of(dest, name)?.as_str() {
+        "complete" => Ok(()),
+        st => Err(format!("after the resume, --list says {st}")),
+    }
+}
+
+/// SIGKILL of rreceive at random commands of full and incremental streams
+/// of many scenarios, onto each kind of filesystem (as root: tmpfs, ext4,
+/// xfs and btrfs; else a plain directory): every receive resumes from its
+/// journal to the exact snapshot. `KILL_COUNT` kills per filesystem (50),
+/// `KILL_SEED` the seed.
+#[test]
+fn a_receive_killed_at_any_command_resumes_to_the_snapshot() {
+    let s = Setup::incremental();
+    let count: usize = std::env::var("KILL_COUNT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let seed: u64 = std::env::var("KILL_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed_0030);
+    let names = kill_scenarios();
+    assert!(names.len() >= 10, "{names:?}");
+    let mut streams = Vec::new();
+    for n in &names {
+        let (p, c) = (format!("{n}.p"), format!("{n}.c"));
+        let full = s.stream(&[&p], &s.file("k.stream")).unwrap();
+        let incr = s.stream(&["-p", &p, &c], &s.file("k.stream")).unwrap();
+        streams.push((p, c, full, incr));
+    }
+    // Where to receive: every kind of filesystem, as root.
+    let tmpfs;
+    let (ext4, xfs, btrfs);
+    let mut places: Vec<(&str, PathBuf)> = vec![("dir", s.dir("kill-dir"))];
+    if is_root() && testkit::kernel_available("a_receive_killed_at_any_command") {
+        tmpfs = testkit::Tmpfs::new(512, "noatime");
+        ext4 = testkit::ext4_image(512, &[], "noatime");
+        xfs = testkit::xfs_image(512, "noatime");
+        btrfs = testkit::BtrfsImage::new(512, &[], "noatime");
+        places = vec![
+            ("tmpfs", tmpfs.mnt().to_path_buf()),
+            ("ext4", ext4.mnt().to_path_buf()),
+            ("xfs", xfs.mnt().to_path_buf()),
+            ("btrfs", btrfs.mnt().to_path_buf()),
+        ];
+    }
+    let mut rng = testkit::Rng(seed);
+    let mut failures = Vec::new();
+    for (fs, root) in &places {
+        for i in 0..count {
+            let (p, c, full, incr) = &streams[i % streams.len()];
+            let incremental = rng.below(2) == 1;
+            let dest = root.join(format!("k{i}"));
+            std::fs::create_dir_all(&dest).unwrap();
+            let (wp, wc) = (Manifest::committed(p), Manifest::committed(c));
+            let (stream, send) = if incremental {
+                if let Err(e) = receive_whole(&s, full, &dest, p) {
+                    failures.push(format!("{fs} {p}: {e}"));
+                    continue;
+                }
+                (
+                    incr,
+                    Send {
+                        snap: c,
+                        want: &wc,
+                        flags: &[],
+                    },
+                )
+            } else {
+                (
+                    full,
+                    Send {
+                        snap: p,
+                        want: &wp,
+                        flags: &[],
+                    },
+                )
+            };
+            let commands = frames(stream).len();
+            let at = 1 + rng.below(commands as u64) as usize;
+            let phase = rng.below(2);
+            let args = if incremental {
+                format!("-p {p} {c}")
+            } else {
+                p.clone()
+            };
+            if let Err(e) = kill_and_resume(&s, &send, stream, &dest, at, phase) {
+                failures.push(format!(
+                    "{fs}: rsend {args}, killed at command {at} of {commands} (phase {phase}): {e}"
+                ));
+            }
+            unflag(&dest);
+            let _ = std::fs::remove_dir_all(&dest);
+        }
+        println!("{fs}: {count} receives killed and resumed");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} failed:\n{}",
+        failures.len(),
+        count * places.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]

@@ -48,9 +48,16 @@ pub(super) struct Pending {
     before: Point,
     /// Made again on a resumed receive: it may be there already.
     remake: bool,
+    /// Where its recipe is in the journal, once batched.
+    logged: Option<usize>,
 }
 
 impl Pending {
+    /// The count of the subvolume's commands before its create.
+    pub(super) fn before(&self) -> u64 {
+        self.before.commands
+    }
+
     /// Its commands, for a stop that has to apply them again.
     pub(super) fn mark(&self) -> RecipeMark {
         RecipeMark {
@@ -112,6 +119,10 @@ impl Receiver<'_> {
             return self.materialize_or_redo(p, true);
         };
         cur.batch_bytes += p.recipe.bytes + p.path.len();
+        let mut p = p;
+        if let Some(j) = cur.dir_times.journal.as_mut() {
+            p.logged = j.recipe(p.cmd_pos.index, p.last, p.before);
+        }
         cur.batch.push(p);
         if cur.batch.len() >= BATCH_FILES || cur.batch_bytes >= BATCH_BYTES {
             self.flush_batch()?;
@@ -187,6 +198,7 @@ impl Receiver<'_> {
             last: pos.index,
             before,
             remake,
+            logged: None,
         });
         Ok(Flow::Continue)
     }
@@ -298,6 +310,7 @@ impl Receiver<'_> {
             what,
             recipe: r,
             remake,
+            logged,
             ..
         } = p;
         let kind = what.kind();
@@ -372,6 +385,9 @@ impl Receiver<'_> {
                 });
                 cur.redo.prune(self.closer.done(), self.closer.has_errors());
                 cur.redo.handed(seq, mark);
+                if let (Some(j), Some(place)) = (cur.dir_times.journal.as_mut(), logged) {
+                    j.handed(place, seq);
+                }
                 cur.inflight.push_back((seq, at.clone()));
                 cur.inflight_paths.insert(at, seq);
                 return Ok(());

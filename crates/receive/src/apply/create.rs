@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
 
 use btrfs_stream::CommandKind;
 use nix::errno::Errno;
@@ -61,20 +62,61 @@ impl Receiver<'_> {
         }
         // The directory's times are read (if need be) before it changes.
         self.entries_change(&[crate::path::split(at).0], change)?;
-        let cur = self.cur()?;
+        let fake_super = self.opts.fake_super;
+        let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
         let (dir, name) = cur.res.parent(at).map_err(CmdError::os(RESOLVE))?;
         let there = crate::meta::At { dir, name }
             .stat()
             .map_err(CmdError::os("stat"))?;
-        let is_dir = there.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        let kind = there.st_mode & libc::S_IFMT;
         let raw = dir.as_raw_fd();
         let name = name.to_vec();
-        match (what, is_dir) {
+        // What is there is kept where it may already have other names (a
+        // LINK the stopped receive applied): the same inode, made anew.
+        let keep = match what {
+            Create::Dir => kind == libc::S_IFDIR,
+            Create::File => kind == libc::S_IFREG,
+            Create::Symlink(t) => {
+                kind == libc::S_IFLNK
+                    && nix::fcntl::readlinkat(Some(raw), name.as_slice())
+                        .is_ok_and(|l| l.as_bytes() == t.as_slice())
+            }
+            Create::Fifo => !fake_super && kind == libc::S_IFIFO,
+            Create::Sock => !fake_super && kind == libc::S_IFSOCK,
+            Create::Nod { mode, rdev } => {
+                !fake_super && kind == (*mode as u32) & libc::S_IFMT && there.st_rdev == *rdev
+            }
+        };
+        match (what, keep) {
             (Create::Dir, true) => {
                 self.dir_created(at)?;
                 return Ok(());
             }
-            (_, true) => {
+            (Create::File, true) => {
+                if cur.is_open(at) {
+                    cur.retire();
+                }
+                let fd = ioctl::openat(
+                    Some(raw),
+                    name.as_slice(),
+                    OFlag::O_RDWR | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(CmdError::os("open what a stopped receive made"))?;
+                let file = File::from(fd);
+                nix::sys::stat::fchmod(file.as_raw_fd(), Mode::from_bits_retain(file_mode))
+                    .map_err(CmdError::os("chmod"))?;
+                cur.file = Some(OpenFile {
+                    path: at.to_vec(),
+                    file,
+                    size: Some(0),
+                    owner: None,
+                });
+                self.stats.created += 1;
+                return Ok(());
+            }
+            (_, true) => return Ok(()),
+            (_, false) if kind == libc::S_IFDIR => {
                 return Err(CmdError::Os {
                     op: "create",
                     errno: Errno::EEXIST,

@@ -100,6 +100,9 @@ pub(super) struct DirTimes {
     bytes: usize,
     clock: u64,
     limit: usize,
+    /// Where each change is logged, so that a killed receive's records can
+    /// be rebuilt ([`super::journal`]).
+    pub(super) journal: Option<super::journal::Journal>,
 }
 
 impl DirTimes {
@@ -110,6 +113,50 @@ impl DirTimes {
             bytes: 0,
             clock: 0,
             limit: limit.max(MIN_LIMIT),
+            journal: None,
+        }
+    }
+
+    /// Rebuilds the records from a journal's log (see [`super::journal`]).
+    pub(super) fn replay(&mut self, e: &super::journal::Entry) {
+        use super::journal::Entry as E;
+        match e {
+            E::Insert(d, r) => self.insert(d, *r),
+            E::Replace(d, r) => {
+                if !self.replace(d, *r) {
+                    self.insert(d, *r);
+                }
+            }
+            E::Change(d, at) => {
+                self.change(d, *at);
+            }
+            E::Renamed(f, t) => self.renamed(f, t),
+            E::Removed(d) => self.removed(d),
+            E::Evicted(d) => {
+                self.take_within_exact(d);
+            }
+            E::Cleared => self.clear(),
+            E::Flags(..) | E::Caps(..) => {}
+        }
+    }
+
+    fn take_within_exact(&mut self, dir: &[u8]) {
+        if self.records.remove(dir).is_some() {
+            self.bytes -= dir.len();
+        }
+    }
+
+    /// Logs that `dir`'s record, evicted, was applied.
+    pub(super) fn log_evicted(&mut self, dir: &[u8]) {
+        if let Some(j) = self.journal.as_mut() {
+            j.evicted(dir);
+        }
+    }
+
+    /// Logs that every record taken was applied.
+    pub(super) fn log_cleared(&mut self) {
+        if let Some(j) = self.journal.as_mut() {
+            j.cleared();
         }
     }
 
@@ -152,6 +199,9 @@ impl DirTimes {
         match self.records.get_mut(dir) {
             Some(r) => {
                 *r = rec;
+                if let Some(j) = self.journal.as_mut() {
+                    j.replace(dir, &rec);
+                }
                 true
             }
             None => false,
@@ -161,6 +211,9 @@ impl DirTimes {
     /// Records `dir`, which has no record. Make room first.
     pub(super) fn insert(&mut self, dir: &[u8], mut rec: Record) {
         rec.last = self.tick();
+        if let Some(j) = self.journal.as_mut() {
+            j.insert(dir, &rec);
+        }
         self.bytes += dir.len();
         if let Some(old) = self.records.insert(dir.to_vec(), rec) {
             // It had one after all: its path was counted already.
@@ -176,8 +229,14 @@ impl DirTimes {
         let t = self.tick();
         match self.records.get_mut(dir) {
             Some(r) => {
+                let was = r.changed;
                 r.changed |= at > r.pos.index;
                 r.last = t;
+                if r.changed != was {
+                    if let Some(j) = self.journal.as_mut() {
+                        j.change(dir, at);
+                    }
+                }
                 true
             }
             None => false,
@@ -210,6 +269,9 @@ impl DirTimes {
     /// `from` was renamed to `to`: what was beneath `to` is gone, what was
     /// beneath `from` is beneath `to` now.
     pub(super) fn renamed(&mut self, from: &[u8], to: &[u8]) {
+        if let Some(j) = self.journal.as_mut() {
+            j.renamed(from, to);
+        }
         self.take_within(to);
         for (k, r) in self.take_within(from) {
             let mut p = Vec::with_capacity(to.len() + k.len() - from.len());
@@ -222,6 +284,9 @@ impl DirTimes {
 
     /// Directory `dir` was removed.
     pub(super) fn removed(&mut self, dir: &[u8]) {
+        if let Some(j) = self.journal.as_mut() {
+            j.removed(dir);
+        }
         self.take_within(dir);
     }
 

@@ -75,7 +75,11 @@ impl Receiver<'_> {
         }
         if let Some(v) = caps {
             // chown drops file capabilities; btrfs-progs sets them again.
-            self.cur()?.caps = None;
+            let cur = self.cur()?;
+            if let Some(j) = cur.dir_times.journal.as_mut() {
+                j.caps(path, None);
+            }
+            cur.caps = None;
             self.xattr_op(path, b"security.capability", Some(&v))?;
         }
         Ok(Flow::Continue)
@@ -222,7 +226,11 @@ impl Receiver<'_> {
     pub(super) fn set_xattr(&mut self, path: &[u8], name: &[u8], data: &[u8]) -> R<Flow> {
         Self::check_xattr(name)?;
         if name == b"security.capability" {
-            self.cur()?.caps = Some((path.to_vec(), data.to_vec()));
+            let cur = self.cur()?;
+            if let Some(j) = cur.dir_times.journal.as_mut() {
+                j.caps(path, Some(data));
+            }
+            cur.caps = Some((path.to_vec(), data.to_vec()));
         }
         self.xattr_op(path, name, Some(data))?;
         Ok(Flow::Continue)
@@ -357,6 +365,9 @@ impl Receiver<'_> {
         let cur = self.cur()?;
         if late != now & LATE_FLAGS || !cur.deferred.is_empty() {
             if cur.deferred.len() < MAX_DEFERRED {
+                if let Some(j) = cur.dir_times.journal.as_mut() {
+                    j.flags(path, late);
+                }
                 cur.deferred.push((f, late));
             } else {
                 self.stats.skipped += 1;

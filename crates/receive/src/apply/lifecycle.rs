@@ -122,6 +122,7 @@ impl Receiver<'_> {
             self.closer.clone(),
             self.opts.max_dir_times,
         ));
+        self.start_journal();
         Ok(Flow::Continue)
     }
 
@@ -292,6 +293,7 @@ impl Receiver<'_> {
         cur.deferred = late;
         self.cur = Some(cur);
         self.reserve_side(name);
+        self.start_journal();
         Ok(Flow::Continue)
     }
 
@@ -315,7 +317,11 @@ impl Receiver<'_> {
             }
         }
         let name = cur.name.clone();
+        let journal = cur.dir_times.journal.take();
         if cur.errors > 0 {
+            if let Some(j) = journal {
+                j.remove();
+            }
             cur.guard = Guard::Own;
             if let Some(w) = cur.work.take() {
                 let _ = w.remove(self.dest.fd());
@@ -340,6 +346,9 @@ impl Receiver<'_> {
             .finish(&name, root.as_fd(), &state)
             .map_err(CmdError::io("mark subvolume received"))?;
         super::resume::forget_side(self.dest.fd(), &name);
+        if let Some(j) = journal {
+            j.remove();
+        }
         if let Some(w) = work {
             w.remove(self.dest.fd())
                 .map_err(CmdError::io("remove the work directory"))?;

@@ -31,12 +31,13 @@ mod data;
 mod dirtimes;
 mod guard;
 mod inode;
+mod journal;
 mod lifecycle;
 mod names;
 mod resume;
 mod schedule;
 
-pub use resume::refusal;
+pub use resume::{killed_point, refusal};
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -158,6 +159,9 @@ pub struct Receiver<'o> {
     told_copy: bool,
     /// The point a RESUME gave, for the SUBVOL or SNAPSHOT after it.
     resume: Option<btrfs_stream::resume::Point>,
+    /// The point after the SUBVOL or SNAPSHOT being applied, and its
+    /// protocol version (see [`Receiver::start_journal`]).
+    first: Option<(btrfs_stream::resume::Point, u32)>,
 }
 
 type R<T> = Result<T, CmdError>;
@@ -315,6 +319,7 @@ impl<'o> Receiver<'o> {
             ),
             told_copy: false,
             resume: None,
+            first: None,
         }
     }
 
@@ -346,6 +351,9 @@ impl<'o> Receiver<'o> {
             c.retire();
             c.pending = None;
             c.batch.clear();
+            if let Some(j) = c.dir_times.journal.take() {
+                j.remove();
+            }
             c.dir_times.clear();
             c.settle_all();
         }
@@ -368,6 +376,7 @@ impl<'o> Receiver<'o> {
             let name = c.name.clone();
             self.cur = None;
             if self.dest.give_back(&name, &taken).is_ok() {
+                resume::forget_side(self.dest.fd(), &name);
                 return Some(taken.parent);
             }
         }
@@ -442,10 +451,30 @@ impl<'o> Receiver<'o> {
                     | Command::End {}
             );
             if counted && c.redo.applied_before(c.track.count + 1) == Some(true) {
-                return self.skip_applied(cmd, pos);
+                let r = self.skip_applied(cmd, pos);
+                if r.is_ok() {
+                    self.journal_after(pos)?;
+                }
+                return r;
+            }
+            if counted {
+                let n = c.track.count + 1;
+                if let Some(j) = c.dir_times.journal.as_mut() {
+                    j.now(n);
+                }
             }
         }
+        if matches!(cmd, Command::Subvol { .. } | Command::Snapshot { .. }) && self.resume.is_none()
+        {
+            // Where a resumed stream would start once this is applied: the
+            // journal's first checkpoint, written as the subvolume is made.
+            let mut t = resume::Track::default();
+            t.add(cmd, pos);
+            self.first = Some((t.point(), pos.version));
+        }
+        test_kill(pos.index, 0);
         let res = self.apply_one(cmd, pos);
+        test_kill(pos.index, 1);
         match (&res, self.cur.as_mut()) {
             (Err(_), _) => {
                 self.closer.wait();
@@ -457,6 +486,9 @@ impl<'o> Receiver<'o> {
                 _ => c.track.add(cmd, pos),
             },
             (Ok(_), None) => {}
+        }
+        if res.is_ok() {
+            self.journal_after(pos)?;
         }
         res
     }
@@ -523,6 +555,10 @@ impl<'o> Receiver<'o> {
         // applied (a resumed receive makes that file again first).
         if self.opts.max_errors == 1 && self.closer.has_errors() {
             self.collect()?;
+        }
+        let done = self.closer.done();
+        if let Some(j) = self.cur.as_mut().and_then(|c| c.dir_times.journal.as_mut()) {
+            j.finished(done);
         }
         if let Command::End {} = cmd {
             // Failed files keep the subvolume from being marked complete.
@@ -662,6 +698,22 @@ impl<'o> Receiver<'o> {
                 sig,
             } => self.enable_verity(path, algorithm, block_size, salt, sig),
         }
+    }
+}
+
+/// Fault injection for the tests of resuming after a kill:
+/// `RRECEIVE_TEST_KILL=N:PHASE` makes the receive kill itself (SIGKILL)
+/// at command number N, before applying it (PHASE 0) or after, before it
+/// is recorded as applied (PHASE 1).
+fn test_kill(index: u64, phase: u8) {
+    static AT: std::sync::OnceLock<Option<(u64, u8)>> = std::sync::OnceLock::new();
+    let at = AT.get_or_init(|| {
+        let v = std::env::var("RRECEIVE_TEST_KILL").ok()?;
+        let (n, p) = v.split_once(':')?;
+        Some((n.parse().ok()?, p.parse().ok()?))
+    });
+    if *at == Some((index, phase)) {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
     }
 }
 

@@ -2,7 +2,9 @@
 
 use std::os::fd::AsRawFd;
 
-use nix::fcntl::renameat;
+use nix::errno::Errno;
+use nix::fcntl::{renameat, AtFlags};
+use nix::sys::stat::fstatat;
 use nix::unistd::{linkat, unlinkat, UnlinkatFlags};
 
 use crate::error::CmdError;
@@ -21,13 +23,22 @@ impl Receiver<'_> {
             self.entries_change(&[fp, tp], at)?;
         }
         let cur = self.cur()?;
+        let n = cur.track.count + 1;
         let (fdir, tdir) = cur.res.dirs2(fp, tp).map_err(CmdError::os(RESOLVE))?;
         // The descriptors stay valid: nothing touches the cache in between.
-        renameat(Some(fdir), fname, Some(tdir), tname).map_err(CmdError::os("rename"))?;
+        match renameat(Some(fdir), fname, Some(tdir), tname) {
+            // A killed receive may have done it (see `journal`).
+            Err(Errno::ENOENT)
+                if cur.redo.maybe_done(n)
+                    && fstatat(Some(tdir), tname, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok() => {}
+            r => r.map_err(CmdError::os("rename"))?,
+        }
         cur.res.forget(from);
         cur.res.forget(to);
         // A directory renamed is still the same directory.
-        cur.dir_times.renamed(from, to);
+        if !cur.redo.renamed_already(n) {
+            cur.dir_times.renamed(from, to);
+        }
         if let Some(f) = cur.file.as_mut() {
             if f.path == to {
                 cur.retire();
@@ -47,14 +58,16 @@ impl Receiver<'_> {
         let (tp, tname) = path::split(target);
         let (tdir, ndir) = cur.res.dirs2(tp, np).map_err(CmdError::os(RESOLVE))?;
         // No AT_SYMLINK_FOLLOW: a symlink target is linked, not followed.
-        linkat(
+        match linkat(
             Some(tdir),
             tname,
             Some(ndir),
             nname,
             nix::fcntl::AtFlags::empty(),
-        )
-        .map_err(CmdError::os("link"))?;
+        ) {
+            Err(Errno::EEXIST) if cur.redo.maybe_done(cur.track.count + 1) => {}
+            r => r.map_err(CmdError::os("link"))?,
+        }
         Ok(Flow::Continue)
     }
 
@@ -70,7 +83,10 @@ impl Receiver<'_> {
         } else {
             (UnlinkatFlags::NoRemoveDir, "unlink")
         };
-        unlinkat(Some(d.as_raw_fd()), name, flag).map_err(CmdError::os(op))?;
+        match unlinkat(Some(d.as_raw_fd()), name, flag) {
+            Err(Errno::ENOENT) if cur.redo.maybe_done(cur.track.count + 1) => {}
+            r => r.map_err(CmdError::os(op))?,
+        }
         if dir {
             cur.res.forget(path);
             cur.dir_times.removed(path);

@@ -33,7 +33,7 @@ use crate::error::{escape, CmdError, Error};
 use crate::ioctl;
 use crate::subvol::{Resumable, SubvolState};
 
-use super::{Current, Flow, Receiver, R};
+use super::{journal, Current, Flow, Receiver, R};
 
 /// How far the current subvolume's stream is applied.
 #[derive(Debug, Default)]
@@ -110,6 +110,13 @@ pub(super) struct Redo {
     /// On a resumed receive: which of the next commands were applied
     /// before it stopped.
     replay: Option<Replay>,
+    /// After a kill: the commands (counts, first and last) that may have
+    /// been applied, in part or whole (see [`super::journal`]).
+    maybe: Option<(u64, u64)>,
+    /// After a kill: the RENAMEs among those whose directory times moved.
+    renamed: Vec<u64>,
+    /// No journal could be kept for this receive.
+    pub(super) no_journal: bool,
 }
 
 /// Commands after the resume point that the stopped receive had applied
@@ -184,9 +191,37 @@ impl Redo {
     /// Whether a create counted `n` is made again on a resumed receive
     /// (what it makes may be there already, from the stopped receive).
     pub(super) fn remakes(&self, n: u64) -> bool {
-        self.replay
-            .as_ref()
-            .is_some_and(|r| n <= r.until && r.again.iter().any(|&(a, b)| (a..=b).contains(&n)))
+        self.maybe_done(n)
+            || self
+                .replay
+                .as_ref()
+                .is_some_and(|r| n <= r.until && r.again.iter().any(|&(a, b)| (a..=b).contains(&n)))
+    }
+
+    /// Whether command `n` may have been applied by a killed receive
+    /// (then an entry it makes or removes may be there, or gone, already).
+    pub(super) fn maybe_done(&self, n: u64) -> bool {
+        self.maybe.is_some_and(|(a, b)| (a..=b).contains(&n))
+    }
+
+    /// Whether RENAME `n` moved its directory times before a kill.
+    pub(super) fn renamed_already(&self, n: u64) -> bool {
+        self.maybe_done(n) && self.renamed.contains(&n)
+    }
+
+    /// A receive resumed after a kill: what its journal says.
+    fn recovered(&mut self, found: &journal::Found, renamed: Vec<u64>) {
+        self.replay = Some(Replay {
+            until: found.until,
+            again: found.again.clone(),
+        });
+        self.maybe = (found.now > found.until).then_some((found.until + 1, found.now));
+        self.renamed = renamed;
+    }
+
+    /// Whether a resumed receive is still going over what was applied.
+    pub(super) fn replaying(&self) -> bool {
+        self.replay.is_some()
     }
 }
 
@@ -328,10 +363,235 @@ impl Receiver<'_> {
         ));
         let side = side_file(name);
         self.cur = Some(cur);
+        let stopped = crate::subvol::side_point(self.dest.fd(), name);
+        if stopped.map(|r| r.point) != Some(p) {
+            // Killed: what it held comes from its journal.
+            let id = self.dest_id();
+            let mount = self.dest_mount();
+            match journal::find(id, name, uuid, ctransid, true, mount) {
+                Ok(Some((found, Some(file)))) if found.point == p => {
+                    self.recover(id, name, found, file);
+                    self.reserve_side(name);
+                    return Ok(Flow::Continue);
+                }
+                Ok(_) => {
+                    return Err(CmdError::Resume(format!(
+                        "subvolume {shown} in {}: its journal does not say where it stopped",
+                        self.dest.path().display()
+                    )))
+                }
+                Err(why) => {
+                    return Err(CmdError::Resume(format!(
+                        "subvolume {shown} in {}: {why}",
+                        self.dest.path().display()
+                    )))
+                }
+            }
+        }
         self.load_side(&side)
             .map_err(CmdError::io("read what the stopped receive kept for END"))?;
         self.reserve_side(name);
         Ok(Flow::Continue)
+    }
+
+    /// The mount DEST is on (see [`journal`]).
+    pub(super) fn dest_mount(&self) -> u64 {
+        ioctl::mount_id(self.dest.fd()).unwrap_or(0)
+    }
+
+    /// DEST's device and inode (what its journals are named by).
+    pub(super) fn dest_id(&self) -> (u64, u64) {
+        nix::sys::stat::fstat(self.dest.fd().as_raw_fd())
+            .map_or((0, 0), |st| (st.st_dev, st.st_ino))
+    }
+
+    /// After a kill: rebuilds what the receive held from its journal, and
+    /// says which commands it had applied (see [`journal`]).
+    fn recover(
+        &mut self,
+        id: (u64, u64),
+        name: &[u8],
+        found: journal::Found,
+        file: nix::fcntl::Flock<File>,
+    ) {
+        let Some(c) = self.cur.as_mut() else {
+            return;
+        };
+        let mut flags: Vec<(Vec<u8>, u32)> = Vec::new();
+        let mut caps: Option<(Vec<u8>, Vec<u8>)> = None;
+        let mut renamed = Vec::new();
+        let moved = |p: &mut Vec<u8>, from: &[u8], to: &[u8]| {
+            if crate::path::is_within(p, from) {
+                let mut q = to.to_vec();
+                q.extend_from_slice(&p[from.len()..]);
+                *p = q;
+            }
+        };
+        for (n, e) in &found.entries {
+            c.dir_times.replay(e);
+            match e {
+                journal::Entry::Renamed(from, to) => {
+                    for (p, _) in flags.iter_mut() {
+                        moved(p, from, to);
+                    }
+                    if let Some((p, _)) = caps.as_mut() {
+                        moved(p, from, to);
+                    }
+                    if *n > found.until {
+                        renamed.push(*n);
+                    }
+                }
+                journal::Entry::Flags(p, bits) => flags.push((p.clone(), *bits)),
+                journal::Entry::Caps(p, v) => caps = v.clone().map(|v| (p.clone(), v)),
+                _ => {}
+            }
+        }
+        c.caps = caps;
+        c.redo.recovered(&found, renamed);
+        c.dir_times.journal = journal::reopen(id, name, file, &found);
+        self.log.note(format_args!(
+            "resuming after a kill: commands up to {} were applied{}; {} new file(s) to make again",
+            found.until,
+            if found.now > found.until {
+                format!(", up to {} maybe", found.now)
+            } else {
+                String::new()
+            },
+            found.again.len()
+        ));
+        for (p, bits) in flags {
+            match self.open_for_ioctl(&p) {
+                Ok(f) => {
+                    if let Some(c) = self.cur.as_mut() {
+                        c.deferred.push((f, bits));
+                    }
+                }
+                Err(e) => {
+                    self.stats.skipped += 1;
+                    self.log.note(format_args!(
+                        "immutable/append flag of '{}' not applied: {e}",
+                        escape(&p)
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Starts the journal of the subvolume just made, with its first
+    /// checkpoint: right after its SUBVOL or SNAPSHOT (a snapshot's copy of
+    /// its parent made), so that a receive killed from then on resumes.
+    pub(super) fn start_journal(&mut self) {
+        let Some((p, version)) = self.first.take() else {
+            return;
+        };
+        let (id, mount) = (self.dest_id(), self.dest_mount());
+        let Some(c) = self.cur.as_mut() else {
+            return;
+        };
+        if !matches!(c.guard, super::guard::Guard::Own) {
+            return;
+        }
+        let Some(mut j) = journal::Journal::create(
+            id,
+            &c.name,
+            c.state.received_uuid,
+            c.state.ctransid,
+            version,
+            mount,
+        ) else {
+            c.redo.no_journal = true;
+            self.log.note(format_args!(
+                "no journal can be kept: a receive killed outright cannot be resumed"
+            ));
+            return;
+        };
+        let root = std::fs::read_link(format!("/proc/self/fd/{}", c.res.root().as_raw_fd()))
+            .unwrap_or_default();
+        let root = root.as_os_str().as_bytes();
+        let flags: Vec<(Vec<u8>, u32)> = c
+            .deferred
+            .iter()
+            .filter_map(|(f, bits)| {
+                use std::os::fd::AsFd;
+                path_beneath(root, f.as_fd()).map(|p| (p, *bits))
+            })
+            .collect();
+        j.checkpoint(p, &flags, None);
+        c.dir_times.journal = Some(j);
+    }
+
+    /// After each command applied: what the journal says is applied, and
+    /// a checkpoint when one is due (the first right after SUBVOL or
+    /// SNAPSHOT).
+    pub(super) fn journal_after(&mut self, pos: Position) -> Result<(), Error> {
+        let done = self.closer.done();
+        let (id, mount) = (self.dest_id(), self.dest_mount());
+        let Some(c) = self.cur.as_mut() else {
+            return Ok(());
+        };
+        if c.track.count == 0 || !matches!(c.guard, super::guard::Guard::Own) {
+            return Ok(());
+        }
+        let pending = c.pending.as_ref().map(super::batch::Pending::before);
+        let Some(j) = c.dir_times.journal.as_mut() else {
+            if c.redo.no_journal || c.redo.replaying() || pending.is_some() {
+                return Ok(());
+            }
+            c.dir_times.journal = journal::Journal::create(
+                id,
+                &c.name,
+                c.state.received_uuid,
+                c.state.ctransid,
+                c.track.version,
+                mount,
+            );
+            if c.dir_times.journal.is_none() {
+                c.redo.no_journal = true;
+                self.log.note(format_args!(
+                    "no journal can be kept: a receive killed outright cannot be resumed"
+                ));
+                return Ok(());
+            }
+            return self.checkpoint();
+        };
+        j.applied(pending.unwrap_or(c.track.count), done);
+        if pending.is_none() && !c.redo.replaying() && j.due(pos.offset + pos.len) {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// A checkpoint: everything held back applied (but the flags and
+    /// capability due at END, which the journal keeps), so that a killed
+    /// receive resumes from here.
+    fn checkpoint(&mut self) -> Result<(), Error> {
+        self.flush_batch()?;
+        if let Some(c) = self.cur.as_mut() {
+            c.settle_all();
+        }
+        self.closer.wait();
+        self.collect()?;
+        self.apply_dir_times()?;
+        let Some(c) = self.cur.as_mut() else {
+            return Ok(());
+        };
+        let root = std::fs::read_link(format!("/proc/self/fd/{}", c.res.root().as_raw_fd()))
+            .unwrap_or_default();
+        let root = root.as_os_str().as_bytes();
+        let flags: Vec<(Vec<u8>, u32)> = c
+            .deferred
+            .iter()
+            .filter_map(|(f, bits)| {
+                use std::os::fd::AsFd;
+                path_beneath(root, f.as_fd()).map(|p| (p, *bits))
+            })
+            .collect();
+        let p = c.track.point();
+        let caps = c.caps.clone();
+        if let Some(j) = c.dir_times.journal.as_mut() {
+            j.checkpoint(p, &flags, caps.as_ref());
+        }
+        Ok(())
     }
 
     /// Reads (and removes) the side file `name` of the subvolume resumed.
@@ -520,9 +780,10 @@ impl Receiver<'_> {
             point,
         };
         state.resume = Some(resumable);
-        let Some(c) = self.cur.take() else {
+        let Some(mut c) = self.cur.take() else {
             return Err("no subvolume was being received".into());
         };
+        let journal = c.dir_times.journal.take();
         // The side file (written in room kept for it) holds the point;
         // the state too where it can still be written.
         let side = self
@@ -530,8 +791,12 @@ impl Receiver<'_> {
             .and_then(|()| nix::unistd::syncfs(c.res.root().as_raw_fd()).map_err(Into::into));
         if let Err(e) = side {
             let why = format!("recording where it stopped failed: {e}");
+            c.dir_times.journal = journal;
             self.cur = Some(c);
             return Err(why);
+        }
+        if let Some(j) = journal {
+            j.remove();
         }
         let _ = self.dest.set_state(&c.name, &state);
         // The state must be there when the token is asked for.
@@ -658,4 +923,24 @@ pub(super) fn forget_side(dest: BorrowedFd<'_>, name: &[u8]) {
         side_file(name).as_slice(),
         nix::unistd::UnlinkatFlags::NoRemoveDir,
     );
+}
+
+/// Where the receive of `name` in `dest` (with state `st`), killed
+/// outright, can be resumed from its journal; or why not (`Err`), or
+/// `Ok(None)` when it has none.
+pub fn killed_point(
+    dest: BorrowedFd<'_>,
+    name: &[u8],
+    st: &SubvolState,
+) -> Result<Option<Resumable>, String> {
+    let id = nix::sys::stat::fstat(dest.as_raw_fd()).map_or((0, 0), |s| (s.st_dev, s.st_ino));
+    let mount = ioctl::mount_id(dest).unwrap_or(0);
+    Ok(
+        journal::find(id, name, st.received_uuid, st.ctransid, false, mount)?.map(|(f, _)| {
+            Resumable {
+                version: f.version,
+                point: f.point,
+            }
+        }),
+    )
 }

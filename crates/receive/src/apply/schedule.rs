@@ -220,6 +220,7 @@ impl Receiver<'_> {
                         err: Box::new(e.kind()),
                     }
                 })?;
+                cur.dir_times.log_evicted(&p);
             }
         }
         Ok(())
@@ -233,6 +234,7 @@ impl Receiver<'_> {
         for (p, rec) in cur.dir_times.take_all() {
             put_dir_times(cur, &self.dest, &mut self.stats, &p, &rec, false)?;
         }
+        cur.dir_times.log_cleared();
         Ok(())
     }
 }

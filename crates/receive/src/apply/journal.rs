@@ -1,0 +1,692 @@
+//! The journal of a running receive: what only its memory holds, kept
+//! where a killed process leaves it, so that a receive killed outright
+//! (SIGKILL, the OOM killer, a crash of rreceive) can be resumed.
+//!
+//! Everything a command does to the destination is in the page cache once
+//! its system call returns, and survives the process. What does not is
+//! what rreceive holds back: directory times ([`super::dirtimes`]), new
+//! files handed to other threads, immutable flags and capabilities due at
+//! END. The journal is a file in `/dev/shm` (memory: it survives the
+//! process, not the machine; `RRECEIVE_JOURNAL_DIR` names another place),
+//! mapped shared, in which the receiving thread records, as it goes:
+//!
+//! - a **checkpoint**: a point of the stream where nothing was held back
+//!   (directory times applied), with the immutable flags and capabilities
+//!   still due, from which `rsend --resume` can send;
+//! - how far the commands after it are **applied** (`until`), and which
+//!   one was being applied (`now`);
+//! - a **log** of every change to what is held: directory-time records,
+//!   new files handed over (by their commands, with the job number the
+//!   finishing thread reports done), flags and capabilities due.
+//!
+//! Each record is complete in the mapping before its length is published,
+//! so a killed process leaves a whole log. A resumed receive rebuilds what
+//! was held from it, skips the commands applied already, makes again the
+//! new files not known finished, and applies the one command that may have
+//! been under way with care (it may be done already). A machine that went
+//! down loses the journal with the page cache: that subvolume is not
+//! resumable, and says so; so does one whose destination was unmounted
+//! since (the journal records the mount, by the kernel's unique mount id):
+//! a power cut on the destination's device alone looks like that.
+//!
+//! Two log areas take turns: a checkpoint writes the other one, then
+//! switches, so a kill at any moment leaves one whole.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::atomic::{compiler_fence, Ordering};
+
+use btrfs_stream::resume::Point;
+use btrfs_stream::{CommandKind, Position, Timespec};
+use memmap2::MmapMut;
+use nix::fcntl::Flock;
+use uuid::Uuid;
+
+use super::dirtimes::{Record, Source};
+
+const MAGIC: &[u8; 8] = b"RRJRNL01";
+const HEADER: usize = 4096;
+/// Bytes of each log area; a checkpoint comes when one is 3/4 full.
+const AREA: usize = 4 << 20;
+/// A checkpoint comes at least every so many bytes of stream.
+const CHECKPOINT_BYTES: u64 = 1 << 30;
+
+// Header fields (little endian).
+const H_BOOT: usize = 8;
+const H_UUID: usize = 24;
+const H_CTRANSID: usize = 40;
+const H_VERSION: usize = 48;
+const H_ACTIVE: usize = 52;
+const H_AREA: [usize; 2] = [64, 128];
+const A_COUNT: usize = 0;
+const A_OFFSET: usize = 8;
+const A_DIGEST: usize = 16;
+const A_LEN: usize = 32;
+const H_UNTIL: usize = 192;
+const H_NOW: usize = 200;
+const H_DONE: usize = 208;
+const H_MOUNT: usize = 216;
+
+// Log record tags.
+const T_INSERT: u8 = 1;
+const T_REPLACE: u8 = 2;
+const T_CHANGE: u8 = 3;
+const T_RENAMED: u8 = 4;
+const T_REMOVED: u8 = 5;
+const T_EVICTED: u8 = 6;
+const T_CLEARED: u8 = 7;
+const T_RECIPE: u8 = 8;
+const T_FLAGS: u8 = 9;
+const T_CAPS: u8 = 10;
+
+/// A recipe's job number meaning "finished" (rewritten when resumed).
+const JOB_DONE: u64 = 0;
+/// A recipe's job number meaning "not known finished".
+const JOB_OPEN: u64 = u64::MAX;
+
+/// Where the journal of subvolume `name` in the directory with device and
+/// inode `dest` lives.
+fn path_for(dest: (u64, u64), name: &[u8]) -> PathBuf {
+    let dir = std::env::var_os("RRECEIVE_JOURNAL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(format!(
+                "/dev/shm/rreceive-{}",
+                nix::unistd::geteuid().as_raw()
+            ))
+        });
+    let hex: String = name.iter().map(|b| format!("{b:02x}")).collect();
+    dir.join(format!("{:x}-{:x}-{hex}", dest.0, dest.1))
+}
+
+/// This boot's id: a journal from another boot describes a page cache that
+/// is gone.
+fn boot_id() -> [u8; 16] {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .and_then(|s| Uuid::parse_str(s.trim()).ok())
+        .map_or([0; 16], |u| *u.as_bytes())
+}
+
+/// The journal of the subvolume being received.
+pub(super) struct Journal {
+    map: MmapMut,
+    /// Holds the lock that says a receive is running.
+    _file: Flock<File>,
+    path: PathBuf,
+    area: usize,
+    len: usize,
+    /// The count of the command being applied: records are tagged with it.
+    tag: u64,
+    /// Stream bytes at the last checkpoint.
+    since: u64,
+    /// Resumed after a kill: until the next checkpoint, `until` and `now`
+    /// never go below what the killed receive had reached.
+    floor: (u64, u64),
+}
+
+fn put(m: &mut [u8], at: usize, b: &[u8]) {
+    if let Some(d) = m.get_mut(at..at + b.len()) {
+        d.copy_from_slice(b);
+    }
+}
+
+fn get8(m: &[u8], at: usize) -> u64 {
+    m.get(at..at + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+impl Journal {
+    /// Starts the journal of subvolume `name` (received as `uuid` at
+    /// `ctransid`, protocol `version`) in the directory `dest`; `None`
+    /// where none can be kept (the receive then cannot be resumed after a
+    /// kill, as before).
+    pub(super) fn create(
+        dest: (u64, u64),
+        name: &[u8],
+        uuid: Uuid,
+        ctransid: u64,
+        version: u32,
+        mount: u64,
+    ) -> Option<Journal> {
+        let path = path_for(dest, name);
+        let dir = path.parent()?;
+        let _ = std::fs::create_dir(dir);
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .ok()?;
+        let file = Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()?;
+        file.set_len(0).ok()?;
+        let size = HEADER + 2 * AREA;
+        // Room taken now: a store into the mapping must never find none.
+        nix::fcntl::fallocate(
+            file.as_raw_fd(),
+            nix::fcntl::FallocateFlags::empty(),
+            0,
+            size as i64,
+        )
+        .ok()?;
+        let mut map = crate::ioctl::map_shared(&file).ok()?;
+        put(&mut map, H_BOOT, &boot_id());
+        put(&mut map, H_UUID, uuid.as_bytes());
+        put(&mut map, H_CTRANSID, &ctransid.to_le_bytes());
+        put(&mut map, H_VERSION, &version.to_le_bytes());
+        put(&mut map, H_MOUNT, &mount.to_le_bytes());
+        compiler_fence(Ordering::Release);
+        put(&mut map, 0, MAGIC);
+        Some(Journal {
+            map,
+            _file: file,
+            path,
+            area: 0,
+            len: 0,
+            tag: 0,
+            since: 0,
+            floor: (0, 0),
+        })
+    }
+
+    /// Removes the journal (the receive ended, or stopped and recorded
+    /// where in its side file).
+    pub(super) fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+
+    /// Records that command `n` is being applied; its records are tagged so.
+    pub(super) fn now(&mut self, n: u64) {
+        self.tag = n;
+        put(&mut self.map, H_NOW, &n.max(self.floor.1).to_le_bytes());
+    }
+
+    /// Commands up to `until` are applied (but for the new files logged),
+    /// and jobs up to `done` finished.
+    pub(super) fn applied(&mut self, until: u64, done: u64) {
+        put(&mut self.map, H_DONE, &done.to_le_bytes());
+        compiler_fence(Ordering::Release);
+        put(
+            &mut self.map,
+            H_UNTIL,
+            &until.max(self.floor.0).to_le_bytes(),
+        );
+    }
+
+    /// Jobs up to `done` are finished (before a command that waited for one
+    /// of them).
+    pub(super) fn finished(&mut self, done: u64) {
+        put(&mut self.map, H_DONE, &done.to_le_bytes());
+    }
+
+    /// Whether a checkpoint is due (the log area filling up, or much of the
+    /// stream since the last one), at stream byte `offset`.
+    pub(super) fn due(&self, offset: u64) -> bool {
+        self.len > AREA / 4 * 3 || offset.saturating_sub(self.since) > CHECKPOINT_BYTES
+    }
+
+    /// A checkpoint at `p` (nothing held back but `flags` and `caps`, which
+    /// are logged again in the new area).
+    pub(super) fn checkpoint(
+        &mut self,
+        p: Point,
+        flags: &[(Vec<u8>, u32)],
+        caps: Option<&(Vec<u8>, Vec<u8>)>,
+    ) {
+        let other = 1 - self.area;
+        let (area, len) = (std::mem::replace(&mut self.area, other), self.len);
+        self.len = 0;
+        for (path, bits) in flags {
+            self.flags(path, *bits);
+        }
+        if let Some((path, value)) = caps {
+            self.caps(path, Some(value));
+        }
+        let meta = H_AREA[other];
+        put(&mut self.map, meta + A_COUNT, &p.commands.to_le_bytes());
+        put(&mut self.map, meta + A_OFFSET, &p.offset.to_le_bytes());
+        put(&mut self.map, meta + A_DIGEST, &p.digest.to_le_bytes());
+        put(&mut self.map, H_UNTIL, &p.commands.to_le_bytes());
+        compiler_fence(Ordering::Release);
+        put(&mut self.map, H_NOW, &p.commands.to_le_bytes());
+        put(&mut self.map, H_ACTIVE, &(other as u32).to_le_bytes());
+        let _ = (area, len);
+        self.since = p.offset;
+        self.floor = (0, 0);
+    }
+
+    /// Appends one record; returns where it starts in the area.
+    fn append(&mut self, tag: u8, body: &[u8]) -> Option<usize> {
+        let total = 4 + 1 + 8 + body.len();
+        if self.len + total > AREA {
+            // Full (a checkpoint was not possible in time): the journal
+            // stops here and the receive is no longer resumable after a
+            // kill; say so by making it unreadable.
+            put(&mut self.map, 0, b"RRJRNLxx");
+            return None;
+        }
+        let base = HEADER + self.area * AREA + self.len;
+        put(&mut self.map, base, &(total as u32).to_le_bytes());
+        put(&mut self.map, base + 4, &[tag]);
+        put(&mut self.map, base + 5, &self.tag.to_le_bytes());
+        put(&mut self.map, base + 13, body);
+        let at = self.len;
+        self.len += total;
+        compiler_fence(Ordering::Release);
+        let meta = H_AREA[self.area];
+        put(
+            &mut self.map,
+            meta + A_LEN,
+            &(self.len as u64).to_le_bytes(),
+        );
+        Some(at)
+    }
+
+    pub(super) fn insert(&mut self, dir: &[u8], rec: &Record) {
+        let mut b = bytes_path(dir);
+        b.extend(bytes_record(rec));
+        self.append(T_INSERT, &b);
+    }
+
+    pub(super) fn replace(&mut self, dir: &[u8], rec: &Record) {
+        let mut b = bytes_path(dir);
+        b.extend(bytes_record(rec));
+        self.append(T_REPLACE, &b);
+    }
+
+    pub(super) fn change(&mut self, dir: &[u8], at: u64) {
+        let mut b = bytes_path(dir);
+        b.extend(at.to_le_bytes());
+        self.append(T_CHANGE, &b);
+    }
+
+    pub(super) fn renamed(&mut self, from: &[u8], to: &[u8]) {
+        let mut b = bytes_path(from);
+        b.extend(bytes_path(to));
+        self.append(T_RENAMED, &b);
+    }
+
+    pub(super) fn removed(&mut self, dir: &[u8]) {
+        self.append(T_REMOVED, &bytes_path(dir));
+    }
+
+    pub(super) fn evicted(&mut self, dir: &[u8]) {
+        self.append(T_EVICTED, &bytes_path(dir));
+    }
+
+    pub(super) fn cleared(&mut self) {
+        self.append(T_CLEARED, &[]);
+    }
+
+    /// A new file's recipe (commands `first..=last` by number, `before` the
+    /// point before it) held back or handed over; returns the record's
+    /// place, to give its job number later ([`Journal::handed`]).
+    pub(super) fn recipe(&mut self, first: u64, last: u64, before: Point) -> Option<usize> {
+        let mut b = Vec::with_capacity(64);
+        b.extend(first.to_le_bytes());
+        b.extend(last.to_le_bytes());
+        b.extend(before.commands.to_le_bytes());
+        b.extend(before.offset.to_le_bytes());
+        b.extend(before.digest.to_le_bytes());
+        b.extend(JOB_OPEN.to_le_bytes());
+        self.append(T_RECIPE, &b).map(|at| (self.area << 32) | at)
+    }
+
+    /// The recipe recorded at `place` went to the finishing thread as `job`.
+    pub(super) fn handed(&mut self, place: usize, job: u64) {
+        let (area, at) = (place >> 32, place & 0xffff_ffff);
+        if area != self.area {
+            return;
+        }
+        let base = HEADER + area * AREA + at + 13 + 48;
+        put(&mut self.map, base, &job.to_le_bytes());
+    }
+
+    /// Immutable/append flags `bits` due at END for `path`.
+    pub(super) fn flags(&mut self, path: &[u8], bits: u32) {
+        let mut b = bytes_path(path);
+        b.extend(bits.to_le_bytes());
+        self.append(T_FLAGS, &b);
+    }
+
+    /// The capability to set again after a chown of `path` (none: `None`).
+    pub(super) fn caps(&mut self, path: &[u8], value: Option<&[u8]>) {
+        let mut b = bytes_path(path);
+        b.extend(bytes_path(value.unwrap_or_default()));
+        b.push(u8::from(value.is_some()));
+        self.append(T_CAPS, &b);
+    }
+}
+
+fn bytes_path(p: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(4 + p.len());
+    b.extend((p.len() as u32).to_le_bytes());
+    b.extend_from_slice(p);
+    b
+}
+
+fn bytes_record(r: &Record) -> Vec<u8> {
+    let mut b = Vec::with_capacity(64);
+    for t in [r.atime, r.mtime] {
+        b.extend(t.sec.to_le_bytes());
+        b.extend(t.nsec.to_le_bytes());
+    }
+    b.push(match r.source {
+        Source::Utimes => 0,
+        Source::Before => 1,
+        Source::Created => 2,
+    });
+    b.extend((r.cmd as u16).to_le_bytes());
+    b.extend(r.pos.index.to_le_bytes());
+    b.extend(r.pos.offset.to_le_bytes());
+    b.extend(r.pos.len.to_le_bytes());
+    b.extend(r.pos.version.to_le_bytes());
+    b.push(u8::from(r.changed));
+    b
+}
+
+/// Reads a journal's bytes.
+struct Cursor<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u16(&mut self) -> Option<u16> {
+        self.take(2)?.try_into().ok().map(u16::from_le_bytes)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)?.try_into().ok().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8)?.try_into().ok().map(u64::from_le_bytes)
+    }
+    fn i64(&mut self) -> Option<i64> {
+        self.take(8)?.try_into().ok().map(i64::from_le_bytes)
+    }
+    fn u128(&mut self) -> Option<u128> {
+        self.take(16)?.try_into().ok().map(u128::from_le_bytes)
+    }
+    fn path(&mut self) -> Option<Vec<u8>> {
+        let n = self.u32()? as usize;
+        self.take(n).map(<[u8]>::to_vec)
+    }
+    fn time(&mut self) -> Option<Timespec> {
+        Some(Timespec {
+            sec: self.i64()?,
+            nsec: self.u32()?,
+        })
+    }
+    fn record(&mut self) -> Option<Record> {
+        let atime = self.time()?;
+        let mtime = self.time()?;
+        let source = match self.u8()? {
+            0 => Source::Utimes,
+            1 => Source::Before,
+            2 => Source::Created,
+            _ => return None,
+        };
+        let cmd = CommandKind::from_u16(self.u16()?)?;
+        let pos = Position {
+            index: self.u64()?,
+            offset: self.u64()?,
+            len: self.u64()?,
+            version: self.u32()?,
+        };
+        let changed = self.u8()? != 0;
+        let mut r = Record::new(atime, mtime, source, cmd, pos);
+        r.changed = changed;
+        Some(r)
+    }
+}
+
+/// One change to what was held, as logged.
+pub(super) enum Entry {
+    Insert(Vec<u8>, Record),
+    Replace(Vec<u8>, Record),
+    Change(Vec<u8>, u64),
+    Renamed(Vec<u8>, Vec<u8>),
+    Removed(Vec<u8>),
+    Evicted(Vec<u8>),
+    Cleared,
+    Flags(Vec<u8>, u32),
+    Caps(Vec<u8>, Option<Vec<u8>>),
+}
+
+/// What a killed receive's journal says.
+pub(super) struct Found {
+    /// The checkpoint: where a resumed stream starts.
+    pub(super) point: Point,
+    /// Its protocol version.
+    pub(super) version: u32,
+    /// Commands up to this were applied...
+    pub(super) until: u64,
+    /// ... and this one may have been, in part.
+    pub(super) now: u64,
+    /// The changes to what was held, in order, each with its command.
+    pub(super) entries: Vec<(u64, Entry)>,
+    /// New files' commands (counts, first and last) not known finished.
+    pub(super) again: Vec<(u64, u64)>,
+}
+
+/// A journal file, locked.
+pub(super) type Locked = Flock<File>;
+
+/// Why the journal of `name` in `dest` gives no resume point, or what it
+/// says (with the file, locked, when `lock`). `Ok(None)`: there is none.
+pub(super) fn find(
+    dest: (u64, u64),
+    name: &[u8],
+    uuid: Uuid,
+    ctransid: u64,
+    lock: bool,
+    mount: u64,
+) -> Result<Option<(Found, Option<Locked>)>, String> {
+    let path = path_for(dest, name);
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("its journal {}: {e}", path.display())),
+    };
+    let how = if lock {
+        nix::fcntl::FlockArg::LockExclusiveNonblock
+    } else {
+        nix::fcntl::FlockArg::LockSharedNonblock
+    };
+    let Ok(file) = Flock::lock(file, how) else {
+        return Err("a receive of it is running".into());
+    };
+    let mut bytes = Vec::new();
+    use std::io::Read;
+    (&*file)
+        .take((HEADER + 2 * AREA) as u64)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("its journal {}: {e}", path.display()))?;
+    let bad = || format!("its journal {} is damaged", path.display());
+    if bytes.get(..8) != Some(MAGIC.as_slice()) {
+        return Err(bad());
+    }
+    if bytes.get(H_BOOT..H_BOOT + 16) != Some(boot_id().as_slice()) {
+        return Err("the system went down since (its journal is from another boot)".into());
+    }
+    if get8(&bytes, H_MOUNT) != mount {
+        // Its page cache went with the mount: writes may be lost.
+        return Err(
+            "the destination was unmounted since (its journal is from another mount)".into(),
+        );
+    }
+    if bytes.get(H_UUID..H_UUID + 16) != Some(uuid.as_bytes().as_slice())
+        || get8(&bytes, H_CTRANSID) != ctransid
+    {
+        return Err(format!(
+            "its journal {} is of another stream",
+            path.display()
+        ));
+    }
+    let mut c = Cursor {
+        b: &bytes,
+        at: H_VERSION,
+    };
+    let version = c.u32().ok_or_else(bad)?;
+    let area = c.u32().ok_or_else(bad)? as usize;
+    if area > 1 {
+        return Err(bad());
+    }
+    let meta = H_AREA[area];
+    let mut m = Cursor {
+        b: &bytes,
+        at: meta,
+    };
+    let point = Point {
+        commands: m.u64().ok_or_else(bad)?,
+        offset: m.u64().ok_or_else(bad)?,
+        digest: m.u128().ok_or_else(bad)?,
+    };
+    let len = m.u64().ok_or_else(bad)? as usize;
+    if point.commands == 0 || len > AREA {
+        return Err(bad());
+    }
+    let (until, now, done) = (
+        get8(&bytes, H_UNTIL),
+        get8(&bytes, H_NOW),
+        get8(&bytes, H_DONE),
+    );
+    let base = HEADER + area * AREA;
+    let log = bytes.get(base..base + len).ok_or_else(bad)?;
+    let mut entries = Vec::new();
+    let mut recipes: Vec<(u64, u64, bool)> = Vec::new();
+    let mut c = Cursor { b: log, at: 0 };
+    while c.at < log.len() {
+        let start = c.at;
+        let total = c.u32().ok_or_else(bad)? as usize;
+        let tag = c.u8().ok_or_else(bad)?;
+        let n = c.u64().ok_or_else(bad)?;
+        let e = match tag {
+            T_INSERT => Entry::Insert(c.path().ok_or_else(bad)?, c.record().ok_or_else(bad)?),
+            T_REPLACE => Entry::Replace(c.path().ok_or_else(bad)?, c.record().ok_or_else(bad)?),
+            T_CHANGE => Entry::Change(c.path().ok_or_else(bad)?, c.u64().ok_or_else(bad)?),
+            T_RENAMED => Entry::Renamed(c.path().ok_or_else(bad)?, c.path().ok_or_else(bad)?),
+            T_REMOVED => Entry::Removed(c.path().ok_or_else(bad)?),
+            T_EVICTED => Entry::Evicted(c.path().ok_or_else(bad)?),
+            T_CLEARED => Entry::Cleared,
+            T_FLAGS => Entry::Flags(c.path().ok_or_else(bad)?, c.u32().ok_or_else(bad)?),
+            T_CAPS => {
+                let p = c.path().ok_or_else(bad)?;
+                let v = c.path().ok_or_else(bad)?;
+                let some = c.u8().ok_or_else(bad)? != 0;
+                Entry::Caps(p, some.then_some(v))
+            }
+            T_RECIPE => {
+                let first = c.u64().ok_or_else(bad)?;
+                let last = c.u64().ok_or_else(bad)?;
+                let before = c.u64().ok_or_else(bad)?;
+                c.u64().ok_or_else(bad)?;
+                c.u128().ok_or_else(bad)?;
+                let job = c.u64().ok_or_else(bad)?;
+                let finished = job == JOB_DONE || (job != JOB_OPEN && job <= done);
+                let counts = (before + 1, before + 1 + last.saturating_sub(first));
+                // A later record of the same file (made again) counts.
+                recipes.retain(|r| r.0 != counts.0);
+                recipes.push((counts.0, counts.1, finished));
+                c.at = start + total;
+                continue;
+            }
+            _ => return Err(bad()),
+        };
+        if c.at != start + total {
+            return Err(bad());
+        }
+        entries.push((n, e));
+    }
+    let again = recipes
+        .into_iter()
+        .filter(|r| !r.2)
+        .map(|r| (r.0, r.1))
+        .collect();
+    let found = Found {
+        point,
+        version,
+        until: until.max(point.commands),
+        now,
+        entries,
+        again,
+    };
+    Ok(Some((found, lock.then_some(file))))
+}
+
+/// Opens the journal `found` came from to go on with it: what is logged
+/// stays (the recipes made again are logged anew), and new records follow.
+pub(super) fn reopen(
+    dest: (u64, u64),
+    name: &[u8],
+    file: Flock<File>,
+    found: &Found,
+) -> Option<Journal> {
+    let path = path_for(dest, name);
+    let map = crate::ioctl::map_shared(&file).ok()?;
+    let area = (get8(&map, H_ACTIVE) & 0xffff_ffff) as usize;
+    let len = get8(&map, H_AREA[area.min(1)] + A_LEN) as usize;
+    let mut j = Journal {
+        map,
+        _file: file,
+        path,
+        area: area.min(1),
+        len,
+        tag: 0,
+        since: found.point.offset,
+        floor: (found.until, found.now),
+    };
+    // Job numbers are this process's from now on: the recipes logged are
+    // marked finished or not, once and for all (one made again is logged
+    // anew, and its new record counts).
+    let done = get8(&j.map, H_DONE);
+    j.settle_recipes(done);
+    put(&mut j.map, H_DONE, &0u64.to_le_bytes());
+    Some(j)
+}
+
+impl Journal {
+    /// Marks every recipe in the active area finished or open, by `done`
+    /// (see [`reopen`]).
+    fn settle_recipes(&mut self, done: u64) {
+        let base = HEADER + self.area * AREA;
+        let mut at = 0;
+        while at < self.len {
+            let total = self
+                .map
+                .get(base + at..base + at + 4)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u32::from_le_bytes) as usize;
+            if total == 0 {
+                break;
+            }
+            if self.map.get(base + at + 4) == Some(&T_RECIPE) {
+                let job = get8(&self.map, base + at + 13 + 48);
+                let finished = job == JOB_DONE || (job != JOB_OPEN && job <= done);
+                let mark = if finished { JOB_DONE } else { JOB_OPEN };
+                put(&mut self.map, base + at + 13 + 48, &mark.to_le_bytes());
+            }
+            at += total;
+        }
+    }
+}
