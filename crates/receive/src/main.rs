@@ -12,6 +12,11 @@ use rdump::{buffered, dump, DumpError, Streams, TextDump};
 
 /// Receive btrfs send streams into DEST: real subvolumes on btrfs,
 /// directories anywhere else. Every path stays beneath DEST.
+///
+/// Exit codes: 0 success; 1 an error that a resume would meet again
+/// (--resume-token says why); 2 usage; 3 stopped for a cause that can go
+/// away (a full disk, a cut stream, a signal): resume it, or receive the
+/// same stream again when nothing was kept.
 #[derive(Parser)]
 #[command(name = "rreceive", version, after_long_help = EXAMPLES)]
 struct Args {
@@ -99,11 +104,14 @@ struct Args {
     /// Print the token that resumes the receive of DEST/NAME where it
     /// stopped, for `rsend --resume TOKEN`
     ///
-    /// A receive that stops early (the stream cut off, SIGINT, SIGTERM or
-    /// SIGHUP, a failed command) applies what it holds, syncs, and records
-    /// where it stopped. Exit code 1 when NAME cannot be resumed: complete,
-    /// not received by rreceive, or killed without stopping cleanly.
-    /// Resuming needs a stream made by rsend.
+    /// A receive that stops early (a full disk, the stream cut off, SIGINT,
+    /// SIGTERM or SIGHUP) applies what it holds, syncs, records where it
+    /// stopped and exits 3; one killed outright (SIGKILL, a crash) is
+    /// resumed from its journal in /dev/shm. Exit code 1, with the reason,
+    /// when NAME cannot be resumed: complete, not received by rreceive,
+    /// stopped by an error a resume would meet again, received with
+    /// --in-place or --link, or its machine went down (or its destination
+    /// was unmounted) since. Resuming needs a stream made by rsend.
     #[arg(long, value_name = "DEST/NAME", conflicts_with = "dump")]
     resume_token: Option<PathBuf>,
     /// Delete DEST/NAME, a subvolume rreceive received and did not
@@ -130,7 +138,10 @@ Examples:
   What the backup holds, for `rsend --parent-from` (one line per subvolume):
     rreceive --list /srv/backup
 
-  Complete a receive that a cut connection stopped:
+  Start again after an error a resume would meet again (exit 1):
+    ssh backup rreceive --delete-incomplete /srv/backup/tue
+
+  Complete a receive that stopped (exit 3: a full disk, a cut connection, a kill):
     t=$(ssh backup rreceive --resume-token /srv/backup/tue) &&
       rsend -d /dev/sdb --resume \"$t\" snaps/tue | ssh backup rreceive /srv/backup";
 

@@ -45,8 +45,12 @@ fn receive_file(file: &Path, dest: &Path) -> Output {
 
 /// `rreceive DEST` with `data` on a pipe.
 fn receive_piped(data: &[u8], dest: &Path) -> Output {
+    // Its journal goes with the process, as when the machine goes down
+    // (a journal that survives is tested in crates/send/tests/resume.rs).
+    let journals = tempfile::tempdir().unwrap();
     let mut child = Command::new(rreceive_bin())
         .arg(dest)
+        .env("RRECEIVE_JOURNAL_DIR", journals.path())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -124,8 +128,12 @@ fn cut_in_half(data: &[u8]) -> (Vec<u8>, u64, u64) {
 fn receive_killed(data: &[u8], dest: &Path) {
     let name = head(data).name;
     let sv = dest.join(std::str::from_utf8(&name).unwrap());
+    // Its journal goes with the process, as when the machine goes down
+    // (a journal that survives is tested in crates/send/tests/resume.rs).
+    let journals = tempfile::tempdir().unwrap();
     let mut child = Command::new(rreceive_bin())
         .arg(dest)
+        .env("RRECEIVE_JOURNAL_DIR", journals.path())
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

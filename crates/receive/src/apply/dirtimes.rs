@@ -198,8 +198,13 @@ impl DirTimes {
         rec.last = self.tick();
         match self.records.get_mut(dir) {
             Some(r) => {
+                // The same times again (the kernel sends a directory's after
+                // each entry it adds) need no record in the journal: only
+                // the command they came from differs, which counts nothing
+                // but statistics.
+                let same = (r.atime, r.mtime, r.source) == (rec.atime, rec.mtime, rec.source);
                 *r = rec;
-                if let Some(j) = self.journal.as_mut() {
+                if let (false, Some(j)) = (same, self.journal.as_mut()) {
                     j.replace(dir, &rec);
                 }
                 true

@@ -49,7 +49,7 @@ use super::dirtimes::{Record, Source};
 const MAGIC: &[u8; 8] = b"RRJRNL01";
 const HEADER: usize = 4096;
 /// Bytes of each log area; a checkpoint comes when one is 3/4 full.
-const AREA: usize = 4 << 20;
+const AREA: usize = 8 << 20;
 /// A checkpoint comes at least every so many bytes of stream.
 const CHECKPOINT_BYTES: u64 = 1 << 30;
 

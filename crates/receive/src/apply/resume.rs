@@ -525,7 +525,20 @@ impl Receiver<'_> {
     /// SNAPSHOT).
     pub(super) fn journal_after(&mut self, pos: Position) -> Result<(), Error> {
         let done = self.closer.done();
-        let (id, mount) = (self.dest_id(), self.dest_mount());
+        let Some(c) = self.cur.as_ref() else {
+            return Ok(());
+        };
+        let starts = c.dir_times.journal.is_none()
+            && !c.redo.no_journal
+            && !c.redo.replaying()
+            && c.pending.is_none()
+            && c.track.count > 0;
+        // Only when one is made: two system calls.
+        let (id, mount) = if starts {
+            (self.dest_id(), self.dest_mount())
+        } else {
+            ((0, 0), 0)
+        };
         let Some(c) = self.cur.as_mut() else {
             return Ok(());
         };
@@ -534,7 +547,7 @@ impl Receiver<'_> {
         }
         let pending = c.pending.as_ref().map(super::batch::Pending::before);
         let Some(j) = c.dir_times.journal.as_mut() else {
-            if c.redo.no_journal || c.redo.replaying() || pending.is_some() {
+            if !starts {
                 return Ok(());
             }
             c.dir_times.journal = journal::Journal::create(
