@@ -392,6 +392,7 @@ impl Dest {
         for side in [subvol::side_file(name), workdir::name_for(name)] {
             let _ = workdir::remove_tree(self.fd(), &side);
         }
+        crate::apply::forget_journal(self.fd(), name);
         subvol::forget(self.fd(), name).map_err(|e| rsend_cli::plain_io(&e))
     }
 

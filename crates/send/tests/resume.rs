@@ -1544,6 +1544,58 @@ fn a_journal_from_another_boot_is_not_resumed() {
     );
 }
 
+/// `--delete-incomplete` takes a killed receive's journal with it, so that
+/// it never speaks for the next receive of that name; a complete
+/// subvolume is never deleted.
+#[test]
+fn delete_incomplete_removes_the_subvolume_and_its_journal() {
+    let s = Setup::incremental();
+    let stream = s.stream(&[BIG], &s.file("big.stream")).unwrap();
+    let dest = s.dir("dest");
+    let file = s.file("big.whole");
+    std::fs::write(&file, &stream).unwrap();
+    let jdir = s.dir("journals");
+    let n = frames(&stream).len() / 2;
+    let with_journals = |c: &mut Command| {
+        c.env("RRECEIVE_JOURNAL_DIR", &jdir);
+    };
+    let mut c = rreceive_cmd(&[OsStr::new("-f"), file.as_os_str(), dest.as_os_str()]);
+    with_journals(&mut c);
+    let o = c
+        .env("RRECEIVE_TEST_KILL", format!("{n}:1"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "{}", text(&o.stderr));
+    assert_eq!(std::fs::read_dir(&jdir).unwrap().count(), 1);
+    let mut c = Command::new(rreceive_bin());
+    with_journals(&mut c);
+    let o = c
+        .arg("--delete-incomplete")
+        .arg(dest.join(BIG))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(!dest.join(BIG).exists());
+    assert_eq!(std::fs::read_dir(&jdir).unwrap().count(), 0);
+    let left: Vec<_> = std::fs::read_dir(&dest).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    // Received whole, it is kept.
+    let o = receive_file(&file, &dest);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = Command::new(rreceive_bin())
+        .arg("--delete-incomplete")
+        .arg(dest.join(BIG))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("is complete: it is kept"),
+        "{}",
+        text(&o.stderr)
+    );
+    compare(&Manifest::committed(BIG), &dest.join(BIG)).unwrap();
+}
+
 /// The scenarios the kill test goes through: a spread of testdata's, with
 /// renamed directories, hard links, clones and large files among them.
 fn kill_scenarios() -> Vec<String> {

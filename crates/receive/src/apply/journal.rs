@@ -101,6 +101,13 @@ fn path_for(dest: (u64, u64), name: &[u8]) -> PathBuf {
     dir.join(format!("{:x}-{:x}-{hex}", dest.0, dest.1))
 }
 
+/// Removes the journal of subvolume `name` in `dest`, if any: before a new
+/// receive of that name makes it, and when it is deleted, so that an old
+/// journal never speaks for a new receive.
+pub(super) fn forget(dest: (u64, u64), name: &[u8]) {
+    let _ = std::fs::remove_file(path_for(dest, name));
+}
+
 /// This boot's id: a journal from another boot describes a page cache that
 /// is gone.
 fn boot_id() -> [u8; 16] {

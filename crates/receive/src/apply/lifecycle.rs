@@ -105,6 +105,7 @@ impl Receiver<'_> {
             complete: false,
             resume: None,
         };
+        super::resume::forget_journal(self.dest.fd(), name);
         let root = self
             .dest
             .create_subvol(name, &state)
@@ -205,6 +206,7 @@ impl Receiver<'_> {
         } else {
             None
         };
+        super::resume::forget_journal(self.dest.fd(), name);
         let made = self.dest.snapshot(
             name,
             &parent,

@@ -37,7 +37,7 @@ mod names;
 mod resume;
 mod schedule;
 
-pub use resume::{killed_point, refusal};
+pub use resume::{forget_journal, killed_point, refusal};
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;

@@ -957,3 +957,10 @@ pub fn killed_point(
         }),
     )
 }
+
+/// Removes the journal of subvolume `name` in `dest` (see
+/// [`Dest::delete_incomplete`](crate::Dest::delete_incomplete)).
+pub fn forget_journal(dest: BorrowedFd<'_>, name: &[u8]) {
+    let id = nix::sys::stat::fstat(dest.as_raw_fd()).map_or((0, 0), |s| (s.st_dev, s.st_ino));
+    journal::forget(id, name);
+}
