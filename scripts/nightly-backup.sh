@@ -29,7 +29,8 @@
 # nothing was kept; at most RETRIES attempts (3 by default). 1 a stop that
 # would happen again: no retry; with --delete-incomplete the partial
 # subvolume is deleted and the snapshot sent again once. An ssh that cannot
-# connect (255) counts as a cause that can go away.
+# connect (255) and a receive killed by a signal (it resumes from its
+# journal) count as causes that can go away.
 set -u -o pipefail
 
 RSEND=${RSEND:-rsend}
@@ -140,7 +141,8 @@ while [ "$attempt" -lt "$retries" ]; do
         exit 1
     fi
     case $received in
-        3 | 255)
+        3 | 255 | 129 | 130 | 137 | 143)
+            # Stopped, killed (its journal says where), or ssh lost.
             log "attempt $attempt stopped (rreceive exit $received): it can go on later"
             ;;
         1)
