@@ -64,6 +64,15 @@ pub struct CopyPlan {
     pub reflink: bool,
 }
 
+/// Where the copy of a snapshot's parent is made before it takes the
+/// snapshot's name `name` (reserved: never listed, never a stream's).
+fn copy_name(name: &[u8]) -> Vec<u8> {
+    let mut v = subvol::RESERVED_PREFIX.to_vec();
+    v.extend_from_slice(b"-copy-");
+    v.extend(name.iter().flat_map(|b| format!("{b:02x}").into_bytes()));
+    v
+}
+
 /// One subvolume received in DEST, as `rreceive --list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
@@ -268,13 +277,17 @@ impl Dest {
             drop(src);
             return self.take_over(name, parent, state);
         }
+        // The copy is made under a reserved name and renamed into place
+        // whole: a receive killed while copying leaves no subvolume, only
+        // that, which the next receive of the name removes.
+        let tmp = copy_name(name);
+        workdir::remove_tree(self.fd(), &tmp)?;
         mkdirat(
             Some(self.fd.as_raw_fd()),
-            name,
+            tmp.as_slice(),
             Mode::from_bits_retain(0o700),
         )?;
-        self.record(name, state)?;
-        let dst = self.open_subvol(name)?;
+        let dst = self.open_subvol(&tmp)?;
         let share = if how == Snapshot::Link {
             copy::Share::Link
         } else {
@@ -292,14 +305,32 @@ impl Dest {
             },
             tick,
         );
-        match tree {
+        let placed = tree.and_then(|tree| {
+            // Its state goes with it where xattrs hold it.
+            let store = subvol::record(self.fd(), &tmp, state, self.store)?;
+            if store == Store::File {
+                subvol::forget(self.fd(), &tmp)?;
+            }
+            nix::fcntl::renameat2(
+                Some(self.fd.as_raw_fd()),
+                tmp.as_slice(),
+                Some(self.fd.as_raw_fd()),
+                name,
+                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+            )?;
+            if store == Store::File {
+                subvol::record(self.fd(), name, state, Some(Store::File))?;
+            }
+            self.store = Some(store);
+            Ok(tree)
+        });
+        match placed {
             Ok(tree) => Ok((dst, Made::Tree(tree))),
             Err(e) => {
                 // A part of a copy is nothing to resume: it goes, so that
                 // the same stream can be received again (a full disk).
                 drop(dst);
-                let _ = crate::workdir::remove_tree(self.fd(), name);
-                let _ = subvol::forget(self.fd(), name);
+                let _ = workdir::remove_tree(self.fd(), &tmp);
                 Err(e)
             }
         }

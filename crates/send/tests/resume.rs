@@ -1596,6 +1596,56 @@ fn delete_incomplete_removes_the_subvolume_and_its_journal() {
     compare(&Manifest::committed(BIG), &dest.join(BIG)).unwrap();
 }
 
+/// Off btrfs a snapshot first copies its parent, under a reserved name:
+/// a receive killed while copying leaves no subvolume (nothing to resume
+/// or delete), and the same stream received again removes what is left.
+#[test]
+fn a_receive_killed_while_copying_its_parent_leaves_no_subvolume() {
+    let s = Setup::incremental();
+    let n = "many_files_one_dir";
+    let (p, c) = (format!("{n}.p"), format!("{n}.c"));
+    let full = s.stream(&[&p], &s.file("p.stream")).unwrap();
+    let incr = s.stream(&["-p", &p, &c], &s.file("c.stream")).unwrap();
+    let dest = s.dir("dest");
+    receive_whole(&s, &full, &dest, &p).unwrap();
+    let file = s.file("incr.stream");
+    std::fs::write(&file, &incr).unwrap();
+    let args = [
+        OsStr::new("--plain"),
+        OsStr::new("-f"),
+        file.as_os_str(),
+        dest.as_os_str(),
+    ];
+    let o = rreceive_cmd(&args)
+        .env("RRECEIVE_TEST_KILL", "copy:20")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "not killed: {}", text(&o.stderr));
+    let names = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&dest)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let left = names();
+    assert!(!dest.join(&c).exists(), "{left:?}");
+    assert!(
+        left.iter().any(|n| n.starts_with(".rreceive-copy-")),
+        "{left:?}"
+    );
+    assert!(status_of(&dest, &c).is_err(), "listed after the kill");
+    let o = rreceive(&args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    compare(&Manifest::committed(&c), &dest.join(&c)).unwrap();
+    assert!(
+        !names().iter().any(|n| n.starts_with(".rreceive-copy-")),
+        "{:?}",
+        names()
+    );
+}
+
 /// The scenarios the kill test goes through: a spread of testdata's, with
 /// renamed directories, hard links, clones and large files among them.
 fn kill_scenarios() -> Vec<String> {

@@ -44,6 +44,38 @@ impl Tick for Bar {
     }
 }
 
+/// Counts what a snapshot's copy made; for the tests of a receive killed
+/// while copying, `RRECEIVE_TEST_KILL=copy:N` kills it (SIGKILL) after N.
+struct KillAfter<'a> {
+    inner: &'a dyn Tick,
+    made: std::cell::Cell<u64>,
+    at: Option<u64>,
+}
+
+impl<'a> KillAfter<'a> {
+    fn new(inner: &'a dyn Tick) -> KillAfter<'a> {
+        let at = std::env::var("RRECEIVE_TEST_KILL")
+            .ok()
+            .and_then(|v| v.strip_prefix("copy:")?.parse().ok());
+        KillAfter {
+            inner,
+            made: std::cell::Cell::new(0),
+            at,
+        }
+    }
+}
+
+impl Tick for KillAfter<'_> {
+    fn tick(&self) {
+        self.inner.tick();
+        let n = self.made.get() + 1;
+        self.made.set(n);
+        if self.at == Some(n) {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
 impl Drop for Bar {
     fn drop(&mut self) {
         self.0.finish_and_clear();
@@ -213,7 +245,7 @@ impl Receiver<'_> {
             &state,
             how,
             work.as_ref().map(Workdir::fd),
-            bar.as_ref().map_or(&() as &dyn Tick, |b| b as &dyn Tick),
+            &KillAfter::new(bar.as_ref().map_or(&() as &dyn Tick, |b| b as &dyn Tick)),
         );
         drop(bar);
         let (root, made) = match made {
