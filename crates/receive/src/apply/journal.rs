@@ -268,6 +268,9 @@ impl Journal {
         let _ = (area, len);
         self.since = p.offset;
         self.floor = (0, 0);
+        // Whole again, should an area have overflowed before.
+        compiler_fence(Ordering::Release);
+        put(&mut self.map, 0, MAGIC);
     }
 
     /// Appends one record; returns where it starts in the area.
