@@ -1544,6 +1544,45 @@ fn a_journal_from_another_boot_is_not_resumed() {
     );
 }
 
+/// A journal directory is this user's alone: one others can write is
+/// closed first, and one of another user's is not used (the receive goes
+/// on without a journal).
+#[test]
+fn a_journal_directory_is_this_users_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Setup::incremental();
+    let stream = s.stream(&[BIG], &s.file("big.stream")).unwrap();
+    let dest = s.dir("dest");
+    let file = s.file("big.whole");
+    std::fs::write(&file, &stream).unwrap();
+    let jdir = s.dir("journals");
+    std::fs::set_permissions(&jdir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let n = frames(&stream).len() / 2;
+    let o = rreceive_cmd(&[OsStr::new("-f"), file.as_os_str(), dest.as_os_str()])
+        .env("RRECEIVE_TEST_KILL", format!("{n}:0"))
+        .env("RRECEIVE_JOURNAL_DIR", &jdir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "{}", text(&o.stderr));
+    let mode = std::fs::metadata(&jdir).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    assert_eq!(std::fs::read_dir(&jdir).unwrap().count(), 1);
+    if is_root() {
+        // Another user's: not used.
+        remove_tree(&dest.join(BIG));
+        let theirs = s.dir("theirs");
+        nix::unistd::chown(&theirs, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        let o = rreceive_cmd(&[OsStr::new("-f"), file.as_os_str(), dest.as_os_str()])
+            .env("RRECEIVE_TEST_KILL", format!("{n}:0"))
+            .env("RRECEIVE_JOURNAL_DIR", &theirs)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), None, "{}", text(&o.stderr));
+        assert_eq!(std::fs::read_dir(&theirs).unwrap().count(), 0);
+        assert_eq!(status_of(&dest, BIG).unwrap(), "incomplete");
+    }
+}
+
 /// `--delete-incomplete` takes a killed receive's journal with it, so that
 /// it never speaks for the next receive of that name; a complete
 /// subvolume is never deleted.

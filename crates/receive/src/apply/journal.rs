@@ -49,7 +49,7 @@ use super::dirtimes::{Record, Source};
 const MAGIC: &[u8; 8] = b"RRJRNL01";
 const HEADER: usize = 4096;
 /// Bytes of each log area; a checkpoint comes when one is 3/4 full.
-const AREA: usize = 8 << 20;
+const AREA: usize = 4 << 20;
 /// A checkpoint comes at least every so many bytes of stream.
 const CHECKPOINT_BYTES: u64 = 1 << 30;
 
@@ -161,9 +161,18 @@ impl Journal {
     ) -> Option<Journal> {
         let path = path_for(dest, name);
         let dir = path.parent()?;
-        let _ = std::fs::create_dir(dir);
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
         let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
+        // Only a directory of this user's that nobody else can write: no
+        // one else may put a journal (or a symlink) where rreceive reads.
+        let meta = std::fs::symlink_metadata(dir).ok()?;
+        if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
+            return None;
+        }
+        if meta.mode() & 0o077 != 0 {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).ok()?;
+        }
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -173,18 +182,26 @@ impl Journal {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .ok()?;
+        if file.metadata().ok()?.uid() != nix::unistd::geteuid().as_raw() {
+            return None;
+        }
         let file = Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()?;
-        file.set_len(0).ok()?;
         let size = HEADER + 2 * AREA;
         // Room taken now: a store into the mapping must never find none.
-        nix::fcntl::fallocate(
-            file.as_raw_fd(),
-            nix::fcntl::FallocateFlags::empty(),
-            0,
-            size as i64,
-        )
-        .ok()?;
-        let mut map = crate::ioctl::map_shared(&file).ok()?;
+        let made = file.set_len(0).ok().and_then(|()| {
+            nix::fcntl::fallocate(
+                file.as_raw_fd(),
+                nix::fcntl::FallocateFlags::empty(),
+                0,
+                size as i64,
+            )
+            .ok()?;
+            crate::ioctl::map_shared(&file).ok()
+        });
+        let Some(mut map) = made else {
+            let _ = std::fs::remove_file(&path);
+            return None;
+        };
         put(&mut map, H_BOOT, &boot_id());
         put(&mut map, H_UUID, uuid.as_bytes());
         put(&mut map, H_CTRANSID, &ctransid.to_le_bytes());
@@ -509,9 +526,11 @@ pub(super) fn find(
     mount: u64,
 ) -> Result<Option<(Found, Option<Locked>)>, String> {
     let path = path_for(dest, name);
+    use std::os::unix::fs::OpenOptionsExt;
     let file = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
     {
         Ok(f) => f,
@@ -523,6 +542,13 @@ pub(super) fn find(
     } else {
         nix::fcntl::FlockArg::LockSharedNonblock
     };
+    use std::os::unix::fs::MetadataExt;
+    if file
+        .metadata()
+        .map_or(true, |m| m.uid() != nix::unistd::geteuid().as_raw())
+    {
+        return Err(format!("its journal {} is not this user's", path.display()));
+    }
     let Ok(file) = Flock::lock(file, how) else {
         return Err("a receive of it is running".into());
     };
