@@ -352,8 +352,8 @@ pub fn side_file(name: &[u8]) -> Vec<u8> {
     v
 }
 
-/// The `point` line of subvolume `name`'s side file, if any.
-pub(crate) fn side_point(dest: BorrowedFd<'_>, name: &[u8]) -> Option<Resumable> {
+/// The text of subvolume `name`'s side file, if it has one.
+pub(crate) fn side_text(dest: BorrowedFd<'_>, name: &[u8]) -> Option<String> {
     use std::io::Read;
     let fd = crate::ioctl::openat(
         Some(dest.as_raw_fd()),
@@ -367,7 +367,13 @@ pub(crate) fn side_point(dest: BorrowedFd<'_>, name: &[u8]) -> Option<Resumable>
         .take(1 << 20)
         .read_to_string(&mut text)
         .ok()?;
-    text.lines()
+    Some(text)
+}
+
+/// The `point` line of subvolume `name`'s side file, if any.
+pub(crate) fn side_point(dest: BorrowedFd<'_>, name: &[u8]) -> Option<Resumable> {
+    side_text(dest, name)?
+        .lines()
         .find_map(|l| l.strip_prefix("point\t"))
         .and_then(Resumable::from_field)
 }

@@ -610,19 +610,7 @@ fn cut_and_resume(
             stream.len()
         ));
     }
-    let o = receive_file(&resumed, dest);
-    if !o.status.success() {
-        return Err(format!(
-            "receiving the resumed stream: {}: {}",
-            o.status,
-            text(&o.stderr)
-        ));
-    }
-    compare(send.want, &sv)?;
-    match status_of(dest, name)?.as_str() {
-        "complete" => {}
-        st => return Err(format!("after the resume, --list says {st}")),
-    }
+    receive_to_the_end(&resumed, dest, send, "the resumed stream")?;
     let (code, _, why) = resume_token(&sv);
     if code != Some(1) || !why.contains("is complete: there is nothing to resume") {
         return Err(format!(
@@ -639,6 +627,24 @@ fn cut_and_resume(
         return Err(format!("left in DEST after END: {left:?}"));
     }
     Ok(bytes.len() as u64)
+}
+
+/// Receives the resumed stream in `file` into `dest`: it must complete
+/// `send`'s snapshot exactly, and `--list` say so.
+fn receive_to_the_end(file: &Path, dest: &Path, send: &Send<'_>, what: &str) -> Result<(), String> {
+    let o = receive_file(file, dest);
+    if !o.status.success() {
+        return Err(format!(
+            "receiving {what}: {}: {}",
+            o.status,
+            text(&o.stderr)
+        ));
+    }
+    compare(send.want, &dest.join(send.snap))?;
+    match status_of(dest, send.snap)?.as_str() {
+        "complete" => Ok(()),
+        st => Err(format!("after {what}, --list says {st}")),
+    }
 }
 
 /// Receives the whole `stream` of `name` into `dest` afresh. A parent is
@@ -892,15 +898,7 @@ fn cut_twice(s: &Setup, args: &[&str], send: &Send<'_>, dest: &Path) -> Result<(
         return Err("the second resumed stream is not the original's rest".into());
     }
     std::fs::write(&stale, &r2).unwrap();
-    let o = receive_file(&stale, dest);
-    if !o.status.success() {
-        return Err(format!("second resume: {}: {}", o.status, text(&o.stderr)));
-    }
-    compare(send.want, &sv)?;
-    match status_of(dest, name)?.as_str() {
-        "complete" => Ok(()),
-        st => Err(format!("after two resumes, --list says {st}")),
-    }
+    receive_to_the_end(&stale, dest, send, "the second resumed stream")
 }
 
 #[test]
@@ -1771,15 +1769,7 @@ fn kill_and_resume(
     if !o.status.success() {
         return Err(format!("rsend --resume: {}", text(&o.stderr)));
     }
-    let o = receive_file(&file, dest);
-    if !o.status.success() {
-        return Err(format!("the resumed receive: {}", text(&o.stderr)));
-    }
-    compare(send.want, &sv)?;
-    match status_of(dest, name)?.as_str() {
-        "complete" => Ok(()),
-        st => Err(format!("after the resume, --list says {st}")),
-    }
+    receive_to_the_end(&file, dest, send, "the resumed stream")
 }
 
 /// SIGKILL of rreceive at random commands of full and incremental streams

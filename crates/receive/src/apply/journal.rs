@@ -266,7 +266,7 @@ impl Journal {
         caps: Option<&(Vec<u8>, Vec<u8>)>,
     ) {
         let other = 1 - self.area;
-        let (area, len) = (std::mem::replace(&mut self.area, other), self.len);
+        self.area = other;
         self.len = 0;
         for (path, bits) in flags {
             self.flags(path, *bits);
@@ -282,7 +282,6 @@ impl Journal {
         compiler_fence(Ordering::Release);
         put(&mut self.map, H_NOW, &p.commands.to_le_bytes());
         put(&mut self.map, H_ACTIVE, &(other as u32).to_le_bytes());
-        let _ = (area, len);
         self.since = p.offset;
         self.floor = (0, 0);
         // Whole again, should an area have overflowed before.

@@ -35,6 +35,31 @@ use crate::subvol::{Resumable, SubvolState};
 
 use super::{journal, Current, Flow, Receiver, R};
 
+impl Current {
+    /// The paths (beneath the subvolume) of the files whose immutable or
+    /// append-only flags wait for END, with those flags.
+    fn deferred_paths(&self) -> std::io::Result<Vec<(Vec<u8>, u32)>> {
+        if self.deferred.is_empty() {
+            return Ok(Vec::new());
+        }
+        let root = std::fs::read_link(format!("/proc/self/fd/{}", self.res.root().as_raw_fd()))?;
+        let root = root.as_os_str().as_bytes();
+        Ok(self
+            .deferred
+            .iter()
+            .filter_map(|(f, bits)| {
+                use std::os::fd::AsFd;
+                path_beneath(root, f.as_fd()).map(|p| (p, *bits))
+            })
+            .collect())
+    }
+}
+
+/// DEST's device and inode, which its journals are named by.
+fn dest_id_of(dest: BorrowedFd<'_>) -> (u64, u64) {
+    nix::sys::stat::fstat(dest.as_raw_fd()).map_or((0, 0), |st| (st.st_dev, st.st_ino))
+}
+
 /// How far the current subvolume's stream is applied.
 #[derive(Debug, Default)]
 pub(super) struct Track {
@@ -401,8 +426,7 @@ impl Receiver<'_> {
 
     /// DEST's device and inode (what its journals are named by).
     pub(super) fn dest_id(&self) -> (u64, u64) {
-        nix::sys::stat::fstat(self.dest.fd().as_raw_fd())
-            .map_or((0, 0), |st| (st.st_dev, st.st_ino))
+        dest_id_of(self.dest.fd())
     }
 
     /// After a kill: rebuilds what the receive held from its journal, and
@@ -505,17 +529,7 @@ impl Receiver<'_> {
             ));
             return;
         };
-        let root = std::fs::read_link(format!("/proc/self/fd/{}", c.res.root().as_raw_fd()))
-            .unwrap_or_default();
-        let root = root.as_os_str().as_bytes();
-        let flags: Vec<(Vec<u8>, u32)> = c
-            .deferred
-            .iter()
-            .filter_map(|(f, bits)| {
-                use std::os::fd::AsFd;
-                path_beneath(root, f.as_fd()).map(|p| (p, *bits))
-            })
-            .collect();
+        let flags = c.deferred_paths().unwrap_or_default();
         j.checkpoint(p, &flags, None);
         c.dir_times.journal = Some(j);
     }
@@ -588,17 +602,7 @@ impl Receiver<'_> {
         let Some(c) = self.cur.as_mut() else {
             return Ok(());
         };
-        let root = std::fs::read_link(format!("/proc/self/fd/{}", c.res.root().as_raw_fd()))
-            .unwrap_or_default();
-        let root = root.as_os_str().as_bytes();
-        let flags: Vec<(Vec<u8>, u32)> = c
-            .deferred
-            .iter()
-            .filter_map(|(f, bits)| {
-                use std::os::fd::AsFd;
-                path_beneath(root, f.as_fd()).map(|p| (p, *bits))
-            })
-            .collect();
+        let flags = c.deferred_paths().unwrap_or_default();
         let p = c.track.point();
         let caps = c.caps.clone();
         if let Some(j) = c.dir_times.journal.as_mut() {
@@ -827,19 +831,11 @@ impl Receiver<'_> {
     /// resumed receive must not apply again.
     fn save_side(&self, c: &Current, window: &Window, at: Resumable) -> std::io::Result<()> {
         let mut text = format!("point\t{}\n", at.to_field());
-        if !c.deferred.is_empty() || c.caps.is_some() {
-            let root_link =
-                std::fs::read_link(format!("/proc/self/fd/{}", c.res.root().as_raw_fd()))?;
-            let root = root_link.as_os_str().as_bytes();
-            for (f, bits) in &c.deferred {
-                use std::os::fd::AsFd;
-                if let Some(p) = path_beneath(root, f.as_fd()) {
-                    text.push_str(&format!("flags\t{bits}\t{}\n", hex(&p)));
-                }
-            }
-            if let Some((p, v)) = &c.caps {
-                text.push_str(&format!("caps\t{}\t{}\n", hex(p), hex(v)));
-            }
+        for (p, bits) in c.deferred_paths()? {
+            text.push_str(&format!("flags\t{bits}\t{}\n", hex(&p)));
+        }
+        if let Some((p, v)) = &c.caps {
+            text.push_str(&format!("caps\t{}\t{}\n", hex(p), hex(v)));
         }
         if let Some(until) = window.until {
             text.push_str(&format!("applied\t{until}\n"));
@@ -911,19 +907,8 @@ struct Window {
 /// Why the incomplete subvolume `name` in `dest` cannot be resumed, as
 /// recorded when its receive stopped.
 pub fn refusal(dest: BorrowedFd<'_>, name: &[u8]) -> Option<String> {
-    let fd = ioctl::openat(
-        Some(dest.as_raw_fd()),
-        side_file(name).as_slice(),
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
-    let mut text = String::new();
-    File::from(fd)
-        .take(1 << 20)
-        .read_to_string(&mut text)
-        .ok()?;
-    text.lines()
+    crate::subvol::side_text(dest, name)?
+        .lines()
         .find_map(|l| l.strip_prefix("why\t"))
         .and_then(unhex)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -946,7 +931,7 @@ pub fn killed_point(
     name: &[u8],
     st: &SubvolState,
 ) -> Result<Option<Resumable>, String> {
-    let id = nix::sys::stat::fstat(dest.as_raw_fd()).map_or((0, 0), |s| (s.st_dev, s.st_ino));
+    let id = dest_id_of(dest);
     let mount = ioctl::mount_id(dest).unwrap_or(0);
     Ok(
         journal::find(id, name, st.received_uuid, st.ctransid, false, mount)?.map(|(f, _)| {
@@ -961,6 +946,6 @@ pub fn killed_point(
 /// Removes the journal of subvolume `name` in `dest` (see
 /// [`Dest::delete_incomplete`](crate::Dest::delete_incomplete)).
 pub fn forget_journal(dest: BorrowedFd<'_>, name: &[u8]) {
-    let id = nix::sys::stat::fstat(dest.as_raw_fd()).map_or((0, 0), |s| (s.st_dev, s.st_ino));
+    let id = dest_id_of(dest);
     journal::forget(id, name);
 }
