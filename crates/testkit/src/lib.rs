@@ -4,8 +4,10 @@
 //! one line when it cannot. [`BtrfsImage`] is a loop-mounted scratch btrfs
 //! that is unmounted and detached when dropped, also when the test fails.
 //! [`fiemap`] maps a file's extents (its one `unsafe` call is the ioctl).
+//! [`powercut`] is a block device that loses what was not flushed.
 
 pub mod fiemap;
+pub mod powercut;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
