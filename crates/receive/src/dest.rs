@@ -420,7 +420,11 @@ impl Dest {
         }
         // On btrfs the subvolume, emptied, goes with rmdir.
         workdir::remove_tree(self.fd(), name).map_err(|e| rsend_cli::plain_io(&e))?;
-        for side in [subvol::side_file(name), workdir::name_for(name)] {
+        for side in [
+            subvol::side_file(name),
+            workdir::name_for(name),
+            crate::apply::durable_record_file(name),
+        ] {
             let _ = workdir::remove_tree(self.fd(), &side);
         }
         crate::apply::forget_journal(self.fd(), name);

@@ -88,6 +88,10 @@ pub struct Options {
     /// An rsend in the same pipeline draws its own bar (see
     /// [`progress::sender_draws`]): rreceive then draws none.
     pub sender_bar: bool,
+    /// Durable checkpoints: the destination is synced now and then, with
+    /// a record of where the stream stood, so that a receive cut by a
+    /// power loss resumes (`--no-durable` turns them off).
+    pub durable: bool,
 }
 
 /// The signal that asked a receive to stop (0: none), set by the caller's
@@ -115,6 +119,7 @@ impl Options {
             progress: false,
             input_size: None,
             sender_bar: false,
+            durable: true,
         }
     }
 }
@@ -184,6 +189,9 @@ pub struct Stats {
     /// Directory times applied before END because more directories than
     /// [`Options::max_dir_times`] were held.
     pub dir_times_early: u64,
+    /// Durable checkpoints taken (the destination synced, the resume
+    /// record written), so that a power loss resumes.
+    pub durable_checkpoints: u64,
     /// Things this filesystem cannot store (xattrs, flags, verity), noted
     /// under `-v`.
     pub skipped: u64,
@@ -368,7 +376,7 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
          {} bytes written, {} cloned; encoded writes: {} by ioctl, {} decoded; \
          {} truncates, {} chowns and {} chmods skipped; {} directory utimes held back; \
          directories changed after their times: {} given their UTIMES again, {} their \
-         earlier times; {} directory times applied early",
+         earlier times; {} directory times applied early; {} durable checkpoint(s)",
         s.commands,
         s.subvols,
         s.created,
@@ -383,7 +391,8 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
         s.dir_utimes_deferred,
         s.dir_times_restored,
         s.dir_times_kept,
-        s.dir_times_early
+        s.dir_times_early,
+        s.durable_checkpoints
     ));
     if rx.stats.skipped > 0 {
         rx.log.info(format_args!(

@@ -83,6 +83,16 @@ struct Args {
     /// a filesystem with user xattrs.
     #[arg(long)]
     fake_super: bool,
+    /// No durable checkpoints: do not sync the destination now and then
+    ///
+    /// By default, every 128Ki commands or 64 MiB of stream (and before
+    /// the few commands whose replay would be ambiguous, such as a swap
+    /// of two names) the destination's filesystem is synced and
+    /// DEST/.rreceive-durable-* records where the stream stood, so that a
+    /// receive cut by a power loss (or by its destination's device going
+    /// away) resumes. Without them such a receive must start again.
+    #[arg(long)]
+    no_durable: bool,
     /// Print nothing but errors.
     #[arg(short = 'q', long, conflicts_with = "verbose")]
     quiet: bool,
@@ -107,11 +117,12 @@ struct Args {
     /// A receive that stops early (a full disk, the stream cut off, SIGINT,
     /// SIGTERM or SIGHUP) applies what it holds, syncs, records where it
     /// stopped and exits 3; one killed outright (SIGKILL, a crash) is
-    /// resumed from its journal in /dev/shm. Exit code 1, with the reason,
-    /// when NAME cannot be resumed: complete, not received by rreceive,
-    /// stopped by an error a resume would meet again, received with
-    /// --in-place or --link, or its machine went down (or its destination
-    /// was unmounted) since. Resuming needs a stream made by rsend.
+    /// resumed from its journal in /dev/shm; one cut by a power loss (or
+    /// its destination unmounted) from its last durable checkpoint. Exit
+    /// code 1, with the reason, when NAME cannot be resumed: complete, not
+    /// received by rreceive, stopped by an error a resume would meet
+    /// again, received with --in-place, --link or --no-durable and cut by
+    /// a power loss. Resuming needs a stream made by rsend.
     #[arg(long, value_name = "DEST/NAME", conflicts_with = "dump")]
     resume_token: Option<PathBuf>,
     /// Delete DEST/NAME, a subvolume rreceive received and did not
@@ -435,6 +446,7 @@ fn main() -> ExitCode {
     opts.force = args.force;
     opts.plain = args.plain;
     opts.fake_super = args.fake_super;
+    opts.durable = !args.no_durable;
     opts.stop = stop;
     opts.progress = true;
     opts.input_size = size;

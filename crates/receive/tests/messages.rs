@@ -131,7 +131,10 @@ fn receive_killed(data: &[u8], dest: &Path) {
     // Its journal goes with the process, as when the machine goes down
     // (a journal that survives is tested in crates/send/tests/resume.rs).
     let journals = tempfile::tempdir().unwrap();
+    // Without durable checkpoints either (a power loss then leaves it to
+    // be received again; one with them resumes, see resume.rs).
     let mut child = Command::new(rreceive_bin())
+        .arg("--no-durable")
         .arg(dest)
         .env("RRECEIVE_JOURNAL_DIR", journals.path())
         .stdin(Stdio::piped())

@@ -142,8 +142,11 @@ impl Receiver<'_> {
         }
         let mut batch = std::mem::take(&mut cur.batch);
         cur.batch_bytes = 0;
-        // Stable: files of one directory keep their order.
-        batch.sort_by(|a, b| path::split(&a.path).0.cmp(path::split(&b.path).0));
+        // Stable: files of one directory keep their order. Not with
+        // durable checkpoints: names must change in the stream's order.
+        if cur.durable.is_none() {
+            batch.sort_by(|a, b| path::split(&a.path).0.cmp(path::split(&b.path).0));
+        }
         let mut batch = batch.into_iter();
         while let Some(p) = batch.next() {
             if self.opts.max_errors == 1 && self.closer.has_errors() {

@@ -380,6 +380,7 @@ impl Receiver<'_> {
             .finish(&name, root.as_fd(), &state)
             .map_err(CmdError::io("mark subvolume received"))?;
         super::resume::forget_side(self.dest.fd(), &name);
+        super::durable::forget(self.dest.fd(), &name);
         if let Some(j) = journal {
             j.remove();
         }

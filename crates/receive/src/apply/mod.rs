@@ -29,6 +29,7 @@ mod batch;
 mod create;
 mod data;
 mod dirtimes;
+mod durable;
 mod guard;
 mod inode;
 mod journal;
@@ -37,6 +38,7 @@ mod names;
 mod resume;
 mod schedule;
 
+pub(crate) use durable::record_file as durable_record_file;
 pub use resume::{forget_journal, killed_point, refusal};
 
 use std::collections::{HashMap, VecDeque};
@@ -137,6 +139,10 @@ pub struct Current {
     track: resume::Track,
     /// Which applied commands a stop would have to apply again.
     redo: resume::Redo,
+    /// Durable checkpoints, so that a power loss resumes.
+    durable: Option<durable::Durable>,
+    /// After a power loss: the window read again.
+    power: Option<durable::Power>,
 }
 
 /// Applies commands to a destination.
@@ -205,6 +211,8 @@ impl Current {
             work: None,
             track: resume::Track::default(),
             redo: resume::Redo::default(),
+            durable: None,
+            power: None,
         }
     }
 
@@ -354,6 +362,9 @@ impl<'o> Receiver<'o> {
             if let Some(j) = c.dir_times.journal.take() {
                 j.remove();
             }
+            durable::forget(self.dest.fd(), &c.name);
+            c.durable = None;
+            c.power = None;
             c.dir_times.clear();
             c.settle_all();
         }
@@ -442,22 +453,31 @@ impl<'o> Receiver<'o> {
         if self.closer.has_errors() {
             self.collect()?;
         }
-        if let Some(c) = self.cur.as_mut() {
-            let counted = !matches!(
-                cmd,
-                Command::Subvol { .. }
-                    | Command::Snapshot { .. }
-                    | Command::Resume { .. }
-                    | Command::End {}
-            );
-            if counted && c.redo.applied_before(c.track.count + 1) == Some(true) {
+        let counted = !matches!(
+            cmd,
+            Command::Subvol { .. }
+                | Command::Snapshot { .. }
+                | Command::Resume { .. }
+                | Command::End {}
+        );
+        // Whether a resumed receive applied this command already.
+        let before = self
+            .cur
+            .as_mut()
+            .map(|c| c.redo.applied_before(c.track.count + 1));
+        if let Some(before) = before {
+            let end = matches!(cmd, Command::End {});
+            if (counted || end) && before.is_none() && self.durable_before(cmd, pos)? {
+                return Ok(Flow::Continue);
+            }
+            if counted && before == Some(true) {
                 let r = self.skip_applied(cmd, pos);
                 if r.is_ok() {
                     self.journal_after(pos)?;
                 }
                 return r;
             }
-            if counted {
+            if let Some(c) = self.cur.as_mut().filter(|_| counted) {
                 let n = c.track.count + 1;
                 if let Some(j) = c.dir_times.journal.as_mut() {
                     j.now(n);
@@ -488,6 +508,7 @@ impl<'o> Receiver<'o> {
             (Ok(_), None) => {}
         }
         if res.is_ok() {
+            self.durable_after(cmd, pos);
             self.journal_after(pos)?;
         }
         res

@@ -38,7 +38,7 @@ use super::{journal, Current, Flow, Receiver, R};
 impl Current {
     /// The paths (beneath the subvolume) of the files whose immutable or
     /// append-only flags wait for END, with those flags.
-    fn deferred_paths(&self) -> std::io::Result<Vec<(Vec<u8>, u32)>> {
+    pub(super) fn deferred_paths(&self) -> std::io::Result<Vec<(Vec<u8>, u32)>> {
         if self.deferred.is_empty() {
             return Ok(Vec::new());
         }
@@ -68,7 +68,7 @@ pub(super) struct Track {
     /// Offset in the stream just after the last of them.
     pub(super) offset: u64,
     digest: Digest,
-    version: u32,
+    pub(super) version: u32,
     /// False once the stream can no longer be resumed (a failed command).
     pub(super) broken: bool,
 }
@@ -256,7 +256,7 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
+pub(super) fn unhex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;
     }
@@ -393,8 +393,23 @@ impl Receiver<'_> {
             // Killed: what it held comes from its journal.
             let id = self.dest_id();
             let mount = self.dest_mount();
-            match journal::find(id, name, uuid, ctransid, true, mount) {
+            let found = journal::find(id, name, uuid, ctransid, true, mount);
+            if !matches!(&found, Ok(Some((f, Some(_)))) if f.point == p) {
+                // Not from this boot and mount: a power loss, or the
+                // destination's device went away. The last durable
+                // checkpoint says where.
+                if let Some(rec) =
+                    super::durable::load(self.dest.fd(), name).filter(|r| r.at == Some(wanted))
+                {
+                    self.recover_power(rec);
+                    self.reserve_side(name);
+                    return Ok(Flow::Continue);
+                }
+            }
+            match found {
                 Ok(Some((found, Some(file)))) if found.point == p => {
+                    // What is on disk moves past the durable record.
+                    super::durable::invalidate(self.dest.fd(), name);
                     self.recover(id, name, found, file);
                     self.reserve_side(name);
                     return Ok(Flow::Continue);
@@ -413,6 +428,7 @@ impl Receiver<'_> {
                 }
             }
         }
+        super::durable::invalidate(self.dest.fd(), name);
         self.load_side(&side)
             .map_err(CmdError::io("read what the stopped receive kept for END"))?;
         self.reserve_side(name);
@@ -538,6 +554,21 @@ impl Receiver<'_> {
     /// a checkpoint when one is due (the first right after SUBVOL or
     /// SNAPSHOT).
     pub(super) fn journal_after(&mut self, pos: Position) -> Result<(), Error> {
+        let Some(c) = self.cur.as_ref() else {
+            return Ok(());
+        };
+        if c.durable.is_none()
+            && self.opts.durable
+            && c.power.is_none()
+            && !c.redo.replaying()
+            && c.pending.is_none()
+            && c.track.count > 0
+            && matches!(c.guard, super::guard::Guard::Own)
+        {
+            let kind = self.now.0;
+            self.durable_start()
+                .map_err(|k| super::err_at(kind, pos, b"", k))?;
+        }
         let done = self.closer.done();
         let Some(c) = self.cur.as_ref() else {
             return Ok(());
@@ -545,6 +576,7 @@ impl Receiver<'_> {
         let starts = c.dir_times.journal.is_none()
             && !c.redo.no_journal
             && !c.redo.replaying()
+            && c.power.is_none()
             && c.pending.is_none()
             && c.track.count > 0;
         // Only when one is made: two system calls.
@@ -579,10 +611,14 @@ impl Receiver<'_> {
                 ));
                 return Ok(());
             }
-            return self.checkpoint();
+            return self.checkpoint().map(drop);
         };
         j.applied(pending.unwrap_or(c.track.count), done);
-        if pending.is_none() && !c.redo.replaying() && j.due(pos.offset + pos.len) {
+        if pending.is_none()
+            && !c.redo.replaying()
+            && c.power.is_none()
+            && j.due(pos.offset + pos.len)
+        {
             self.checkpoint()?;
         }
         Ok(())
@@ -591,16 +627,16 @@ impl Receiver<'_> {
     /// A checkpoint: everything held back applied (but the flags and
     /// capability due at END, which the journal keeps), so that a killed
     /// receive resumes from here.
-    fn checkpoint(&mut self) -> Result<(), Error> {
+    pub(super) fn checkpoint(&mut self) -> Result<Vec<(Vec<u8>, super::dirtimes::Record)>, Error> {
         self.flush_batch()?;
         if let Some(c) = self.cur.as_mut() {
             c.settle_all();
         }
         self.closer.wait();
         self.collect()?;
-        self.apply_dir_times()?;
+        let put = self.apply_dir_times_listed()?;
         let Some(c) = self.cur.as_mut() else {
-            return Ok(());
+            return Ok(put);
         };
         let flags = c.deferred_paths().unwrap_or_default();
         let p = c.track.point();
@@ -608,7 +644,7 @@ impl Receiver<'_> {
         if let Some(j) = c.dir_times.journal.as_mut() {
             j.checkpoint(p, &flags, caps.as_ref());
         }
-        Ok(())
+        Ok(put)
     }
 
     /// Reads (and removes) the side file `name` of the subvolume resumed.
@@ -706,6 +742,19 @@ impl Receiver<'_> {
         let Some(c) = self.cur.as_ref() else {
             return Err("no subvolume was being received".into());
         };
+        if let Some(at) = c.power.as_ref().map(|p| p.at) {
+            // Stopped while a window after a power loss was read again or
+            // applied: its durable record still says where to resume.
+            self.closer.wait();
+            let _ = self.collect();
+            let Some(c) = self.cur.take() else {
+                return Err("no subvolume was being received".into());
+            };
+            let mut state = c.state.clone();
+            state.resume = Some(at);
+            let _ = nix::unistd::syncfs(self.dest.fd().as_raw_fd());
+            return Ok(state);
+        }
         if c.track.broken {
             return Err("the stream's fingerprint could not be taken".into());
         }
@@ -815,6 +864,8 @@ impl Receiver<'_> {
         if let Some(j) = journal {
             j.remove();
         }
+        // The side file's point is the one now.
+        super::durable::invalidate(self.dest.fd(), &c.name);
         let _ = self.dest.set_state(&c.name, &state);
         // The state must be there when the token is asked for.
         let _ = nix::unistd::syncfs(self.dest.fd().as_raw_fd());
@@ -933,14 +984,21 @@ pub fn killed_point(
 ) -> Result<Option<Resumable>, String> {
     let id = dest_id_of(dest);
     let mount = ioctl::mount_id(dest).unwrap_or(0);
-    Ok(
-        journal::find(id, name, st.received_uuid, st.ctransid, false, mount)?.map(|(f, _)| {
-            Resumable {
-                version: f.version,
-                point: f.point,
-            }
-        }),
-    )
+    let found = journal::find(id, name, st.received_uuid, st.ctransid, false, mount);
+    if let Ok(Some((f, _))) = found {
+        return Ok(Some(Resumable {
+            version: f.version,
+            point: f.point,
+        }));
+    }
+    // A power loss (or the destination unmounted): its last durable
+    // checkpoint, unless the receive was refused since.
+    if refusal(dest, name).is_none() {
+        if let Some(at) = super::durable::load(dest, name).and_then(|r| r.at) {
+            return Ok(Some(at));
+        }
+    }
+    found.map(|_| None)
 }
 
 /// Removes the journal of subvolume `name` in `dest` (see

@@ -228,14 +228,24 @@ impl Receiver<'_> {
 
     /// Applies every directory's times (at END).
     pub(super) fn apply_dir_times(&mut self) -> Result<(), Error> {
+        self.apply_dir_times_listed().map(drop)
+    }
+
+    /// [`Receiver::apply_dir_times`], returning the times put back (the
+    /// stream's or the directories' own, not those of new directories).
+    pub(super) fn apply_dir_times_listed(&mut self) -> Result<Vec<(Vec<u8>, Record)>, Error> {
         let Some(cur) = self.cur.as_mut() else {
-            return Ok(());
+            return Ok(Vec::new());
         };
+        let mut put = Vec::new();
         for (p, rec) in cur.dir_times.take_all() {
             put_dir_times(cur, &self.dest, &mut self.stats, &p, &rec, false)?;
+            if rec.source != Source::Created {
+                put.push((p, rec));
+            }
         }
         cur.dir_times.log_cleared();
-        Ok(())
+        Ok(put)
     }
 }
 
