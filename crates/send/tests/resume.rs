@@ -2088,3 +2088,260 @@ fn a_cut_in_the_second_of_two_streams_resumes_the_second() {
     compare(&Manifest::committed(b), &dest.join(b)).unwrap();
     assert_eq!(status_of(&dest, b).unwrap(), "complete");
 }
+
+/// Whether process `pid` is stopped (SIGSTOP), from /proc; `None` once it
+/// is gone.
+fn stopped_state(pid: u32) -> Option<bool> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let state = stat.rsplit(')').next()?.split_whitespace().next()?;
+    Some(state == "T" || state == "t")
+}
+
+/// Waits until `child` stops (true) or exits (false).
+fn wait_stopped(child: &mut Child) -> bool {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        if stopped_state(child.id()) == Some(true) {
+            return true;
+        }
+        assert!(Instant::now() < until, "rreceive neither stopped nor ended");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A filesystem the power-cut test receives onto.
+struct CutFs {
+    name: &'static str,
+    mkfs: &'static [&'static str],
+    /// No commit on a timer between the test's syncs and its cut.
+    opts: &'static str,
+}
+
+const CUT_FILESYSTEMS: [CutFs; 3] = [
+    CutFs {
+        name: "ext4",
+        mkfs: &["mkfs.ext4", "-q", "-F"],
+        opts: "noatime,commit=300",
+    },
+    CutFs {
+        name: "xfs",
+        mkfs: &["mkfs.xfs", "-q", "-f"],
+        opts: "noatime",
+    },
+    CutFs {
+        name: "btrfs",
+        mkfs: &["mkfs.btrfs", "-q", "-f"],
+        opts: "noatime,commit=300",
+    },
+];
+
+/// One power cut: `stream` (of `send`; its parent `parent`, received whole
+/// and synced first) is received onto a fresh `fs` on a power-cut device
+/// with windows of `window` commands; before command `synced` the test
+/// syncs the filesystem (what came since the last checkpoint is then on
+/// disk too), before command `at` it cuts the power. The disk as found is
+/// mounted again and the receive resumed with the token: the snapshot,
+/// exactly.
+#[allow(clippy::too_many_arguments)]
+fn power_cut_and_resume(
+    s: &Setup,
+    fs: &CutFs,
+    parent: Option<&[u8]>,
+    send: &Send<'_>,
+    stream: &[u8],
+    window: u64,
+    synced: u64,
+    at: u64,
+) -> Result<String, String> {
+    use testkit::powercut::{Mounted, PowerCut};
+    let pc = PowerCut::new(300);
+    testkit::run(Command::new(fs.mkfs[0]).args(&fs.mkfs[1..]).arg(pc.dev()));
+    let m = Mounted::device(pc.dev(), fs.opts);
+    let dest = m.mnt().join("backup");
+    std::fs::create_dir(&dest).unwrap();
+    let file = s.file("power.stream");
+    if let Some(full) = parent {
+        std::fs::write(&file, full).unwrap();
+        let o = receive_file(&file, &dest);
+        if !o.status.success() {
+            return Err(format!("the parent: {}", text(&o.stderr)));
+        }
+    }
+    std::fs::write(&file, stream).unwrap();
+    nix::unistd::sync();
+    let mut child = rreceive_cmd(&[
+        OsStr::new("-q"),
+        OsStr::new("-f"),
+        file.as_os_str(),
+        dest.as_os_str(),
+    ])
+    .env("RRECEIVE_TEST_STOP", format!("{synced},{at}"))
+    .env("RRECEIVE_TEST_WINDOW", window.to_string())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut first = synced < at;
+    while wait_stopped(&mut child) {
+        if !first {
+            break;
+        }
+        // The first stop: what the receive did so far goes to disk.
+        first = false;
+        let d = std::fs::File::open(&dest).unwrap();
+        nix::unistd::syncfs(std::os::fd::AsRawFd::as_raw_fd(&d)).unwrap();
+        let st = Command::new("kill")
+            .arg("-CONT")
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(st.success(), "kill -CONT");
+    }
+    pc.cut();
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(m);
+    let durable = pc.into_durable();
+    let m = durable.mount(fs.opts);
+    let dest = m.mnt().join("backup");
+    let sv = dest.join(send.snap);
+    let how = if !sv.exists() {
+        // Cut before its SUBVOL reached the disk: received again.
+        std::fs::write(&file, stream).unwrap();
+        receive_to_the_end(&file, &dest, send, "the stream again")?;
+        "received again"
+    } else if status_of(&dest, send.snap)? == "complete" {
+        compare(send.want, &sv)?;
+        "complete before the cut"
+    } else {
+        let (token, _) = token_of(&sv)?;
+        let mut args: Vec<&OsStr> = send.flags.iter().map(OsStr::new).collect();
+        args.extend([
+            OsStr::new("--resume"),
+            OsStr::new(&token),
+            OsStr::new("-f"),
+            file.as_os_str(),
+            OsStr::new(send.snap),
+        ]);
+        let o = s.rsend(&args);
+        if !o.status.success() {
+            return Err(format!("rsend --resume: {}", text(&o.stderr)));
+        }
+        let o = rreceive(&[
+            OsStr::new("-v"),
+            OsStr::new("-f"),
+            file.as_os_str(),
+            dest.as_os_str(),
+        ]);
+        let err = text(&o.stderr);
+        if !o.status.success() {
+            return Err(format!("receiving the resumed stream: {}: {err}", o.status));
+        }
+        compare(send.want, &sv)?;
+        if status_of(&dest, send.snap)? != "complete" {
+            return Err("the resumed receive left it incomplete".into());
+        }
+        // How many of the window's changes of names the disk had kept.
+        let kept = err
+            .lines()
+            .find_map(|l| l.split("after the checkpoint, ").nth(1))
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse::<u64>().ok());
+        match kept {
+            Some(0) => "resumed, no change after the checkpoint kept",
+            Some(_) => "resumed, changes after the checkpoint kept",
+            None => return Err(format!("no power-loss replay: {err}")),
+        }
+    };
+    unflag(&dest);
+    Ok(how.to_string())
+}
+
+/// The power cut at random moments of full and incremental receives onto
+/// ext4, xfs and btrfs (a device that loses all it was not told to flush,
+/// testkit::powercut): mounted again, each resumes to the exact snapshot.
+/// `POWER_COUNT` cuts per filesystem (4), `POWER_SEED` the seed.
+#[test]
+fn a_receive_cut_by_a_power_loss_resumes_to_the_snapshot() {
+    if !testkit::powercut::available("a_receive_cut_by_a_power_loss_resumes") {
+        return;
+    }
+    let s = Setup::incremental();
+    let count: usize = std::env::var("POWER_COUNT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let seed: u64 = std::env::var("POWER_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed_0031);
+    let names = kill_scenarios();
+    let mut rng = testkit::Rng(seed);
+    let mut failures = Vec::new();
+    let mut done = 0;
+    let mut how = std::collections::BTreeMap::new();
+    for fs in &CUT_FILESYSTEMS {
+        for i in 0..count {
+            let n = &names[rng.below(names.len() as u64) as usize];
+            let (p, c) = (format!("{n}.p"), format!("{n}.c"));
+            let full = s.stream(&[&p], &s.file("k.stream")).unwrap();
+            let incremental = i % 2 == 1;
+            let (wp, wc) = (Manifest::committed(&p), Manifest::committed(&c));
+            let (stream, parent, send) = if incremental {
+                let incr = s.stream(&["-p", &p, &c], &s.file("k.stream")).unwrap();
+                let send = Send {
+                    snap: &c,
+                    want: &wc,
+                    flags: &[],
+                };
+                (incr, Some(full.as_slice()), send)
+            } else {
+                let send = Send {
+                    snap: &p,
+                    want: &wp,
+                    flags: &[],
+                };
+                (full.clone(), None, send)
+            };
+            let commands = frames(&stream).len() as u64;
+            // After the SUBVOL or SNAPSHOT and its first checkpoint.
+            let at = 3 + rng.below(commands.saturating_sub(2).max(1));
+            let synced = 1 + rng.below(at);
+            let window = [4, 16, 256][rng.below(3) as usize];
+            let what = format!(
+                "{}: {} {}, {commands} commands, window {window}, synced before {synced}, cut \
+                 before {at}",
+                fs.name,
+                if incremental { "incremental" } else { "full" },
+                send.snap
+            );
+            match power_cut_and_resume(
+                &s,
+                fs,
+                parent.filter(|_| incremental),
+                &send,
+                &stream,
+                window,
+                synced,
+                at,
+            ) {
+                Ok(h) => {
+                    *how.entry(h).or_insert(0) += 1;
+                    done += 1;
+                }
+                Err(e) => failures.push(format!("{what}: {e}")),
+            }
+        }
+    }
+    println!("{done} receives cut by a power loss: {how:?}");
+    assert!(
+        failures.is_empty(),
+        "{} of {} failed:\n{}",
+        failures.len(),
+        count * CUT_FILESYSTEMS.len(),
+        failures.join("\n")
+    );
+}

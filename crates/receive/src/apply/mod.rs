@@ -725,8 +725,19 @@ impl<'o> Receiver<'o> {
 /// Fault injection for the tests of resuming after a kill:
 /// `RRECEIVE_TEST_KILL=N:PHASE` makes the receive kill itself (SIGKILL)
 /// at command number N, before applying it (PHASE 0) or after, before it
-/// is recorded as applied (PHASE 1).
+/// is recorded as applied (PHASE 1). For the power-cut tests,
+/// `RRECEIVE_TEST_STOP=N,M,...` stops it (SIGSTOP) before each of those
+/// commands, so that a test can sync or cut the power there.
 fn test_kill(index: u64, phase: u8) {
+    static STOPS: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
+    let stops = STOPS.get_or_init(|| {
+        std::env::var("RRECEIVE_TEST_STOP")
+            .map(|v| v.split(',').filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_default()
+    });
+    if phase == 0 && stops.contains(&index) {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+    }
     static AT: std::sync::OnceLock<Option<(u64, u8)>> = std::sync::OnceLock::new();
     let at = AT.get_or_init(|| {
         let v = std::env::var("RRECEIVE_TEST_KILL").ok()?;
