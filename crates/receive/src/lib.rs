@@ -192,6 +192,8 @@ pub struct Stats {
     /// Durable checkpoints taken (the destination synced, the resume
     /// record written), so that a power loss resumes.
     pub durable_checkpoints: u64,
+    /// Bytes of the records those checkpoints wrote.
+    pub durable_bytes: u64,
     /// Things this filesystem cannot store (xattrs, flags, verity), noted
     /// under `-v`.
     pub skipped: u64,
@@ -376,7 +378,7 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
          {} bytes written, {} cloned; encoded writes: {} by ioctl, {} decoded; \
          {} truncates, {} chowns and {} chmods skipped; {} directory utimes held back; \
          directories changed after their times: {} given their UTIMES again, {} their \
-         earlier times; {} directory times applied early; {} durable checkpoint(s)",
+         earlier times; {} directory times applied early; {} durable checkpoint(s) ({} bytes recorded)",
         s.commands,
         s.subvols,
         s.created,
@@ -392,7 +394,8 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
         s.dir_times_restored,
         s.dir_times_kept,
         s.dir_times_early,
-        s.durable_checkpoints
+        s.durable_checkpoints,
+        s.durable_bytes
     ));
     if rx.stats.skipped > 0 {
         rx.log.info(format_args!(

@@ -408,7 +408,8 @@ fn a_destination_that_fills_up_stops_resumably_and_resumes_to_the_snapshot() {
 /// A receive killed outright resumes from its journal, but not once its
 /// destination was unmounted since: what the page cache held may not have
 /// reached the disk (a power cut looks the same), so the journal is not
-/// trusted and --resume-token says why; deleted, it is received again.
+/// trusted: without durable checkpoints --resume-token says why, and
+/// deleted, it is received again; with them it resumes from the last one.
 #[test]
 fn a_journal_is_not_trusted_once_the_destination_was_unmounted() {
     if !kernel_available("a_journal_is_not_trusted_once_the_destination_was_unmounted") {
@@ -420,8 +421,10 @@ fn a_journal_is_not_trusted_once_the_destination_was_unmounted() {
     std::fs::create_dir(&dest).unwrap();
     let stream = fs.scratch().join("s1.stream");
     src.send(&["snaps/s1"], &stream);
+    // Without durable checkpoints: only the journal could say where.
     let o = Command::new(rreceive_bin())
         .arg("-q")
+        .arg("--no-durable")
         .arg("-f")
         .arg(&stream)
         .arg(&dest)
@@ -463,6 +466,46 @@ fn a_journal_is_not_trusted_once_the_destination_was_unmounted() {
         .arg("-f")
         .arg(&stream)
         .arg(&dest));
+    Receiver::RreceiveExt4
+        .compare_received(&src.want[0], &dest.join("s1"), false)
+        .unwrap();
+
+    // With them (the default), the last durable checkpoint says where, and
+    // the receive resumed from it is exact.
+    run(Command::new("rm").arg("-rf").arg(dest.join("s1")));
+    let o = Command::new(rreceive_bin())
+        .arg("-q")
+        .arg("-f")
+        .arg(&stream)
+        .arg(&dest)
+        .env("RRECEIVE_TEST_KILL", "2000:1")
+        .env("RRECEIVE_TEST_WINDOW", "300")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), None, "not killed: {}", text(&o.stderr));
+    assert!(token("killed").status.success());
+    run(Command::new("umount").arg(fs.mnt()));
+    run(Command::new("mount")
+        .args(["-o", "noatime", &dev])
+        .arg(fs.mnt()));
+    let o = token("unmounted");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let now = text(&o.stdout);
+    let rest = fs.scratch().join("rest.stream");
+    src.send(&["--resume", now.trim(), "snaps/s1"], &rest);
+    let o = Command::new(rreceive_bin())
+        .arg("-v")
+        .arg("-f")
+        .arg(&rest)
+        .arg(&dest)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("resuming after a power loss"),
+        "{}",
+        text(&o.stderr)
+    );
     Receiver::RreceiveExt4
         .compare_received(&src.want[0], &dest.join("s1"), false)
         .unwrap();

@@ -190,6 +190,11 @@ impl Window {
             .and_then(|v| v.parse().ok())
             .filter(|&n| n > 0)
             .unwrap_or(MAX_COMMANDS);
+        Window::limited(kept, max_commands)
+    }
+
+    /// [`Window::new`] ending after `max_commands` commands.
+    fn limited<'p>(kept: impl IntoIterator<Item = &'p [u8]>, max_commands: u64) -> Window {
         let mut w = Window {
             max_commands,
             max_bytes: MAX_BYTES,
@@ -373,6 +378,8 @@ pub(super) struct Record {
     pub(super) caps: Option<(Vec<u8>, Vec<u8>)>,
     /// Directory times to put back unless the stream sends others.
     pub(super) times: Vec<(Vec<u8>, Timespec, Timespec)>,
+    /// The window's limit of commands after it (a replay holds as many).
+    pub(super) window: Option<u64>,
 }
 
 const MAGIC: &[u8; 8] = b"RRDURA01";
@@ -395,6 +402,9 @@ impl Record {
         }
         if let Some((p, v)) = &self.caps {
             t.push_str(&format!("caps\t{}\t{}\n", hex(p), hex(v)));
+        }
+        if let Some(n) = self.window {
+            t.push_str(&format!("window\t{n}\n"));
         }
         for (p, a, m) in &self.times {
             t.push_str(&format!(
@@ -419,6 +429,7 @@ impl Record {
                 ["caps", p, v] => {
                     r.caps = Some((super::resume::unhex(p)?, super::resume::unhex(v)?));
                 }
+                ["window", n] => r.window = Some(n.parse().ok()?),
                 ["times", p, a, an, m, mn] => r.times.push((
                     super::resume::unhex(p)?,
                     Timespec {
@@ -528,7 +539,7 @@ impl RecordFile {
     /// Writes `rec` durably: call after the destination was synced. A
     /// record too large for a slot leaves none (the older one would be
     /// wrong now).
-    pub(super) fn write(&mut self, rec: &Record) -> io::Result<()> {
+    pub(super) fn write(&mut self, rec: &Record) -> io::Result<u64> {
         let body = rec.to_text().into_bytes();
         self.generation += 1;
         let slot = self.generation % 2;
@@ -544,7 +555,8 @@ impl RecordFile {
         let mut buf = head.to_vec();
         buf.extend_from_slice(&body);
         self.file.write_all_at(&buf, slot * SLOT)?;
-        self.file.sync_data()
+        self.file.sync_data()?;
+        Ok(buf.len() as u64)
     }
 
     /// Leaves no whole record.
@@ -741,15 +753,18 @@ impl Receiver<'_> {
             flags: c.deferred_paths().unwrap_or_default(),
             caps: c.caps.clone(),
             times,
+            window: c.durable.as_ref().map(|d| d.window.max_commands),
         };
         let Some(d) = c.durable.as_mut() else {
             return Ok(());
         };
-        d.file
+        let bytes = d
+            .file
             .write(&rec)
             .map_err(|e| Cp::Cmd(CmdError::io("write the resume record")(e)))?;
         d.window = Window::new(kept(&rec));
         self.stats.durable_checkpoints += 1;
+        self.stats.durable_bytes += bytes;
         Ok(())
     }
 
@@ -785,7 +800,11 @@ impl Receiver<'_> {
                 held: Some(Held {
                     buf: Vec::new(),
                     frames: Vec::new(),
-                    window: Window::new(kept(&rec)),
+                    // As long as the stopped receive's windows were.
+                    window: match rec.window {
+                        Some(n) => Window::limited(kept(&rec), n.max(1)),
+                        None => Window::new(kept(&rec)),
+                    },
                 }),
             });
             flags = rec.flags.clone();
@@ -1084,6 +1103,7 @@ mod tests {
                 Timespec { sec: 1, nsec: 2 },
                 Timespec { sec: 3, nsec: 4 },
             )],
+            window: Some(16),
         };
         f.write(&r).unwrap();
         assert_eq!(load(d.as_fd(), b"s"), Some(r.clone_for_test()));
@@ -1109,6 +1129,7 @@ mod tests {
                 flags: self.flags.clone(),
                 caps: self.caps.clone(),
                 times: self.times.clone(),
+                window: self.window,
             }
         }
     }

@@ -375,10 +375,15 @@ impl Receiver<'_> {
             .try_clone_to_owned()
             .map_err(CmdError::io("dup"))?;
         let work = cur.work.take();
+        if let Err(e) = self.dest.finish(&name, root.as_fd(), &state) {
+            // Still incomplete (a full disk, say): a stop before END, which
+            // a resumed stream applies again.
+            cur.dir_times.journal = journal;
+            cur.work = work;
+            self.cur = Some(cur);
+            return Err(CmdError::io("mark subvolume received")(e));
+        }
         drop(cur);
-        self.dest
-            .finish(&name, root.as_fd(), &state)
-            .map_err(CmdError::io("mark subvolume received"))?;
         super::resume::forget_side(self.dest.fd(), &name);
         super::durable::forget(self.dest.fd(), &name);
         if let Some(j) = journal {
