@@ -1511,11 +1511,18 @@ fn a_journal_from_another_boot_is_not_resumed() {
     std::fs::write(&file, &stream).unwrap();
     let jdir = s.dir("journals");
     let n = frames(&stream).len() / 2;
-    let o = rreceive_cmd(&[OsStr::new("-f"), file.as_os_str(), dest.as_os_str()])
-        .env("RRECEIVE_TEST_KILL", format!("{n}:0"))
-        .env("RRECEIVE_JOURNAL_DIR", &jdir)
-        .output()
-        .unwrap();
+    // No durable checkpoint either (with one, a receive whose journal is
+    // refused resumes from it: see the power-cut test).
+    let o = rreceive_cmd(&[
+        OsStr::new("--no-durable"),
+        OsStr::new("-f"),
+        file.as_os_str(),
+        dest.as_os_str(),
+    ])
+    .env("RRECEIVE_TEST_KILL", format!("{n}:0"))
+    .env("RRECEIVE_JOURNAL_DIR", &jdir)
+    .output()
+    .unwrap();
     assert_eq!(o.status.code(), None, "{}", text(&o.stderr));
     let journal = std::fs::read_dir(&jdir)
         .unwrap()
@@ -1570,11 +1577,16 @@ fn a_journal_directory_is_this_users_alone() {
         remove_tree(&dest.join(BIG));
         let theirs = s.dir("theirs");
         nix::unistd::chown(&theirs, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
-        let o = rreceive_cmd(&[OsStr::new("-f"), file.as_os_str(), dest.as_os_str()])
-            .env("RRECEIVE_TEST_KILL", format!("{n}:0"))
-            .env("RRECEIVE_JOURNAL_DIR", &theirs)
-            .output()
-            .unwrap();
+        let o = rreceive_cmd(&[
+            OsStr::new("--no-durable"),
+            OsStr::new("-f"),
+            file.as_os_str(),
+            dest.as_os_str(),
+        ])
+        .env("RRECEIVE_TEST_KILL", format!("{n}:0"))
+        .env("RRECEIVE_JOURNAL_DIR", &theirs)
+        .output()
+        .unwrap();
         assert_eq!(o.status.code(), None, "{}", text(&o.stderr));
         assert_eq!(std::fs::read_dir(&theirs).unwrap().count(), 0);
         assert_eq!(status_of(&dest, BIG).unwrap(), "incomplete");

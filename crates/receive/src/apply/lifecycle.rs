@@ -137,7 +137,9 @@ impl Receiver<'_> {
             complete: false,
             resume: None,
         };
+        // What an earlier receive of this name left speaks for nothing now.
         super::resume::forget_journal(self.dest.fd(), name);
+        super::durable::forget(self.dest.fd(), name);
         let root = self
             .dest
             .create_subvol(name, &state)
@@ -238,7 +240,9 @@ impl Receiver<'_> {
         } else {
             None
         };
+        // What an earlier receive of this name left speaks for nothing now.
         super::resume::forget_journal(self.dest.fd(), name);
+        super::durable::forget(self.dest.fd(), name);
         let made = self.dest.snapshot(
             name,
             &parent,
