@@ -85,7 +85,7 @@ struct Args {
     fake_super: bool,
     /// No durable checkpoints: do not sync the destination now and then
     ///
-    /// By default, every 128Ki commands or 64 MiB of stream (and before
+    /// By default, every 1Mi commands or 64 MiB of stream (and before
     /// the few commands whose replay would be ambiguous, such as a swap
     /// of two names) the destination's filesystem is synced and
     /// DEST/.rreceive-durable-* records where the stream stood, so that a

@@ -60,7 +60,7 @@ use crate::subvol::Resumable;
 use super::{err_at, Receiver, R};
 
 /// A window ends after this many commands...
-pub(super) const MAX_COMMANDS: u64 = 1 << 17;
+pub(super) const MAX_COMMANDS: u64 = 1 << 20;
 /// ... or this many bytes of stream (what a replay holds in memory).
 pub(super) const MAX_BYTES: u64 = 64 << 20;
 
@@ -151,17 +151,21 @@ fn changes_names(cmd: &Command<'_>) -> bool {
 }
 
 /// What the commands since the last checkpoint touched (see the module
-/// documentation for the rules).
+/// documentation for the rules). Paths are kept by a 64-bit hash: two
+/// paths that share one end a window early, never late, and a replay
+/// hashes them alike.
 #[derive(Debug, Default)]
 pub(super) struct Window {
     /// Paths commands other than name changes used (and clone sources).
-    used: HashSet<Vec<u8>>,
+    used: Keys,
+    /// The last of them (commands on one file come together).
+    last_used: u64,
     /// Directories above a used or changed name.
-    held: HashSet<Vec<u8>>,
+    held: Keys,
     /// Names taken away.
-    removed: HashSet<Vec<u8>>,
+    removed: Keys,
     /// Clone sources in this subvolume.
-    sources: HashSet<Vec<u8>>,
+    sources: Keys,
     /// Commands and stream bytes in it.
     pub(super) commands: u64,
     pub(super) bytes: u64,
@@ -170,11 +174,50 @@ pub(super) struct Window {
     max_bytes: u64,
 }
 
-fn hold_above(held: &mut HashSet<Vec<u8>>, path: &[u8]) {
+/// A path's hash, eight bytes at a time (the same in every run).
+fn key(path: &[u8]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = path.len() as u64;
+    let mut words = path.chunks_exact(8);
+    for w in &mut words {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(w);
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(b)).wrapping_mul(K);
+    }
+    let mut b = [0u8; 8];
+    b[..words.remainder().len()].copy_from_slice(words.remainder());
+    h = (h.rotate_left(5) ^ u64::from_le_bytes(b)).wrapping_mul(K);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
+}
+
+/// Hashes that are their own hash in a set.
+#[derive(Default, Clone, Copy)]
+struct Same(u64);
+
+impl std::hash::Hasher for Same {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// A set of path hashes.
+type Keys = HashSet<u64, std::hash::BuildHasherDefault<Same>>;
+
+fn hold_above(held: &mut Keys, path: &[u8]) {
     let mut p = path;
     loop {
         let (parent, _) = crate::path::split(p);
-        if !held.insert(parent.to_vec()) || parent.is_empty() {
+        if !held.insert(key(parent)) || parent.is_empty() {
             return;
         }
         p = parent;
@@ -201,7 +244,7 @@ impl Window {
             ..Window::default()
         };
         for p in kept {
-            w.used.insert(p.to_vec());
+            w.used.insert(key(p));
             hold_above(&mut w.held, p);
         }
         w
@@ -216,19 +259,20 @@ impl Window {
         if self.commands >= self.max_commands || self.bytes + len > self.max_bytes {
             return true;
         }
-        let gone = |p: &[u8]| self.removed.contains(p) || self.used.contains(p);
+        let gone = |p: u64| self.removed.contains(&p) || self.used.contains(&p);
         match op(cmd, own) {
-            Op::Make(p) | Op::Link(p) => gone(p),
+            Op::Make(p) | Op::Link(p) => gone(key(p)),
             Op::Rename(from, to) => {
-                self.used.contains(from)
-                    || self.held.contains(from)
+                let (from, to) = (key(from), key(to));
+                self.used.contains(&from)
+                    || self.held.contains(&from)
                     || gone(to)
-                    || self.held.contains(to)
+                    || self.held.contains(&to)
             }
-            Op::Unlink(p) => self.used.contains(p),
+            Op::Unlink(p) => self.used.contains(&key(p)),
             Op::Uses {
                 path, writes: true, ..
-            } => self.sources.contains(path),
+            } => !self.sources.is_empty() && self.sources.contains(&key(path)),
             Op::Rmdir(_) | Op::Uses { .. } | Op::Other => false,
         }
     }
@@ -240,22 +284,23 @@ impl Window {
         match op(cmd, own) {
             Op::Make(p) | Op::Link(p) => hold_above(&mut self.held, p),
             Op::Rename(from, to) => {
-                self.removed.insert(from.to_vec());
+                self.removed.insert(key(from));
                 hold_above(&mut self.held, from);
                 hold_above(&mut self.held, to);
             }
             Op::Unlink(p) | Op::Rmdir(p) => {
-                self.removed.insert(p.to_vec());
+                self.removed.insert(key(p));
                 hold_above(&mut self.held, p);
             }
             Op::Uses { path, source, .. } => {
-                if !self.used.contains(path) {
-                    self.used.insert(path.to_vec());
+                let k = key(path);
+                if k != self.last_used && self.used.insert(k) {
                     hold_above(&mut self.held, path);
                 }
+                self.last_used = k;
                 if let Some(s) = source {
-                    self.sources.insert(s.to_vec());
-                    self.used.insert(s.to_vec());
+                    self.sources.insert(key(s));
+                    self.used.insert(key(s));
                     hold_above(&mut self.held, s);
                 }
             }
