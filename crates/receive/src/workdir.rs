@@ -14,6 +14,9 @@ use nix::unistd::{unlinkat, UnlinkatFlags};
 
 use crate::ioctl;
 
+/// The file in it recording the mode (see [`Workdir::record_mode`]).
+const MODE: &str = "mode";
+
 /// The work directory of one subvolume.
 pub struct Workdir {
     fd: OwnedFd,
@@ -56,6 +59,77 @@ impl Workdir {
     /// Its descriptor.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    /// The work directory of subvolume `name` left by a receive that
+    /// stopped, if any.
+    pub fn open(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<Option<Workdir>> {
+        let name = name_for(name);
+        match open_dir(dest, &name) {
+            Ok(fd) => Ok(Some(Workdir { fd, name })),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Records how the subvolume relates to its parent's tree (`link` or
+    /// `in-place`), so that a resumed receive keeps to it whatever its
+    /// options; and, linked, the inodes with several names that are the
+    /// new tree's own.
+    pub fn record_mode(&self, mode: &str, own: impl IntoIterator<Item = u64>) -> io::Result<()> {
+        let mut body = format!("{mode}\n");
+        for ino in own {
+            body.push_str(&format!("{ino}\n"));
+        }
+        let fd = ioctl::openat(
+            Some(self.fd.as_raw_fd()),
+            MODE,
+            OFlag::O_WRONLY
+                | OFlag::O_CREAT
+                | OFlag::O_TRUNC
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_CLOEXEC,
+            Mode::from_bits_retain(0o600),
+        )?;
+        std::io::Write::write_all(&mut std::fs::File::from(fd), body.as_bytes())
+    }
+
+    /// One more inode of the new tree's own (linked): recorded before the
+    /// name that gives it a second link is made.
+    pub fn record_own(&self, ino: u64) -> io::Result<()> {
+        let fd = ioctl::openat(
+            Some(self.fd.as_raw_fd()),
+            MODE,
+            OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        std::io::Write::write_all(&mut std::fs::File::from(fd), format!("{ino}\n").as_bytes())
+    }
+
+    /// What [`Workdir::record_mode`] and [`Workdir::record_own`] recorded:
+    /// the mode and the inode numbers.
+    pub fn mode(&self) -> io::Result<Option<(String, Vec<u64>)>> {
+        let fd = match ioctl::openat(
+            Some(self.fd.as_raw_fd()),
+            MODE,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut text)?;
+        let mut lines = text.lines();
+        let Some(mode) = lines.next() else {
+            return Ok(None);
+        };
+        let bad = || io::Error::other("the work directory's mode file is malformed");
+        let own = lines
+            .map(|l| l.parse().map_err(|_| bad()))
+            .collect::<io::Result<Vec<u64>>>()?;
+        Ok(Some((mode.to_string(), own)))
     }
 
     /// Removes it and what it holds.

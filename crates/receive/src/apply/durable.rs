@@ -11,10 +11,10 @@
 //!   stream), and whenever the rules below say so, the receive applies
 //!   what it holds back, syncs the destination's filesystem (`syncfs`) and
 //!   then writes a record beside the subvolume, `DEST/.rreceive-durable-
-//!   <name hex>`, and flushes it: the point of the stream, the flags and
-//!   capability due at END and the directory times put back. The record
-//!   has two slots written in turn, each with a generation and a CRC32C,
-//!   so a cut while writing one leaves the other.
+//!   <name hex>` or its `.1` in turn, and flushes it: the point of the
+//!   stream, the flags and capability due at END and the directory times
+//!   put back. Each has a generation and a CRC32C, so a cut while writing
+//!   one leaves the other.
 //! - **Window.** The commands after a checkpoint form its window. Within
 //!   one, a name changes in one direction only (no name taken away and
 //!   then given again), no name a command other than a create or a rename
@@ -429,8 +429,8 @@ pub(super) struct Record {
 
 const MAGIC: &[u8; 8] = b"RRDURA01";
 const HEAD: usize = 32;
-/// Bytes of each of the two slots.
-const SLOT: u64 = 4 << 20;
+/// The largest record (flags of many files due at END, say).
+const MAX_RECORD: u64 = 64 << 20;
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -493,30 +493,44 @@ impl Record {
     }
 }
 
-/// The record file of one subvolume, open.
+/// The record files of one subvolume (one per slot), open.
 pub(super) struct RecordFile {
-    file: File,
+    files: [File; 2],
     generation: u64,
 }
 
-fn open_record(dest: BorrowedFd<'_>, name: &[u8], create: bool) -> nix::Result<File> {
+/// The name of slot `i`'s file.
+fn slot_file(name: &[u8], i: usize) -> Vec<u8> {
+    let mut n = record_file(name);
+    if i == 1 {
+        n.extend_from_slice(b".1");
+    }
+    n
+}
+
+/// The names of the record files of subvolume `name` in DEST.
+pub(crate) fn record_files(name: &[u8]) -> [Vec<u8>; 2] {
+    [slot_file(name, 0), slot_file(name, 1)]
+}
+
+fn open_slot(dest: BorrowedFd<'_>, name: &[u8], i: usize, create: bool) -> nix::Result<File> {
     let mut flags = OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     if create {
         flags |= OFlag::O_CREAT;
     }
     let fd = ioctl::openat(
         Some(dest.as_raw_fd()),
-        record_file(name).as_slice(),
+        slot_file(name, i).as_slice(),
         flags,
         Mode::from_bits_truncate(0o600),
     )?;
     Ok(File::from(fd))
 }
 
-/// Reads slot `i`: its generation and record, if whole.
-fn read_slot(f: &File, i: u64) -> Option<(u64, Record)> {
+/// Reads a slot: its generation and record, if whole.
+fn read_slot(f: &File) -> Option<(u64, Record)> {
     let mut head = [0u8; HEAD];
-    f.read_exact_at(&mut head, i * SLOT).ok()?;
+    f.read_exact_at(&mut head, 0).ok()?;
     if &head[..8] != MAGIC {
         return None;
     }
@@ -527,11 +541,11 @@ fn read_slot(f: &File, i: u64) -> Option<(u64, Record)> {
     };
     let (generation, len) = (word(8), word(16));
     let crc = u32::from_le_bytes([head[24], head[25], head[26], head[27]]);
-    if len == 0 || len > SLOT - HEAD as u64 {
+    if len == 0 || len > MAX_RECORD {
         return None;
     }
     let mut body = vec![0u8; usize::try_from(len).ok()?];
-    f.read_exact_at(&mut body, i * SLOT + HEAD as u64).ok()?;
+    f.read_exact_at(&mut body, HEAD as u64).ok()?;
     if btrfs_stream::crc::update(0, &body) != crc {
         return None;
     }
@@ -543,52 +557,57 @@ fn read_slot(f: &File, i: u64) -> Option<(u64, Record)> {
 
 /// The newest whole record of subvolume `name` in `dest`, if any.
 pub(super) fn load(dest: BorrowedFd<'_>, name: &[u8]) -> Option<Record> {
-    let f = open_record(dest, name, false).ok()?;
-    newest(&f).map(|(_, r)| r)
-}
-
-fn newest(f: &File) -> Option<(u64, Record)> {
-    [read_slot(f, 0), read_slot(f, 1)]
-        .into_iter()
-        .flatten()
+    (0..2)
+        .filter_map(|i| open_slot(dest, name, i, false).ok())
+        .filter_map(|f| read_slot(&f))
         .max_by_key(|(g, _)| *g)
+        .map(|(_, r)| r)
 }
 
 /// Removes the record of subvolume `name` in `dest`.
 pub(crate) fn forget(dest: BorrowedFd<'_>, name: &[u8]) {
-    let _ = nix::unistd::unlinkat(
-        Some(dest.as_raw_fd()),
-        record_file(name).as_slice(),
-        nix::unistd::UnlinkatFlags::NoRemoveDir,
-    );
+    for n in record_files(name) {
+        let _ = nix::unistd::unlinkat(
+            Some(dest.as_raw_fd()),
+            n.as_slice(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
 }
 
 impl RecordFile {
-    /// Opens (or makes) the record file of subvolume `name` in `dest`.
+    /// Opens (or makes) the record files of subvolume `name` in `dest`.
     pub(super) fn open(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<RecordFile> {
-        let file = open_record(dest, name, true)?;
-        let generation = newest(&file).map_or(0, |(g, _)| g);
-        // Room for both slots' usual size, so that a full disk still takes
+        let files = [
+            open_slot(dest, name, 0, true)?,
+            open_slot(dest, name, 1, true)?,
+        ];
+        let generation = files
+            .iter()
+            .filter_map(read_slot)
+            .map(|(g, _)| g)
+            .max()
+            .unwrap_or(0);
+        // Room for a usual record in each, so that a full disk still takes
         // a checkpoint.
-        for i in 0..2 {
+        for f in &files {
             let _ = nix::fcntl::fallocate(
-                file.as_raw_fd(),
+                f.as_raw_fd(),
                 nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
-                (i * SLOT) as i64,
+                0,
                 64 << 10,
             );
         }
-        Ok(RecordFile { file, generation })
+        Ok(RecordFile { files, generation })
     }
 
     /// Writes `rec` durably: call after the destination was synced. A
-    /// record too large for a slot leaves none (the older one would be
-    /// wrong now).
+    /// record too large leaves none (the older one would be wrong now).
     pub(super) fn write(&mut self, rec: &Record) -> io::Result<u64> {
         let body = rec.to_text().into_bytes();
         self.generation += 1;
-        let slot = self.generation % 2;
-        if body.len() as u64 > SLOT - HEAD as u64 {
+        let slot = (self.generation % 2) as usize;
+        if body.len() as u64 > MAX_RECORD {
             self.invalidate()?;
             return Err(io::Error::from(Errno::EFBIG));
         }
@@ -599,17 +618,19 @@ impl RecordFile {
         head[24..28].copy_from_slice(&btrfs_stream::crc::update(0, &body).to_le_bytes());
         let mut buf = head.to_vec();
         buf.extend_from_slice(&body);
-        self.file.write_all_at(&buf, slot * SLOT)?;
-        self.file.sync_data()?;
+        let f = &self.files[slot];
+        f.write_all_at(&buf, 0)?;
+        f.sync_data()?;
         Ok(buf.len() as u64)
     }
 
     /// Leaves no whole record.
     pub(super) fn invalidate(&mut self) -> io::Result<()> {
-        for i in 0..2 {
-            self.file.write_all_at(&[0u8; 8], i * SLOT)?;
+        for f in &self.files {
+            f.write_all_at(&[0u8; 8], 0)?;
+            f.sync_data()?;
         }
-        self.file.sync_data()
+        Ok(())
     }
 }
 
@@ -658,12 +679,10 @@ fn observe(res: &mut Resolver, path: &[u8]) -> Seen {
 /// Leaves no whole record for subvolume `name` in `dest` (what is on disk
 /// is about to move past it).
 pub(super) fn invalidate(dest: BorrowedFd<'_>, name: &[u8]) {
-    if let Ok(file) = open_record(dest, name, false) {
-        let mut f = RecordFile {
-            file,
-            generation: 0,
-        };
-        let _ = f.invalidate();
+    for i in 0..2 {
+        if let Ok(f) = open_slot(dest, name, i, false) {
+            let _ = f.write_all_at(&[0u8; 8], 0).and_then(|()| f.sync_data());
+        }
     }
 }
 
@@ -1156,12 +1175,16 @@ mod tests {
         f.write(&r).unwrap();
         assert_eq!(load(d.as_fd(), b"s").unwrap().flags, vec![]);
         // A torn newest slot: the older one is used.
+        let newest = if f.generation % 2 == 1 {
+            ".rreceive-durable-73.1"
+        } else {
+            ".rreceive-durable-73"
+        };
         let raw = File::options()
             .write(true)
-            .open(dir.path().join(".rreceive-durable-73"))
+            .open(dir.path().join(newest))
             .unwrap();
-        raw.write_all_at(b"zz", SLOT * (f.generation % 2) + HEAD as u64)
-            .unwrap();
+        raw.write_all_at(b"zz", HEAD as u64).unwrap();
         assert_eq!(load(d.as_fd(), b"s").unwrap().flags.len(), 1);
         f.invalidate().unwrap();
         assert_eq!(load(d.as_fd(), b"s"), None);

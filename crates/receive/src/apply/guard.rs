@@ -73,6 +73,9 @@ impl Current {
         self.copy = how;
         if let Some(l) = late {
             if self.deferred.len() < MAX_DEFERRED {
+                if let Some(j) = self.dir_times.journal.as_mut() {
+                    j.flags(path, l.1);
+                }
                 self.deferred.push(l);
             }
         }
@@ -279,10 +282,17 @@ impl Current {
             | C::Fileattr { path, .. }
             | C::EnableVerity { path, .. } => self.unshare(path).map(drop),
             C::Link { target, .. } => {
-                // The target gains a name: it is the new tree's own now.
+                // The target gains a name: it is the new tree's own now,
+                // recorded before the name is made (a resumed receive
+                // must not take it for the parent's).
                 if let Some(id) = self.unshare(target)? {
                     if let Guard::Link(own) = &mut self.guard {
-                        own.insert(id);
+                        if own.insert(id) {
+                            if let Some(w) = &self.work {
+                                w.record_own(id.1)
+                                    .map_err(CmdError::io("record a file of the new tree's own"))?;
+                            }
+                        }
                     }
                 }
                 Ok(())

@@ -323,6 +323,19 @@ impl Receiver<'_> {
             self.closer.clone(),
             self.opts.max_dir_times,
         );
+        if let Some(w) = &work {
+            let own: Vec<u64> = match &guard {
+                Guard::Link(own) => own.iter().map(|&(_, ino)| ino).collect(),
+                _ => Vec::new(),
+            };
+            let mode = if matches!(guard, Guard::Link(_)) {
+                "link"
+            } else {
+                "in-place"
+            };
+            w.record_mode(mode, own)
+                .map_err(CmdError::io("record the work directory's mode"))?;
+        }
         cur.guard = guard;
         cur.taken = taken;
         cur.work = work;

@@ -38,7 +38,7 @@ mod names;
 mod resume;
 mod schedule;
 
-pub(crate) use durable::record_file as durable_record_file;
+pub(crate) use durable::record_files as durable_record_files;
 pub use resume::{forget_journal, killed_point, refusal};
 
 use std::collections::{HashMap, VecDeque};

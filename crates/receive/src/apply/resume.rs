@@ -377,6 +377,29 @@ impl Receiver<'_> {
             version: pos.version,
             broken: false,
         };
+        // A snapshot linked to its parent's files stays so, whatever the
+        // options now: its work directory says.
+        let work = crate::workdir::Workdir::open(self.dest.fd(), name)
+            .map_err(CmdError::io("open the work directory"))?;
+        if let Some(w) = work {
+            match w.mode().map_err(CmdError::io("read the work directory"))? {
+                Some((mode, inos)) if mode == "link" => {
+                    let dev = nix::sys::stat::fstat(cur.res.root().as_raw_fd())
+                        .map_err(CmdError::os("stat"))?
+                        .st_dev;
+                    cur.guard =
+                        super::guard::Guard::Link(inos.into_iter().map(|i| (dev, i)).collect());
+                    cur.work = Some(w);
+                }
+                _ => {
+                    return Err(CmdError::Resume(format!(
+                        "subvolume {shown} in {}: it was received with --in-place, which cannot \
+                         resume",
+                        self.dest.path().display()
+                    )))
+                }
+            }
+        }
         self.log.info(format_args!(
             "At {} {shown} (resuming after command {})",
             if parent.is_some() {
@@ -528,7 +551,7 @@ impl Receiver<'_> {
         let Some(c) = self.cur.as_mut() else {
             return;
         };
-        if !matches!(c.guard, super::guard::Guard::Own) {
+        if matches!(c.guard, super::guard::Guard::InPlace(_)) {
             return;
         }
         let Some(mut j) = journal::Journal::create(
@@ -588,7 +611,7 @@ impl Receiver<'_> {
         let Some(c) = self.cur.as_mut() else {
             return Ok(());
         };
-        if c.track.count == 0 || !matches!(c.guard, super::guard::Guard::Own) {
+        if c.track.count == 0 || matches!(c.guard, super::guard::Guard::InPlace(_)) {
             return Ok(());
         }
         let pending = c.pending.as_ref().map(super::batch::Pending::before);
@@ -764,8 +787,8 @@ impl Receiver<'_> {
                     .into(),
             );
         }
-        if !matches!(c.guard, super::guard::Guard::Own) {
-            return Err("it was received with --in-place or --link, which cannot resume".into());
+        if matches!(c.guard, super::guard::Guard::InPlace(_)) {
+            return Err("it was received with --in-place, which cannot resume".into());
         }
         if c.track.count == 0 {
             return Err("not even its first command was applied".into());
