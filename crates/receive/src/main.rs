@@ -121,8 +121,8 @@ struct Args {
     /// its destination unmounted) from its last durable checkpoint. Exit
     /// code 1, with the reason, when NAME cannot be resumed: complete, not
     /// received by rreceive, stopped by an error a resume would meet
-    /// again, received with --in-place, --link or --no-durable and cut by
-    /// a power loss. Resuming needs a stream made by rsend.
+    /// again, received with --in-place, or with --link or --no-durable and
+    /// cut by a power loss. Resuming needs a stream made by rsend.
     #[arg(long, value_name = "DEST/NAME", conflicts_with = "dump")]
     resume_token: Option<PathBuf>,
     /// Delete DEST/NAME, a subvolume rreceive received and did not

@@ -324,7 +324,7 @@ fn compare(want: &Manifest, got: &Path) -> Result<(), String> {
         fake_super_view(want, &have, user)
     };
     // A want without link counts (see `without_nlink`) is compared so.
-    let have = if want.rows.iter().any(|r| r.split('\t').nth(5) == Some("-")) {
+    let have = if want.rows.iter().any(|r| r.split('\t').nth(5) == Some("*")) {
         without_nlink(&have)
     } else {
         have
@@ -537,14 +537,14 @@ struct Send<'a> {
     flags: &'a [&'a str],
 }
 
-/// `m` without link counts (a `--link` snapshot shares its unchanged
-/// files, and their count, with its parent: documented).
+/// `m` without link counts, marked `*` (a `--link` snapshot shares its
+/// unchanged files, and their count, with its parent: documented).
 fn without_nlink(m: &Manifest) -> Manifest {
     let mut m = m.clone();
     for r in &mut m.rows {
         let mut f: Vec<&str> = r.split('\t').collect();
         if f.len() > 5 {
-            f[5] = "-";
+            f[5] = "*";
         }
         *r = f.join("\t");
     }
