@@ -55,7 +55,8 @@ struct Args {
     /// from the parent still needs is kept aside in DEST/.rreceive-work-*
     /// until END. If the receive fails before it changed anything, the
     /// parent is given back as it was; after that, the new subvolume is
-    /// left incomplete, and the chain starts again with a full stream.
+    /// left incomplete, and resumes as any other after a stop or a kill (not
+    /// after a power loss).
     /// On btrfs a real snapshot is taken instead (--plain to force this).
     #[arg(long, conflicts_with = "link")]
     in_place: bool,
@@ -121,8 +122,8 @@ struct Args {
     /// its destination unmounted) from its last durable checkpoint. Exit
     /// code 1, with the reason, when NAME cannot be resumed: complete, not
     /// received by rreceive, stopped by an error a resume would meet
-    /// again, received with --in-place, or with --link or --no-durable and
-    /// cut by a power loss. Resuming needs a stream made by rsend.
+    /// again, or received with --in-place, --link or --no-durable and cut
+    /// by a power loss. Resuming needs a stream made by rsend.
     #[arg(long, value_name = "DEST/NAME", conflicts_with = "dump")]
     resume_token: Option<PathBuf>,
     /// Delete DEST/NAME, a subvolume rreceive received and did not
@@ -490,7 +491,7 @@ fn main() -> ExitCode {
                 if let Some(why) = &f.not_resumable {
                     eprintln!("rreceive: it cannot be resumed: {why}");
                 }
-                if let Some(parent) = f.in_place_of {
+                if let (Some(parent), None) = (f.in_place_of, &f.resumable) {
                     eprintln!(
                         "rreceive: it was received in place onto parent {}, which is gone: \
                          remove it and receive a full stream of the same snapshot (rsend \

@@ -25,8 +25,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::io::{self, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
@@ -101,7 +101,17 @@ pub struct Overlay {
     files: HashMap<Id, Saved>,
     /// Whether any command after the SNAPSHOT was applied.
     pub changed: bool,
+    /// The log of what is kept, in the work directory, from which a
+    /// resumed receive rebuilds the overlay ([`Overlay::reopen`]).
+    log: File,
 }
+
+/// The overlay's log in the work directory: one line per name kept
+/// (`d DIR_INO NAME_HEX f STASH_NUMBER | d INO | o`), per file first
+/// changed (`s INO SIZE`) and per range of bytes saved (`r INO START LEN
+/// UNDO_OFFSET`), written after what it describes is kept and before the
+/// change.
+const LOG: &str = "overlay";
 
 fn id_of(fd: BorrowedFd<'_>) -> nix::Result<Id> {
     let st = fstat(fd.as_raw_fd())?;
@@ -117,10 +127,57 @@ fn open_at(dir: BorrowedFd<'_>, name: &[u8], flags: OFlag) -> nix::Result<OwnedF
     )
 }
 
+/// Descriptors (`O_PATH`) of the directories beneath `root` whose inode
+/// numbers are in `wanted`.
+fn find_dirs(
+    root: BorrowedFd<'_>,
+    wanted: &std::collections::HashSet<u64>,
+) -> io::Result<HashMap<u64, OwnedFd>> {
+    let mut found = HashMap::new();
+    if wanted.is_empty() {
+        return Ok(found);
+    }
+    let mut stack = vec![open_at(root, b".", OFlag::O_RDONLY | OFlag::O_DIRECTORY)?];
+    while let Some(dir) = stack.pop() {
+        let mut entries = Vec::new();
+        let mut d = nix::dir::Dir::from_fd(dir.try_clone()?.into_raw_fd())?;
+        for e in d.iter().flatten() {
+            let n = e.file_name().to_bytes();
+            if n != b"." && n != b".." && e.file_type() == Some(nix::dir::Type::Directory) {
+                entries.push(n.to_vec());
+            }
+        }
+        for n in entries {
+            let Ok(sub) = open_at(dir.as_fd(), &n, OFlag::O_RDONLY | OFlag::O_DIRECTORY) else {
+                continue;
+            };
+            let ino = fstat(sub.as_raw_fd())?.st_ino;
+            if wanted.contains(&ino) {
+                found.insert(
+                    ino,
+                    open_at(dir.as_fd(), &n, OFlag::O_PATH | OFlag::O_DIRECTORY)?,
+                );
+                if found.len() == wanted.len() {
+                    return Ok(found);
+                }
+            }
+            stack.push(sub);
+        }
+    }
+    Ok(found)
+}
+
 impl Overlay {
     /// An overlay for parent `parent`, keeping what it needs in `work`.
     pub fn new(work: BorrowedFd<'_>, parent: Uuid) -> io::Result<Overlay> {
+        let log = File::from(ioctl::openat(
+            Some(work.as_raw_fd()),
+            LOG,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_APPEND | OFlag::O_CLOEXEC,
+            Mode::from_bits_retain(0o600),
+        )?);
         Ok(Overlay {
+            log,
             parent,
             stash: work.try_clone_to_owned()?,
             next: 0,
@@ -129,6 +186,118 @@ impl Overlay {
             undo_len: 0,
             files: HashMap::new(),
             changed: false,
+        })
+    }
+
+    /// The overlay a stopped receive kept in `work` for the subvolume at
+    /// `root` (changed in place from parent `parent`), rebuilt from its
+    /// log: what was kept is found again; directories displaced by a
+    /// rename, by their inode number beneath `root`.
+    pub fn reopen(work: BorrowedFd<'_>, parent: Uuid, root: BorrowedFd<'_>) -> io::Result<Overlay> {
+        let bad = || io::Error::other("the work directory's overlay log is malformed");
+        let dev = fstat(root.as_raw_fd())?.st_dev;
+        let mut text = String::new();
+        io::Read::read_to_string(
+            &mut File::from(open_at(work, LOG.as_bytes(), OFlag::O_RDONLY)?),
+            &mut text,
+        )?;
+        let mut names: Vec<((Id, Vec<u8>), char, u64)> = Vec::new();
+        let mut files: HashMap<Id, Saved> = HashMap::new();
+        let mut undo_len = 0u64;
+        let mut next = 0u64;
+        for line in text.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            let num = |i: usize| -> io::Result<u64> {
+                f.get(i).and_then(|v| v.parse().ok()).ok_or_else(bad)
+            };
+            match f.first().copied() {
+                Some("d") => {
+                    let hex = f.get(2).ok_or_else(bad)?;
+                    let name: Vec<u8> = (0..hex.len() / 2)
+                        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad()))
+                        .collect::<io::Result<_>>()?;
+                    let kind = f.get(3).and_then(|k| k.chars().next()).ok_or_else(bad)?;
+                    let v = if kind == 'o' { 0 } else { num(4)? };
+                    if kind == 'f' {
+                        next = next.max(v + 1);
+                    }
+                    names.push((((dev, num(1)?), name), kind, v));
+                }
+                Some("s") => {
+                    files.entry((dev, num(1)?)).or_insert(Saved {
+                        size: num(2)?,
+                        ranges: BTreeMap::new(),
+                    });
+                }
+                Some("r") => {
+                    let (start, len, at) = (num(2)?, num(3)?, num(4)?);
+                    undo_len = undo_len.max(at + len);
+                    files
+                        .get_mut(&(dev, num(1)?))
+                        .ok_or_else(bad)?
+                        .ranges
+                        .insert(start, (len, at));
+                }
+                _ => return Err(bad()),
+            }
+        }
+        // Stash numbers linked but not logged are not used again.
+        let mut d = nix::dir::Dir::from_fd(
+            open_at(work, b".", OFlag::O_RDONLY | OFlag::O_DIRECTORY)?.into_raw_fd(),
+        )?;
+        for e in d.iter().flatten() {
+            if let Some(n) = e
+                .file_name()
+                .to_str()
+                .ok()
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                next = next.max(n + 1);
+            }
+        }
+        // Directories renamed away, found again by inode number.
+        let wanted: std::collections::HashSet<u64> = names
+            .iter()
+            .filter(|(_, k, _)| *k == 'd')
+            .map(|(_, _, ino)| *ino)
+            .collect();
+        let found = find_dirs(root, &wanted)?;
+        let mut displaced = HashMap::new();
+        for (key, kind, v) in names {
+            let was = match kind {
+                'f' => Was::File(v),
+                'd' => Was::Dir(
+                    (dev, v),
+                    match found.get(&v) {
+                        Some(fd) => Some(fd.try_clone()?),
+                        None => None,
+                    },
+                ),
+                _ => Was::Other,
+            };
+            displaced.insert(key, was);
+        }
+        let undo = match open_at(work, b"undo", OFlag::O_RDWR) {
+            Ok(fd) => Some(File::from(fd)),
+            Err(Errno::ENOENT) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let log = File::from(ioctl::openat(
+            Some(work.as_raw_fd()),
+            LOG,
+            OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?);
+        Ok(Overlay {
+            parent,
+            stash: work.try_clone_to_owned()?,
+            next,
+            displaced,
+            undo,
+            undo_len,
+            files,
+            changed: true,
+            log,
         })
     }
 
@@ -194,6 +363,13 @@ impl Overlay {
             }
             _ => Was::Other,
         };
+        let what = match &was {
+            Was::Dir((_, ino), _) => format!("d {ino}"),
+            Was::File(n) => format!("f {n}"),
+            Was::Other => "o".to_string(),
+        };
+        let hex: String = name.iter().map(|b| format!("{b:02x}")).collect();
+        (&self.log).write_all(format!("d {} {hex} {what}\n", key.0 .1).as_bytes())?;
         self.displaced.insert(key, was);
         Ok(())
     }
@@ -203,13 +379,13 @@ impl Overlay {
     /// file had when first changed and that are not saved yet.
     pub fn before_data(&mut self, file: &File, off: u64, len: u64) -> io::Result<()> {
         let st = fstat(file.as_raw_fd())?;
-        let saved = self
-            .files
-            .entry((st.st_dev, st.st_ino))
-            .or_insert_with(|| Saved {
+        let saved = self.files.entry((st.st_dev, st.st_ino)).or_insert_with(|| {
+            let _ = (&self.log).write_all(format!("s {} {}\n", st.st_ino, st.st_size).as_bytes());
+            Saved {
                 size: st.st_size as u64,
                 ranges: BTreeMap::new(),
-            });
+            }
+        });
         let end = off.saturating_add(len).min(saved.size);
         if off >= end {
             return Ok(());
@@ -238,6 +414,7 @@ impl Overlay {
             let mut how = Methods::default();
             copy::copy_range(undo, at, file, s, l, &mut how)?;
             self.undo_len += l;
+            (&self.log).write_all(format!("r {} {s} {l} {at}\n", st.st_ino).as_bytes())?;
             saved.ranges.insert(s, (l, at));
         }
         Ok(())

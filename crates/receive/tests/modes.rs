@@ -359,7 +359,7 @@ fn in_place_receive_that_fails_gives_back_or_names_what_to_do() {
         &dest.join("n0"),
         leeway(),
     );
-    // Cut halfway: n1 stays incomplete, n0 is gone, and the message says so.
+    // Cut halfway: n1 stays incomplete and resumable (exit 3), n0 is gone.
     let total = {
         let data = fs::read(&chain[1]).unwrap();
         let mut r = Reader::new(&data[..]);
@@ -372,18 +372,21 @@ fn in_place_receive_that_fails_gives_back_or_names_what_to_do() {
     let half = cut_after(&chain[1], total / 2, &src.scratch().join("cut2.stream"));
     let out = rreceive(&[OsStr::new("--in-place"), dest.as_os_str()], &half);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("left incomplete"), "{err}");
-    assert!(
-        err.contains("in place onto parent n0, which is gone"),
-        "{err}"
-    );
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("stopped after command"), "{err}");
+    assert!(!err.contains("which is gone"), "{err}");
     assert!(!dest.join("n0").exists());
     assert!(state(&dest.join("n1")).contains("complete=0"));
-    // Beside n1, only the record of why it cannot be resumed.
-    assert_eq!(leftovers(dest), [".rreceive-resume-6e31"]);
-    let why = fs::read_to_string(dest.join(".rreceive-resume-6e31")).unwrap();
-    assert!(why.contains("\nwhy\t"), "{why}");
+    // Beside n1: where it stopped, and its work directory (what clones
+    // from n0 need, and the log a resumed receive rebuilds them from).
+    let mut left = leftovers(dest);
+    left.sort();
+    assert_eq!(left, [".rreceive-resume-6e31", ".rreceive-work-6e31"]);
+    let work = dest.join(".rreceive-work-6e31");
+    assert!(fs::read_to_string(work.join("mode"))
+        .unwrap()
+        .starts_with("in-place\n"));
+    assert!(work.join("overlay").exists());
     // And it is refused as a parent.
     let out = rreceive(&[OsStr::new("--in-place"), dest.as_os_str()], &chain[2]);
     assert_eq!(out.status.code(), Some(1));

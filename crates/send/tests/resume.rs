@@ -1357,7 +1357,7 @@ fn rreceive_refuses_what_does_not_continue_the_subvolume() {
 fn what_cannot_be_resumed_says_why() {
     let s = Setup::incremental();
     let n = "changed_files";
-    let (p, c) = (format!("{n}.p"), format!("{n}.c"));
+    let p = format!("{n}.p");
     let stream = s.stream(&[&p], &s.file("p.stream")).unwrap();
     // Cut inside the first command: no subvolume at all.
     let dest = s.dir("dest");
@@ -1380,36 +1380,6 @@ fn what_cannot_be_resumed_says_why() {
     let (code, _, err) = resume_token(&dest.join(&p));
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("does not exist"), "{err}");
-
-    // --in-place keeps no resumable state (off btrfs).
-    std::fs::write(&cut, &stream).unwrap();
-    let o = receive_file(&cut, &dest);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let incr = s.stream(&["-p", &p, &c], &s.file("c.stream")).unwrap();
-    let f = frames(&incr);
-    let i = f.len() / 2;
-    std::fs::write(&cut, &incr[..f[i].0 + f[i].1 / 2]).unwrap();
-    let o = rreceive(&[
-        OsStr::new("--in-place"),
-        OsStr::new("-f"),
-        cut.as_os_str(),
-        dest.as_os_str(),
-    ]);
-    assert_fails(
-        &o,
-        1,
-        "it cannot be resumed: it was received with --in-place",
-        "an --in-place receive cut",
-    );
-    let (code, _, err) = resume_token(&dest.join(&c));
-    assert_eq!(code, Some(1), "{err}");
-    assert!(
-        words(&err).contains(
-            "is incomplete and not resumable: it was received with --in-place, which cannot resume"
-        ),
-        "{err}"
-    );
-    assert_eq!(status_of(&dest, &c).unwrap(), "incomplete");
 }
 
 /// Waits for `child` at most `secs` seconds; kills it (and fails) after.
@@ -2494,17 +2464,32 @@ fn compressed_data_streams_cut_by_a_power_loss_resume() {
 /// filesystem (50 in all by default, over tmpfs, ext4 and xfs as root).
 #[test]
 fn a_linked_receive_killed_or_cut_resumes_and_leaves_its_parent_alone() {
+    killed_or_cut_in_mode("--link", 0x5eed_0033);
+}
+
+/// The same for `rreceive --in-place` (the parent's tree itself changed,
+/// with what clones from the parent need kept aside): each resumes to the
+/// exact snapshot.
+#[test]
+fn an_in_place_receive_killed_or_cut_resumes() {
+    killed_or_cut_in_mode("--in-place", 0x5eed_0034);
+}
+
+/// Kills and cuts of incremental receives in `mode` (`--link` or
+/// `--in-place`), each resumed and compared.
+fn killed_or_cut_in_mode(mode: &str, seed: u64) {
+    let linked = mode == "--link";
     let s = Setup::incremental();
     let count: usize = std::env::var("KILL_COUNT")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(17);
-    let mut rng = testkit::Rng(0x5eed_0033);
+    let mut rng = testkit::Rng(seed);
     let names = kill_scenarios();
     let tmpfs;
     let (ext4, xfs);
-    let mut places: Vec<(&str, PathBuf)> = vec![("dir", s.dir("link-dir"))];
-    if is_root() && testkit::kernel_available("a_linked_receive_killed_or_cut_resumes") {
+    let mut places: Vec<(&str, PathBuf)> = vec![("dir", s.dir("mode-dir"))];
+    if is_root() && testkit::kernel_available("a_receive_killed_or_cut_in_a_mode_resumes") {
         tmpfs = testkit::Tmpfs::new(512, "noatime");
         ext4 = testkit::ext4_image(512, &[], "noatime");
         xfs = testkit::xfs_image(512, "noatime");
@@ -2522,10 +2507,14 @@ fn a_linked_receive_killed_or_cut_resumes_and_leaves_its_parent_alone() {
             let (p, c) = (format!("{n}.p"), format!("{n}.c"));
             let full = s.stream(&[&p], &s.file("l.stream")).unwrap();
             let incr = s.stream(&["-p", &p, &c], &s.file("l.stream")).unwrap();
-            let (wp, wc) = (
-                without_nlink(&Manifest::committed(&p)),
-                without_nlink(&Manifest::committed(&c)),
-            );
+            let (wp, wc) = if linked {
+                (
+                    without_nlink(&Manifest::committed(&p)),
+                    without_nlink(&Manifest::committed(&c)),
+                )
+            } else {
+                (Manifest::committed(&p), Manifest::committed(&c))
+            };
             let dest = root.join(format!("l{i}"));
             std::fs::create_dir_all(&dest).unwrap();
             if let Err(e) = receive_whole(&s, &full, &dest, &p) {
@@ -2539,27 +2528,36 @@ fn a_linked_receive_killed_or_cut_resumes_and_leaves_its_parent_alone() {
             };
             let f = frames(&incr);
             let r = if i % 4 == 3 {
-                // Cut in the middle of a command: a clean stop.
-                let at = 1 + rng.below(f.len() as u64 - 1) as usize;
+                // Cut in the middle of a command after the first change (in
+                // place, a cut before it gives the parent back): a stop.
+                let at = (2 + rng.below(f.len().saturating_sub(2).max(1) as u64) as usize)
+                    .min(f.len() - 1);
                 let cut = Cut {
                     what: "inside a command",
                     at: f[at].0 + f[at].1 / 2,
                     applied: at as u64,
                 };
-                cut_and_resume_with(&s, &send, &incr, &cut, &dest, "link", &["--link"])
+                cut_and_resume_with(&s, &send, &incr, &cut, &dest, "mode", &[mode])
                     .map(|()| format!("cut in command {at}"))
             } else {
                 let at = 1 + rng.below(f.len() as u64) as usize;
                 let phase = rng.below(2);
-                kill_and_resume_with(&s, &send, &incr, &dest, at, phase, &["--link"])
+                kill_and_resume_with(&s, &send, &incr, &dest, at, phase, &[mode])
                     .map(|()| format!("killed at command {at} (phase {phase})"))
             };
-            match r.and_then(|what| {
-                compare(&wp, &dest.join(&p)).map_err(|e| format!("{what}: the parent changed: {e}"))
-            }) {
+            // In place, the parent's tree became the snapshot.
+            let parent_kept = |what: String| {
+                if linked {
+                    compare(&wp, &dest.join(&p))
+                        .map_err(|e| format!("{what}: the parent changed: {e}"))
+                } else {
+                    Ok(())
+                }
+            };
+            match r.and_then(parent_kept) {
                 Ok(()) => done += 1,
                 Err(e) => failures.push(format!(
-                    "{fs}: rsend -p {p} {c} into rreceive --link ({} commands): {e}",
+                    "{fs}: rsend -p {p} {c} into rreceive {mode} ({} commands): {e}",
                     f.len()
                 )),
             }
@@ -2567,6 +2565,6 @@ fn a_linked_receive_killed_or_cut_resumes_and_leaves_its_parent_alone() {
             let _ = std::fs::remove_dir_all(&dest);
         }
     }
-    println!("{done} --link receives killed or cut and resumed");
+    println!("{done} {mode} receives killed or cut and resumed");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -174,6 +174,9 @@ impl Current {
                 let id = |f: &std::fs::File| f.metadata().ok().map(|m| (m.dev(), m.ino()));
                 let mine = id(&f);
                 if !self.deferred.iter().any(|(g, _)| id(g) == mine) {
+                    if let Some(j) = self.dir_times.journal.as_mut() {
+                        j.flags(q, flags & LATE_FLAGS);
+                    }
                     self.deferred.push((f, flags & LATE_FLAGS));
                 }
             }

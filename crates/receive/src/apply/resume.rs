@@ -391,10 +391,22 @@ impl Receiver<'_> {
                         super::guard::Guard::Link(inos.into_iter().map(|i| (dev, i)).collect());
                     cur.work = Some(w);
                 }
+                Some((mode, _)) if mode == "in-place" => {
+                    let Some(parent) = state.parent_uuid else {
+                        return Err(CmdError::Resume(format!(
+                            "subvolume {shown} in {}: received in place, it names no parent",
+                            self.dest.path().display()
+                        )));
+                    };
+                    let o = crate::overlay::Overlay::reopen(w.fd(), parent, cur.res.root())
+                        .map_err(CmdError::io("rebuild the parent's view"))?;
+                    cur.guard = super::guard::Guard::InPlace(o);
+                    cur.work = Some(w);
+                }
                 _ => {
                     return Err(CmdError::Resume(format!(
-                        "subvolume {shown} in {}: it was received with --in-place, which cannot \
-                         resume",
+                        "subvolume {shown} in {}: its work directory says nothing of how it \
+                         was received",
                         self.dest.path().display()
                     )))
                 }
@@ -551,9 +563,6 @@ impl Receiver<'_> {
         let Some(c) = self.cur.as_mut() else {
             return;
         };
-        if matches!(c.guard, super::guard::Guard::InPlace(_)) {
-            return;
-        }
         let Some(mut j) = journal::Journal::create(
             id,
             &c.name,
@@ -611,7 +620,7 @@ impl Receiver<'_> {
         let Some(c) = self.cur.as_mut() else {
             return Ok(());
         };
-        if c.track.count == 0 || matches!(c.guard, super::guard::Guard::InPlace(_)) {
+        if c.track.count == 0 {
             return Ok(());
         }
         let pending = c.pending.as_ref().map(super::batch::Pending::before);
@@ -787,11 +796,12 @@ impl Receiver<'_> {
                     .into(),
             );
         }
-        if matches!(c.guard, super::guard::Guard::InPlace(_)) {
-            return Err("it was received with --in-place, which cannot resume".into());
-        }
         if c.track.count == 0 {
             return Err("not even its first command was applied".into());
+        }
+        if matches!(&c.guard, super::guard::Guard::InPlace(o) if !o.changed) {
+            // Nothing changed yet: the parent is given back instead.
+            return Err("it was to be received in place and nothing was changed yet".into());
         }
         // What batches and the closing thread hold. What fails is recorded
         // to be made again; after a failure, nothing more is made.
