@@ -19,6 +19,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::receivers::{manifest_of_tree, rreceive_bin, Receiver};
 use common::scenarios::Manifest;
@@ -338,9 +339,60 @@ fn receive_through_stops(
         let mut args = vec!["--resume", token.as_str()];
         args.extend_from_slice(send_args);
         src.send(&args, &file);
+        // Where the stop left commands after its point applied, a receive
+        // killed while going over them resumes the same way again.
+        let side: String = name.bytes().map(|b| format!("{b:02x}")).collect();
+        let side = std::fs::read_to_string(room.dest().join(format!(".rreceive-resume-{side}")))
+            .unwrap_or_default();
+        let field = |key: &str| {
+            side.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(str::to_owned)
+        };
+        let until = field("applied\t").and_then(|v| v.parse::<u64>().ok());
+        let point = field("point\t").and_then(|v| v.split(':').nth(1)?.parse::<u64>().ok());
+        if let (Some(until), Some(point)) = (until, point) {
+            if until > point && REPLAY_KILLS.load(Ordering::Relaxed) < 6 {
+                // RESUME and the SUBVOL or SNAPSHOT come first.
+                let at = 3 + (until - point) / 2;
+                let o = Command::new(rreceive_bin())
+                    .arg("-q")
+                    .arg("-f")
+                    .arg(&file)
+                    .arg(room.dest())
+                    .env("RRECEIVE_TEST_KILL", format!("{at}:0"))
+                    .output()
+                    .unwrap();
+                if o.status.code().is_some() {
+                    return Err(format!(
+                        "stop {}: the receive to kill at {at} ended: {}",
+                        stops + 1,
+                        text(&o.stderr)
+                    ));
+                }
+                let t = Command::new(rreceive_bin())
+                    .arg("--resume-token")
+                    .arg(&sv)
+                    .output()
+                    .unwrap();
+                if text(&t.stdout).trim() != token {
+                    return Err(format!(
+                        "stop {}: killed at {at}, inside what the stop had applied \
+                         ({point}..{until}): --resume-token gives {:?} {}, not {token}",
+                        stops + 1,
+                        text(&t.stdout),
+                        text(&t.stderr)
+                    ));
+                }
+                REPLAY_KILLS.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
     unreachable!()
 }
+
+/// Receives killed while going over what a stop had applied.
+static REPLAY_KILLS: AtomicUsize = AtomicUsize::new(0);
 
 fn check(room: &dyn Room, name: &str, want: &Manifest) -> Result<(), String> {
     Receiver::RreceiveExt4
@@ -403,6 +455,9 @@ fn a_destination_that_fills_up_stops_resumably_and_resumes_to_the_snapshot() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let kills = REPLAY_KILLS.load(Ordering::Relaxed);
+    println!("{kills} resumed receives killed while going over what a stop had applied");
+    assert!(kills > 0, "no stop left commands after its point applied");
 }
 
 /// A receive killed outright resumes from its journal, but not once its

@@ -143,6 +143,9 @@ pub struct Current {
     durable: Option<durable::Durable>,
     /// After a power loss: the window read again.
     power: Option<durable::Power>,
+    /// A resumed receive going over what the stopped one applied keeps its
+    /// side file until that is done (a stop or kill then resumes the same).
+    side_kept: bool,
 }
 
 /// Applies commands to a destination.
@@ -213,6 +216,7 @@ impl Current {
             redo: resume::Redo::default(),
             durable: None,
             power: None,
+            side_kept: false,
         }
     }
 
@@ -466,6 +470,9 @@ impl<'o> Receiver<'o> {
             .as_mut()
             .map(|c| c.redo.applied_before(c.track.count + 1));
         if let Some(before) = before {
+            if before.is_none() && self.cur.as_ref().is_some_and(|c| c.side_kept) {
+                self.end_of_replay(pos)?;
+            }
             let end = matches!(cmd, Command::End {});
             if (counted || end) && before.is_none() && self.durable_before(cmd, pos)? {
                 return Ok(Flow::Continue);

@@ -466,8 +466,25 @@ impl Receiver<'_> {
         super::durable::invalidate(self.dest.fd(), name);
         self.load_side(&side)
             .map_err(CmdError::io("read what the stopped receive kept for END"))?;
-        self.reserve_side(name);
+        match self.cur.as_mut() {
+            // Kept while what was applied is gone over again.
+            Some(c) if c.redo.replaying() => c.side_kept = true,
+            _ => self.reserve_side(name),
+        }
         Ok(Flow::Continue)
+    }
+
+    /// The first command after what a stopped receive had applied: a
+    /// durable checkpoint and the journal start here, then the side file
+    /// that said where to resume goes (until then, it still does).
+    pub(super) fn end_of_replay(&mut self, pos: Position) -> Result<(), Error> {
+        self.journal_after(pos)?;
+        if let Some(c) = self.cur.as_mut() {
+            c.side_kept = false;
+            let name = c.name.clone();
+            self.reserve_side(&name);
+        }
+        Ok(())
     }
 
     /// The mount DEST is on (see [`journal`]).
