@@ -86,7 +86,7 @@ struct Args {
     fake_super: bool,
     /// No durable checkpoints: do not sync the destination now and then
     ///
-    /// By default, every 1Mi commands or 64 MiB of stream (and before
+    /// By default, every 1Mi commands, 64 MiB of stream or 30 seconds (and before
     /// the few commands whose replay would be ambiguous, such as a swap
     /// of two names) the destination's filesystem is synced and
     /// DEST/.rreceive-durable-* records where the stream stood, so that a

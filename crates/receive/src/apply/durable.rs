@@ -63,6 +63,9 @@ use super::{err_at, Receiver, R};
 pub(super) const MAX_COMMANDS: u64 = 1 << 20;
 /// ... or this many bytes of stream (what a replay holds in memory).
 pub(super) const MAX_BYTES: u64 = 64 << 20;
+/// A checkpoint comes at least every so many seconds (looked at every 64
+/// commands), so that a slow stream loses little to a power cut.
+const MAX_SECONDS: u64 = 30;
 
 /// The name of the record of subvolume `name` in DEST.
 pub(crate) fn record_file(name: &[u8]) -> Vec<u8> {
@@ -638,6 +641,8 @@ impl RecordFile {
 pub(super) struct Durable {
     file: RecordFile,
     window: Window,
+    /// When the last checkpoint was taken.
+    at: std::time::Instant,
 }
 
 /// A window read again after a power loss (see the module documentation).
@@ -726,10 +731,14 @@ impl Receiver<'_> {
         if c.power.is_some() {
             return Ok(false);
         }
-        if c.durable
-            .as_ref()
-            .is_some_and(|d| d.window.ends_before(cmd, pos.len, own))
-        {
+        // Also every MAX_SECONDS (a slow stream): an earlier end than the
+        // rules' only makes a window shorter, which a replay finds on disk.
+        if c.durable.as_ref().is_some_and(|d| {
+            d.window.ends_before(cmd, pos.len, own)
+                || (d.window.commands > 0
+                    && d.window.commands % 64 == 0
+                    && d.at.elapsed().as_secs() >= MAX_SECONDS)
+        }) {
             self.durable_checkpoint().map_err(|e| match e {
                 Cp::Stream(e) => e,
                 Cp::Cmd(k) => at(k),
@@ -769,6 +778,7 @@ impl Receiver<'_> {
         c.durable = Some(Durable {
             file,
             window: Window::new([]),
+            at: std::time::Instant::now(),
         });
         match self.durable_checkpoint() {
             Ok(()) => Ok(()),
@@ -827,6 +837,7 @@ impl Receiver<'_> {
             .write(&rec)
             .map_err(|e| Cp::Cmd(CmdError::io("write the resume record")(e)))?;
         d.window = Window::new(kept(&rec));
+        d.at = std::time::Instant::now();
         self.stats.durable_checkpoints += 1;
         self.stats.durable_bytes += bytes;
         Ok(())
