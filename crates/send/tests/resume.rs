@@ -1829,6 +1829,51 @@ fn kill_and_resume_with(
     receive_to_the_end(&file, dest, send, "the resumed stream")
 }
 
+/// One receive into a new `dest` of the full stream of scenario `p`, or
+/// (`incremental`) of its incremental to `c` after the full one was
+/// received whole, killed at a random command and resumed: what failed.
+fn kill_one(
+    s: &Setup,
+    rng: &mut testkit::Rng,
+    (p, c, full, incr): (&str, &str, &[u8], &[u8]),
+    incremental: bool,
+    dest: &Path,
+) -> Result<(), String> {
+    std::fs::create_dir_all(dest).unwrap();
+    let (wp, wc) = (Manifest::committed(p), Manifest::committed(c));
+    let (stream, send) = if incremental {
+        receive_whole(s, full, dest, p).map_err(|e| format!("{p}: {e}"))?;
+        (
+            incr,
+            Send {
+                snap: c,
+                want: &wc,
+                flags: &[],
+            },
+        )
+    } else {
+        (
+            full,
+            Send {
+                snap: p,
+                want: &wp,
+                flags: &[],
+            },
+        )
+    };
+    let commands = frames(stream).len();
+    let at = 1 + rng.below(commands as u64) as usize;
+    let phase = rng.below(2);
+    let args = if incremental {
+        format!("-p {p} {c}")
+    } else {
+        p.to_string()
+    };
+    kill_and_resume(s, &send, stream, dest, at, phase).map_err(|e| {
+        format!("rsend {args}, killed at command {at} of {commands} (phase {phase}): {e}")
+    })
+}
+
 /// SIGKILL of rreceive at random commands of full and incremental streams
 /// of many scenarios, onto each kind of filesystem (as root: tmpfs, ext4,
 /// xfs and btrfs; else a plain directory): every receive resumes from its
@@ -1877,43 +1922,9 @@ fn a_receive_killed_at_any_command_resumes_to_the_snapshot() {
             let (p, c, full, incr) = &streams[i % streams.len()];
             let incremental = rng.below(2) == 1;
             let dest = root.join(format!("k{i}"));
-            std::fs::create_dir_all(&dest).unwrap();
-            let (wp, wc) = (Manifest::committed(p), Manifest::committed(c));
-            let (stream, send) = if incremental {
-                if let Err(e) = receive_whole(&s, full, &dest, p) {
-                    failures.push(format!("{fs} {p}: {e}"));
-                    continue;
-                }
-                (
-                    incr,
-                    Send {
-                        snap: c,
-                        want: &wc,
-                        flags: &[],
-                    },
-                )
-            } else {
-                (
-                    full,
-                    Send {
-                        snap: p,
-                        want: &wp,
-                        flags: &[],
-                    },
-                )
-            };
-            let commands = frames(stream).len();
-            let at = 1 + rng.below(commands as u64) as usize;
-            let phase = rng.below(2);
-            let args = if incremental {
-                format!("-p {p} {c}")
-            } else {
-                p.clone()
-            };
-            if let Err(e) = kill_and_resume(&s, &send, stream, &dest, at, phase) {
-                failures.push(format!(
-                    "{fs}: rsend {args}, killed at command {at} of {commands} (phase {phase}): {e}"
-                ));
+            let streams = (p.as_str(), c.as_str(), full.as_slice(), incr.as_slice());
+            if let Err(e) = kill_one(&s, &mut rng, streams, incremental, &dest) {
+                failures.push(format!("{fs}: {e}"));
             }
             unflag(&dest);
             let _ = std::fs::remove_dir_all(&dest);
@@ -2613,44 +2624,17 @@ fn a_fake_super_receive_killed_at_any_command_resumes() {
             let n = &names[rng.below(names.len() as u64) as usize];
             let (p, c) = (format!("{n}.p"), format!("{n}.c"));
             let full = s.stream(&[&p], &s.file("f.stream")).unwrap();
-            let (wp, wc) = (Manifest::committed(&p), Manifest::committed(&c));
-            let dest = root.join(format!("f{i}"));
-            std::fs::create_dir_all(&dest).unwrap();
             let incremental = i % 2 == 1;
-            let (stream, send) = if incremental {
-                if let Err(e) = receive_whole(&s, &full, &dest, &p) {
-                    failures.push(format!("{fs} {p}: {e}"));
-                    continue;
-                }
-                let incr = s.stream(&["-p", &p, &c], &s.file("f.stream")).unwrap();
-                (
-                    incr,
-                    Send {
-                        snap: &c,
-                        want: &wc,
-                        flags: &[],
-                    },
-                )
+            let incr = if incremental {
+                s.stream(&["-p", &p, &c], &s.file("f.stream")).unwrap()
             } else {
-                (
-                    full,
-                    Send {
-                        snap: &p,
-                        want: &wp,
-                        flags: &[],
-                    },
-                )
+                Vec::new()
             };
-            let commands = frames(&stream).len();
-            let at = 1 + rng.below(commands as u64) as usize;
-            let phase = rng.below(2);
-            match kill_and_resume(&s, &send, &stream, &dest, at, phase) {
+            let dest = root.join(format!("f{i}"));
+            let streams = (p.as_str(), c.as_str(), full.as_slice(), incr.as_slice());
+            match kill_one(&s, &mut rng, streams, incremental, &dest) {
                 Ok(()) => done += 1,
-                Err(e) => failures.push(format!(
-                    "{fs}: {} {}, killed at command {at} of {commands} (phase {phase}): {e}",
-                    if incremental { "incremental" } else { "full" },
-                    send.snap
-                )),
+                Err(e) => failures.push(format!("{fs}: {e}")),
             }
             unflag(&dest);
             let _ = std::fs::remove_dir_all(&dest);

@@ -889,22 +889,7 @@ impl Receiver<'_> {
              after command {}",
             at.point.commands
         ));
-        for (p, bits) in flags {
-            match self.open_for_ioctl(&p) {
-                Ok(f) => {
-                    if let Some(c) = self.cur.as_mut() {
-                        c.deferred.push((f, bits));
-                    }
-                }
-                Err(e) => {
-                    self.stats.skipped += 1;
-                    self.log.note(format_args!(
-                        "immutable/append flag of '{}' not applied: {e}",
-                        crate::error::escape(&p)
-                    ));
-                }
-            }
-        }
+        self.defer_flags(flags);
     }
 
     /// Applies a window read again: what names show was done is not done

@@ -551,6 +551,12 @@ impl Receiver<'_> {
             },
             found.again.len()
         ));
+        self.defer_flags(flags);
+    }
+
+    /// Flags due at END that a killed or cut receive recorded by path:
+    /// held again by descriptor (one whose file is gone is noted, skipped).
+    pub(super) fn defer_flags(&mut self, flags: Vec<(Vec<u8>, u32)>) {
         for (p, bits) in flags {
             match self.open_for_ioctl(&p) {
                 Ok(f) => {
