@@ -409,17 +409,23 @@ pub struct Tree {
     pub late: Vec<(File, u32)>,
 }
 
+/// Called with a copy before it replaces a hard link: its inode number, the
+/// file if regular, its flags due at END.
+pub type BeforeReplace<'a> = dyn FnMut(u64, Option<&File>, Option<u32>) -> io::Result<()> + 'a;
+
 /// Replaces the file at `name` in `dir` with a copy of itself: same data,
 /// type, owner, mode, xattrs, times and flags, another inode. The copy is
 /// made in `scratch` (on the same filesystem, outside the tree) and renamed
 /// over `name`; `dir` keeps its times. For a hard link to be broken before
-/// the file changes. Returns the copy's immutable or append-only flags, to
-/// be set at END.
+/// the file changes. `before` is called with the copy (its inode number,
+/// the file if regular, its flags due at END) before it replaces the link.
+/// Returns the copy's immutable or append-only flags, to be set at END.
 pub fn replace_with_copy(
     dir: BorrowedFd<'_>,
     name: &[u8],
     scratch: BorrowedFd<'_>,
     how: &mut Methods,
+    before: &mut BeforeReplace<'_>,
 ) -> io::Result<Option<(File, u32)>> {
     const TMP: &[u8] = b"copy";
     let st = fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
@@ -439,6 +445,13 @@ pub fn replace_with_copy(
     c.make(dir, name, scratch, TMP, &st)?;
     *how = c.how;
     let late = c.late.pop();
+    let copy = fstatat(Some(scratch.as_raw_fd()), TMP, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+    let data = if copy.st_mode & libc::S_IFMT == libc::S_IFREG {
+        Some(open_noatime(scratch, TMP, OFlag::O_NONBLOCK)?)
+    } else {
+        None
+    };
+    before(copy.st_ino, data.as_ref(), late.as_ref().map(|l| l.1))?;
     nix::fcntl::renameat(Some(scratch.as_raw_fd()), TMP, Some(dir.as_raw_fd()), name)?;
     let (a, m) = times(&dst);
     // `dir` may be an O_PATH descriptor, which futimens refuses.
@@ -643,7 +656,11 @@ impl TreeCopy<'_> {
         let (dir, name) = split_rel(first);
         let d = open_rel_dir(self.dst_root.as_fd(), dir)?;
         let scratch = self.scratch.ok_or(Errno::EINVAL)?;
-        if let Some(late) = replace_with_copy(d.as_fd(), name, scratch, &mut self.how)? {
+        // Made before the tree is in place: the first checkpoint syncs it.
+        let mut nothing = |_: u64, _: Option<&File>, _: Option<u32>| Ok(());
+        if let Some(late) =
+            replace_with_copy(d.as_fd(), name, scratch, &mut self.how, &mut nothing)?
+        {
             self.late.push(late);
         }
         let st = fstatat(Some(d.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)?;

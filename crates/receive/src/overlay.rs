@@ -104,13 +104,22 @@ pub struct Overlay {
     /// The log of what is kept, in the work directory, from which a
     /// resumed receive rebuilds the overlay ([`Overlay::reopen`]).
     log: File,
+    /// Whether the log, the undo file or a stashed copy got bytes since
+    /// the last [`Overlay::barrier`].
+    dirty: bool,
+    /// Copies made in the stash since then (no link was left).
+    copies: Vec<File>,
+    /// Flags lifted before a change (inode number, bits), as the log had
+    /// them when reopened: due at END.
+    pub lifted: Vec<(u64, u32)>,
 }
 
 /// The overlay's log in the work directory: one line per name kept
 /// (`d DIR_INO NAME_HEX f STASH_NUMBER | d INO | o`), per file first
 /// changed (`s INO SIZE`) and per range of bytes saved (`r INO START LEN
 /// UNDO_OFFSET`), written after what it describes is kept and before the
-/// change.
+/// change; and per inode whose immutable or append-only flags are lifted
+/// (`l INO BITS`), before they are.
 const LOG: &str = "overlay";
 
 fn id_of(fd: BorrowedFd<'_>) -> nix::Result<Id> {
@@ -167,6 +176,54 @@ fn find_dirs(
     Ok(found)
 }
 
+/// Opens the files and directories beneath `root` whose inode numbers are
+/// in `wanted` (for their flags: not symlinks), walking the whole tree.
+pub(crate) fn find_inodes(
+    root: BorrowedFd<'_>,
+    wanted: &std::collections::HashSet<u64>,
+) -> io::Result<HashMap<u64, File>> {
+    let mut found = HashMap::new();
+    if wanted.is_empty() {
+        return Ok(found);
+    }
+    let mut stack = vec![open_at(root, b".", OFlag::O_RDONLY | OFlag::O_DIRECTORY)?];
+    while let Some(dir) = stack.pop() {
+        let mut entries = Vec::new();
+        let mut d = nix::dir::Dir::from_fd(dir.try_clone()?.into_raw_fd())?;
+        for e in d.iter().flatten() {
+            let n = e.file_name().to_bytes();
+            if n == b"." || n == b".." {
+                continue;
+            }
+            let is_dir = e.file_type() == Some(nix::dir::Type::Directory);
+            if is_dir || wanted.contains(&e.ino()) {
+                entries.push((n.to_vec(), is_dir, e.ino()));
+            }
+        }
+        for (n, is_dir, ino) in entries {
+            let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK;
+            let Ok(f) = open_at(dir.as_fd(), &n, flags) else {
+                continue;
+            };
+            let ino = if is_dir {
+                fstat(f.as_raw_fd())?.st_ino
+            } else {
+                ino
+            };
+            if wanted.contains(&ino) {
+                found.insert(ino, File::from(f.try_clone()?));
+                if found.len() == wanted.len() {
+                    return Ok(found);
+                }
+            }
+            if is_dir {
+                stack.push(f);
+            }
+        }
+    }
+    Ok(found)
+}
+
 impl Overlay {
     /// An overlay for parent `parent`, keeping what it needs in `work`.
     pub fn new(work: BorrowedFd<'_>, parent: Uuid) -> io::Result<Overlay> {
@@ -186,6 +243,9 @@ impl Overlay {
             undo_len: 0,
             files: HashMap::new(),
             changed: false,
+            dirty: false,
+            copies: Vec::new(),
+            lifted: Vec::new(),
         })
     }
 
@@ -205,7 +265,10 @@ impl Overlay {
         let mut files: HashMap<Id, Saved> = HashMap::new();
         let mut undo_len = 0u64;
         let mut next = 0u64;
-        for line in text.lines() {
+        let mut lifted = Vec::new();
+        // A line cut short by a power loss described nothing done yet: the
+        // change it was for waits for the log to be flushed.
+        for line in crate::workdir::whole_lines(&text) {
             let f: Vec<&str> = line.split(' ').collect();
             let num = |i: usize| -> io::Result<u64> {
                 f.get(i).and_then(|v| v.parse().ok()).ok_or_else(bad)
@@ -229,6 +292,7 @@ impl Overlay {
                         ranges: BTreeMap::new(),
                     });
                 }
+                Some("l") => lifted.push((num(1)?, u32::try_from(num(2)?).map_err(|_| bad())?)),
                 Some("r") => {
                     let (start, len, at) = (num(2)?, num(3)?, num(4)?);
                     undo_len = undo_len.max(at + len);
@@ -298,6 +362,9 @@ impl Overlay {
             files,
             changed: true,
             log,
+            dirty: false,
+            copies: Vec::new(),
+            lifted,
         })
     }
 
@@ -356,6 +423,7 @@ impl Overlay {
                             .map_or(st.st_size as u64, |s| s.size);
                         self.copy_from_parent(&dst, 0, &src, 0, size, &mut Methods::default())?;
                         dst.set_len(size)?;
+                        self.copies.push(dst);
                     }
                     Err(e) => return Err(e.into()),
                 }
@@ -370,6 +438,7 @@ impl Overlay {
         };
         let hex: String = name.iter().map(|b| format!("{b:02x}")).collect();
         (&self.log).write_all(format!("d {} {hex} {what}\n", key.0 .1).as_bytes())?;
+        self.dirty = true;
         self.displaced.insert(key, was);
         Ok(())
     }
@@ -381,6 +450,7 @@ impl Overlay {
         let st = fstat(file.as_raw_fd())?;
         let saved = self.files.entry((st.st_dev, st.st_ino)).or_insert_with(|| {
             let _ = (&self.log).write_all(format!("s {} {}\n", st.st_ino, st.st_size).as_bytes());
+            self.dirty = true;
             Saved {
                 size: st.st_size as u64,
                 ranges: BTreeMap::new(),
@@ -415,8 +485,33 @@ impl Overlay {
             copy::copy_range(undo, at, file, s, l, &mut how)?;
             self.undo_len += l;
             (&self.log).write_all(format!("r {} {s} {l} {at}\n", st.st_ino).as_bytes())?;
+            self.dirty = true;
             saved.ranges.insert(s, (l, at));
         }
+        Ok(())
+    }
+
+    /// Before the immutable or append-only flags `bits` of inode `ino` are
+    /// lifted: logs them, to be given back at END.
+    pub fn lifting(&mut self, ino: u64, bits: u32) -> io::Result<()> {
+        (&self.log).write_all(format!("l {ino} {bits}\n").as_bytes())?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Before the change what was kept is for: makes what was kept since
+    /// the last barrier durable as `ahead` says (the saved bytes and copies
+    /// before the log that describes them).
+    pub fn barrier(&mut self, ahead: crate::workdir::WriteAhead) -> io::Result<()> {
+        if !self.dirty || ahead == crate::workdir::WriteAhead::Off {
+            return Ok(());
+        }
+        let mut files: Vec<&File> = self.copies.iter().collect();
+        files.extend(self.undo.as_ref());
+        files.push(&self.log);
+        ahead.barrier(&files)?;
+        self.copies.clear();
+        self.dirty = false;
         Ok(())
     }
 

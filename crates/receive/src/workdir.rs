@@ -17,6 +17,53 @@ use crate::ioctl;
 /// The file in it recording the mode (see [`Workdir::record_mode`]).
 const MODE: &str = "mode";
 
+/// What the mode file of a work directory says.
+pub struct Recorded {
+    /// `link` or `in-place`.
+    pub mode: String,
+    /// Linked: inode numbers of the new tree's own files with several names.
+    pub own: Vec<u64>,
+    /// Linked: inode numbers of copies and the flags due to them at END.
+    pub late: Vec<(u64, u32)>,
+}
+
+/// How what a change to a linked or in-place tree needs first (a copy's
+/// data, the overlay's log and saved bytes, the mode file) reaches the
+/// disk before the change can: with durable checkpoints, a receive cut by
+/// a power loss must find it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteAhead {
+    /// No durable checkpoints: nothing is flushed.
+    Off,
+    /// Each file flushed (`fdatasync`; ext4 and xfs commit the changes to
+    /// names made before it with it).
+    Flush,
+    /// The whole filesystem synced (btrfs: an fsync goes to its log tree,
+    /// which keeps no order with other changes).
+    Sync,
+}
+
+impl WriteAhead {
+    /// Makes what was written to `files` durable.
+    pub fn barrier(self, files: &[&std::fs::File]) -> io::Result<()> {
+        match self {
+            WriteAhead::Off => Ok(()),
+            WriteAhead::Flush => files.iter().try_for_each(|f| f.sync_data()),
+            WriteAhead::Sync => match files.first() {
+                Some(f) => Ok(nix::unistd::syncfs(f.as_raw_fd())?),
+                None => Ok(()),
+            },
+        }
+    }
+}
+
+/// The lines of `text` that end with a newline: one cut short by a power
+/// loss, or the zeros a filesystem may show past the last flush, are not.
+pub fn whole_lines(text: &str) -> impl Iterator<Item = &str> {
+    let end = text.rfind('\n').map_or(0, |i| i + 1);
+    text[..end].lines().take_while(|l| !l.contains('\0'))
+}
+
 /// The work directory of one subvolume.
 pub struct Workdir {
     fd: OwnedFd,
@@ -94,21 +141,49 @@ impl Workdir {
         std::io::Write::write_all(&mut std::fs::File::from(fd), body.as_bytes())
     }
 
-    /// One more inode of the new tree's own (linked): recorded before the
-    /// name that gives it a second link is made.
-    pub fn record_own(&self, ino: u64) -> io::Result<()> {
+    /// One more line of the mode file, made to reach the disk as `ahead`
+    /// says before what it describes is done.
+    fn append_mode(&self, line: &str, ahead: WriteAhead) -> io::Result<()> {
         let fd = ioctl::openat(
             Some(self.fd.as_raw_fd()),
             MODE,
             OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::empty(),
         )?;
-        std::io::Write::write_all(&mut std::fs::File::from(fd), format!("{ino}\n").as_bytes())
+        let mut f = std::fs::File::from(fd);
+        std::io::Write::write_all(&mut f, line.as_bytes())?;
+        ahead.barrier(&[&f])
     }
 
-    /// What [`Workdir::record_mode`] and [`Workdir::record_own`] recorded:
-    /// the mode and the inode numbers.
-    pub fn mode(&self) -> io::Result<Option<(String, Vec<u64>)>> {
+    /// The mode file, to be flushed.
+    pub fn mode_file(&self) -> io::Result<std::fs::File> {
+        let fd = ioctl::openat(
+            Some(self.fd.as_raw_fd()),
+            MODE,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(fd.into())
+    }
+
+    /// One more inode of the new tree's own (linked): recorded before the
+    /// name that gives it a second link is made.
+    pub fn record_own(&self, ino: u64, ahead: WriteAhead) -> io::Result<()> {
+        self.append_mode(&format!("{ino}\n"), ahead)
+    }
+
+    /// A copy of the new tree's own (linked) whose immutable or
+    /// append-only flags `bits` are due at END: recorded before it replaces
+    /// the parent's link, so that a receive cut by a power loss still sets
+    /// them.
+    pub fn record_late(&self, ino: u64, bits: u32, ahead: WriteAhead) -> io::Result<()> {
+        self.append_mode(&format!("late {ino} {bits}\n"), ahead)
+    }
+
+    /// What [`Workdir::record_mode`], [`Workdir::record_own`] and
+    /// [`Workdir::record_late`] recorded. A last line cut short (a power
+    /// loss while it was written) is not read.
+    pub fn mode(&self) -> io::Result<Option<Recorded>> {
         let fd = match ioctl::openat(
             Some(self.fd.as_raw_fd()),
             MODE,
@@ -121,15 +196,29 @@ impl Workdir {
         };
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::fs::File::from(fd), &mut text)?;
-        let mut lines = text.lines();
+        let mut lines = whole_lines(&text);
         let Some(mode) = lines.next() else {
             return Ok(None);
         };
         let bad = || io::Error::other("the work directory's mode file is malformed");
-        let own = lines
-            .map(|l| l.parse().map_err(|_| bad()))
-            .collect::<io::Result<Vec<u64>>>()?;
-        Ok(Some((mode.to_string(), own)))
+        let mut rec = Recorded {
+            mode: mode.to_string(),
+            own: Vec::new(),
+            late: Vec::new(),
+        };
+        for l in lines {
+            match l.strip_prefix("late ") {
+                Some(rest) => {
+                    let (ino, bits) = rest.split_once(' ').ok_or_else(bad)?;
+                    rec.late.push((
+                        ino.parse().map_err(|_| bad())?,
+                        bits.parse().map_err(|_| bad())?,
+                    ));
+                }
+                None => rec.own.push(l.parse().map_err(|_| bad())?),
+            }
+        }
+        Ok(Some(rec))
     }
 
     /// Removes it and what it holds.

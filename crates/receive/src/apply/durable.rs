@@ -757,15 +757,31 @@ impl Receiver<'_> {
         }
     }
 
+    /// How a linked or in-place tree's changes wait for what they need
+    /// kept: with durable checkpoints, flushed first.
+    pub(super) fn write_ahead(&self) -> crate::workdir::WriteAhead {
+        use crate::workdir::WriteAhead;
+        // RRECEIVE_TEST_NO_WRITE_AHEAD: for the test that shows a power
+        // cut going wrong without it.
+        if !self.opts.durable || std::env::var_os("RRECEIVE_TEST_NO_WRITE_AHEAD").is_some() {
+            return WriteAhead::Off;
+        }
+        match nix::sys::statfs::fstatfs(self.dest.fd()) {
+            Ok(fs) if fs.filesystem_type() == nix::sys::statfs::BTRFS_SUPER_MAGIC => {
+                WriteAhead::Sync
+            }
+            _ => WriteAhead::Flush,
+        }
+    }
+
     /// Starts durable checkpoints of the subvolume being received with a
-    /// first one (when it is its own tree, not a parent's changed in place
-    /// or linked).
+    /// first one.
     pub(super) fn durable_start(&mut self) -> R<()> {
         let dest = self.dest.fd();
         let Some(c) = self.cur.as_mut() else {
             return Ok(());
         };
-        if c.durable.is_some() || !matches!(c.guard, super::guard::Guard::Own) {
+        if c.durable.is_some() {
             return Ok(());
         }
         if !self.opts.durable {

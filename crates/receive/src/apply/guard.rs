@@ -25,6 +25,7 @@ use crate::copy::{self, Id};
 use crate::error::CmdError;
 use crate::ioctl;
 use crate::overlay::Overlay;
+use crate::workdir::WriteAhead;
 
 use super::inode::{LATE_FLAGS, MAX_DEFERRED};
 use super::{Current, Receiver, R, RESOLVE};
@@ -67,7 +68,21 @@ impl Current {
         }
         let work = self.work.as_ref().ok_or(CmdError::NoSubvol)?;
         let mut how = self.copy;
-        let late = copy::replace_with_copy(dir, name, work.fd(), &mut how)
+        let ahead = self.write_ahead;
+        // With durable checkpoints the copy's data, and the flags due to
+        // it at END, are on disk before it replaces the link.
+        let mut before = |ino: u64, data: Option<&std::fs::File>, late: Option<u32>| {
+            if let Some(bits) = late.filter(|_| ahead != WriteAhead::Off) {
+                work.record_late(ino, bits, WriteAhead::Off)?;
+            }
+            let mode = match late {
+                Some(_) if ahead != WriteAhead::Off => Some(work.mode_file()?),
+                _ => None,
+            };
+            let files: Vec<&std::fs::File> = data.into_iter().chain(mode.as_ref()).collect();
+            ahead.barrier(&files)
+        };
+        let late = copy::replace_with_copy(dir, name, work.fd(), &mut how, &mut before)
             .map_err(CmdError::io("copy a linked file before it changes"))?;
         let st = stat(dir)?;
         self.copy = how;
@@ -165,6 +180,16 @@ impl Current {
                 if flags & LATE_FLAGS == 0 || self.deferred.len() >= MAX_DEFERRED {
                     continue;
                 }
+                // Logged, and durable, before it is lifted.
+                let ino = f.metadata().map(|m| m.ino());
+                if let (Guard::InPlace(o), Ok(ino)) = (&mut self.guard, ino) {
+                    let logged = o
+                        .lifting(ino, flags & LATE_FLAGS)
+                        .and_then(|()| o.barrier(self.write_ahead));
+                    if logged.is_err() {
+                        continue;
+                    }
+                }
                 if ioctl::set_inode_flags(f.as_fd(), flags & !LATE_FLAGS).is_err() {
                     continue;
                 }
@@ -220,7 +245,15 @@ impl Receiver<'_> {
                 ) {
                     o.changed = true;
                 }
-                cur.keep_for_parent(cmd)
+                cur.keep_for_parent(cmd)?;
+                // What was kept reaches the disk before the change.
+                let ahead = cur.write_ahead;
+                match &mut cur.guard {
+                    Guard::InPlace(o) => o
+                        .barrier(ahead)
+                        .map_err(CmdError::io("flush what was kept of the parent's")),
+                    _ => Ok(()),
+                }
             }
             Guard::Link(_) => cur.unshare_for(cmd),
         }
@@ -292,7 +325,7 @@ impl Current {
                     if let Guard::Link(own) = &mut self.guard {
                         if own.insert(id) {
                             if let Some(w) = &self.work {
-                                w.record_own(id.1)
+                                w.record_own(id.1, self.write_ahead)
                                     .map_err(CmdError::io("record a file of the new tree's own"))?;
                             }
                         }

@@ -337,6 +337,7 @@ impl Receiver<'_> {
                 .map_err(CmdError::io("record the work directory's mode"))?;
         }
         cur.guard = guard;
+        cur.write_ahead = self.write_ahead();
         cur.taken = taken;
         cur.work = work;
         // The copies' immutable and append-only flags come at END, before

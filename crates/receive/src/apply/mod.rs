@@ -146,6 +146,9 @@ pub struct Current {
     /// A resumed receive going over what the stopped one applied keeps its
     /// side file until that is done (a stop or kill then resumes the same).
     side_kept: bool,
+    /// How what a change of a linked or in-place tree needs first reaches
+    /// the disk before it.
+    write_ahead: crate::workdir::WriteAhead,
 }
 
 /// Applies commands to a destination.
@@ -217,6 +220,7 @@ impl Current {
             durable: None,
             power: None,
             side_kept: false,
+            write_ahead: crate::workdir::WriteAhead::Off,
         }
     }
 

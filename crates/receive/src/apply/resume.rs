@@ -381,17 +381,22 @@ impl Receiver<'_> {
         // options now: its work directory says.
         let work = crate::workdir::Workdir::open(self.dest.fd(), name)
             .map_err(CmdError::io("open the work directory"))?;
+        // Flags due at END that the work directory recorded (copies made,
+        // flags lifted): a power loss may have left no other record.
+        let mut late: Vec<(u64, u32)> = Vec::new();
         if let Some(w) = work {
+            cur.write_ahead = self.write_ahead();
             match w.mode().map_err(CmdError::io("read the work directory"))? {
-                Some((mode, inos)) if mode == "link" => {
+                Some(rec) if rec.mode == "link" => {
                     let dev = nix::sys::stat::fstat(cur.res.root().as_raw_fd())
                         .map_err(CmdError::os("stat"))?
                         .st_dev;
                     cur.guard =
-                        super::guard::Guard::Link(inos.into_iter().map(|i| (dev, i)).collect());
+                        super::guard::Guard::Link(rec.own.into_iter().map(|i| (dev, i)).collect());
                     cur.work = Some(w);
+                    late = rec.late;
                 }
-                Some((mode, _)) if mode == "in-place" => {
+                Some(rec) if rec.mode == "in-place" => {
                     let Some(parent) = state.parent_uuid else {
                         return Err(CmdError::Resume(format!(
                             "subvolume {shown} in {}: received in place, it names no parent",
@@ -400,6 +405,7 @@ impl Receiver<'_> {
                     };
                     let o = crate::overlay::Overlay::reopen(w.fd(), parent, cur.res.root())
                         .map_err(CmdError::io("rebuild the parent's view"))?;
+                    late.clone_from(&o.lifted);
                     cur.guard = super::guard::Guard::InPlace(o);
                     cur.work = Some(w);
                 }
@@ -437,6 +443,7 @@ impl Receiver<'_> {
                     super::durable::load(self.dest.fd(), name).filter(|r| r.at == Some(wanted))
                 {
                     self.recover_power(rec);
+                    self.defer_by_inode(&late);
                     self.reserve_side(name);
                     return Ok(Flow::Continue);
                 }
@@ -575,6 +582,39 @@ impl Receiver<'_> {
         }
     }
 
+    /// Flags due at END of the inodes numbered in `late` (found by a walk
+    /// of the tree), but for inodes that have some already.
+    fn defer_by_inode(&mut self, late: &[(u64, u32)]) {
+        let Some(c) = self.cur.as_mut() else {
+            return;
+        };
+        let ino_of =
+            |f: &std::fs::File| std::os::unix::fs::MetadataExt::ino(&f.metadata().ok()?).into();
+        let have: std::collections::HashSet<u64> =
+            c.deferred.iter().filter_map(|(f, _)| ino_of(f)).collect();
+        let wanted: std::collections::HashSet<u64> = late
+            .iter()
+            .map(|&(ino, _)| ino)
+            .filter(|i| !have.contains(i))
+            .collect();
+        match crate::overlay::find_inodes(c.res.root(), &wanted) {
+            Ok(mut found) => {
+                for &(ino, bits) in late {
+                    if let Some(f) = found.remove(&ino) {
+                        c.deferred.push((f, bits));
+                    }
+                }
+            }
+            Err(e) => {
+                self.stats.skipped += wanted.len() as u64;
+                self.log.note(format_args!(
+                    "immutable/append flags of {} file(s) not applied: {e}",
+                    wanted.len()
+                ));
+            }
+        }
+    }
+
     /// Starts the journal of the subvolume just made, with its first
     /// checkpoint: right after its SUBVOL or SNAPSHOT (a snapshot's copy of
     /// its parent made), so that a receive killed from then on resumes.
@@ -618,7 +658,6 @@ impl Receiver<'_> {
             && !c.redo.replaying()
             && c.pending.is_none()
             && c.track.count > 0
-            && matches!(c.guard, super::guard::Guard::Own)
         {
             let kind = self.now.0;
             self.durable_start()
