@@ -420,8 +420,14 @@ impl Dest {
         }
         // On btrfs the subvolume, emptied, goes with rmdir.
         workdir::remove_tree(self.fd(), name).map_err(|e| rsend_cli::plain_io(&e))?;
-        let [rec0, rec1] = crate::apply::durable_record_files(name);
-        for side in [subvol::side_file(name), workdir::name_for(name), rec0, rec1] {
+        let [rec0, rec1, kept] = crate::apply::durable_record_files(name);
+        for side in [
+            subvol::side_file(name),
+            workdir::name_for(name),
+            rec0,
+            rec1,
+            kept,
+        ] {
             let _ = workdir::remove_tree(self.fd(), &side);
         }
         crate::apply::forget_journal(self.fd(), name);

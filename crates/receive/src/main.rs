@@ -44,7 +44,8 @@ struct Args {
     /// clone sources.
     #[arg(long)]
     force: bool,
-    /// Treat DEST as a plain directory even on btrfs.
+    /// Treat DEST as a plain directory even on btrfs (give it to --list,
+    /// --resume-token and --delete-incomplete too for such a DEST).
     #[arg(long)]
     plain: bool,
     /// Off btrfs, apply an incremental stream to its parent's directory:
@@ -189,9 +190,9 @@ fn input(
 /// line (`# end of list: N subvolumes`, or `{"end":true,"subvolumes":N}`
 /// with `--json`) so that a reader such as `rsend --parent-from` can tell
 /// a whole listing, an empty one included, from one cut short.
-fn list(dest: &std::path::Path, json: bool) -> ExitCode {
+fn list(dest: &std::path::Path, json: bool, plain: bool) -> ExitCode {
     use std::io::Write;
-    let listed = match rreceive::Dest::open(dest, false).and_then(|d| d.list()) {
+    let listed = match rreceive::Dest::open(dest, plain).and_then(|d| d.list()) {
         Ok(l) => l,
         Err(e) => {
             eprintln!(
@@ -293,12 +294,12 @@ fn dest_and_name(
 }
 
 /// `--delete-incomplete DEST/NAME`.
-fn delete_incomplete(path: &std::path::Path) -> ExitCode {
+fn delete_incomplete(path: &std::path::Path, plain: bool) -> ExitCode {
     let (dir, name) = match dest_and_name("--delete-incomplete", path) {
         Ok(d) => d,
         Err(code) => return code,
     };
-    let res = rreceive::Dest::open(&dir, false)
+    let res = rreceive::Dest::open(&dir, plain)
         .map_err(|e| format!("{}: {}", dir.display(), rsend_cli::plain_io(&e)))
         .and_then(|d| d.delete_incomplete(&name));
     match res {
@@ -311,14 +312,14 @@ fn delete_incomplete(path: &std::path::Path) -> ExitCode {
 }
 
 /// `--resume-token DEST/NAME`.
-fn resume_token(path: &std::path::Path) -> ExitCode {
+fn resume_token(path: &std::path::Path, plain: bool) -> ExitCode {
     let (dir, name) = match dest_and_name("--resume-token", path) {
         Ok(d) => d,
         Err(code) => return code,
     };
     let (dir, name) = (dir.as_path(), name.as_slice());
     let shown = path.display();
-    let dest = match rreceive::Dest::open(dir, false) {
+    let dest = match rreceive::Dest::open(dir, plain) {
         Ok(d) => d,
         Err(e) => {
             eprintln!(
@@ -401,14 +402,14 @@ fn main() -> ExitCode {
         return rsend_cli::print(Args::command(), &what);
     }
     if let Some(p) = &args.resume_token {
-        return resume_token(p);
+        return resume_token(p, args.plain);
     }
     if let Some(p) = &args.delete_incomplete {
-        return delete_incomplete(p);
+        return delete_incomplete(p, args.plain);
     }
     if args.list {
         return match &args.dest {
-            Some(d) => list(d, args.json),
+            Some(d) => list(d, args.json, args.plain),
             None => ExitCode::from(2),
         };
     }

@@ -147,6 +147,19 @@ thread_local! {
     /// Receives on this thread flush nothing before a change of a linked or
     /// in-place tree (`RRECEIVE_TEST_NO_WRITE_AHEAD`).
     static NO_WRITE_AHEAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Receives on this thread go with --plain (on btrfs: directories, so
+    /// that --link and --in-place apply there too).
+    static PLAIN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// rreceive for `--list` and `--resume-token` (with --plain when this
+/// thread's receives go so).
+fn rreceive_admin() -> Command {
+    let mut c = Command::new(rreceive_bin());
+    if PLAIN.with(std::cell::Cell::get) {
+        c.arg("--plain");
+    }
+    c
 }
 
 fn rreceive_cmd<S: AsRef<OsStr>>(args: &[S]) -> Command {
@@ -156,6 +169,9 @@ fn rreceive_cmd<S: AsRef<OsStr>>(args: &[S]) -> Command {
     }
     if NO_WRITE_AHEAD.with(std::cell::Cell::get) {
         c.env("RRECEIVE_TEST_NO_WRITE_AHEAD", "1");
+    }
+    if PLAIN.with(std::cell::Cell::get) {
+        c.arg("--plain");
     }
     c.args(args);
     c
@@ -168,7 +184,7 @@ fn receive_file(file: &Path, dest: &Path) -> Output {
 
 /// `rreceive --resume-token DEST/NAME`: exit code, stdout (trimmed), stderr.
 fn resume_token(sv: &Path) -> (Option<i32>, String, String) {
-    let o = Command::new(rreceive_bin())
+    let o = rreceive_admin()
         .arg("--resume-token")
         .arg(sv)
         .output()
@@ -198,11 +214,7 @@ fn token_of(sv: &Path) -> Result<(String, Token), String> {
 /// The status `rreceive --list DEST` gives `name` (complete, resumable,
 /// incomplete), and whether `--list --json` agrees.
 fn status_of(dest: &Path, name: &str) -> Result<String, String> {
-    let o = Command::new(rreceive_bin())
-        .arg("--list")
-        .arg(dest)
-        .output()
-        .unwrap();
+    let o = rreceive_admin().arg("--list").arg(dest).output().unwrap();
     if !o.status.success() {
         return Err(format!("rreceive --list: {}", text(&o.stderr)));
     }
@@ -212,7 +224,7 @@ fn status_of(dest: &Path, name: &str) -> Result<String, String> {
         .find(|l| l.split('\t').next() == Some(name))
         .ok_or_else(|| format!("rreceive --list {} has no {name}: {out:?}", dest.display()))?;
     let status = line.rsplit('\t').next().unwrap_or("").to_owned();
-    let o = Command::new(rreceive_bin())
+    let o = rreceive_admin()
         .args(["--list", "--json"])
         .arg(dest)
         .output()
@@ -2199,14 +2211,20 @@ struct CutFs {
 }
 
 /// Where linked and in-place receives are cut: copies are real copies on
-/// the xfs without reflinks.
-const MODE_CUT_FILESYSTEMS: [CutFs; 3] = [
+/// the xfs without reflinks; btrfs with --plain (directories, not
+/// snapshots).
+const MODE_CUT_FILESYSTEMS: [CutFs; 4] = [
     CUT_FILESYSTEMS[0],
     CUT_FILESYSTEMS[1],
     CutFs {
         name: "xfs without reflinks",
         mkfs: &["mkfs.xfs", "-q", "-f", "-m", "reflink=0"],
         opts: "noatime",
+    },
+    CutFs {
+        name: "btrfs --plain",
+        mkfs: &["mkfs.btrfs", "-q", "-f"],
+        opts: "noatime,commit=300",
     },
 ];
 
@@ -2281,7 +2299,7 @@ fn power_cut_and_resume(
     at: u64,
 ) -> Result<String, String> {
     let cut = (window, synced, at, Flush::All);
-    power_cut_and_resume_with(s, fs, parent, send, stream, cut, &[], None)
+    power_cut_and_resume_with(s, fs, parent, send, stream, cut, &[], None, None)
 }
 
 /// [`power_cut_and_resume`] with rreceive options `rx` for the receive cut
@@ -2298,6 +2316,7 @@ fn power_cut_and_resume_with(
     (window, synced, at, flush): (u64, u64, u64, Flush),
     rx: &[&str],
     kept: Option<(&str, &Manifest)>,
+    killed: Option<(u64, u64)>,
 ) -> Result<String, String> {
     use testkit::powercut::{Mounted, PowerCut};
     let pc = PowerCut::new(300);
@@ -2315,6 +2334,49 @@ fn power_cut_and_resume_with(
     }
     std::fs::write(&file, stream).unwrap();
     nix::unistd::sync();
+    let (mut synced, mut at) = (synced, at);
+    if let Some((k, phase)) = killed {
+        // First killed at command k; the receive cut is the resumed one
+        // (its stops counted in the resumed stream).
+        let mut args: Vec<&OsStr> = rx.iter().map(OsStr::new).collect();
+        args.extend([
+            OsStr::new("-q"),
+            OsStr::new("-f"),
+            file.as_os_str(),
+            dest.as_os_str(),
+        ]);
+        let o = rreceive_cmd(&args)
+            .env("RRECEIVE_TEST_KILL", format!("{k}:{phase}"))
+            .output()
+            .unwrap();
+        if o.status.code().is_some() {
+            return Err(format!("not killed: {:?}: {}", o.status, text(&o.stderr)));
+        }
+        let sv = dest.join(send.snap);
+        if !sv.exists() || status_of(&dest, send.snap)? == "complete" {
+            return Ok("killed before SUBVOL or after END".into());
+        }
+        let (token, _) = token_of(&sv)?;
+        let mut args: Vec<&OsStr> = send.flags.iter().map(OsStr::new).collect();
+        args.extend([
+            OsStr::new("--resume"),
+            OsStr::new(&token),
+            OsStr::new("-f"),
+            file.as_os_str(),
+            OsStr::new(send.snap),
+        ]);
+        let o = s.rsend(&args);
+        if !o.status.success() {
+            return Err(format!(
+                "rsend --resume after the kill: {}",
+                text(&o.stderr)
+            ));
+        }
+        let n = frames(&std::fs::read(&file).unwrap()).len() as u64;
+        at = 1 + (at - 1) % n.max(1);
+        synced = 1 + (synced - 1) % at;
+        nix::unistd::sync();
+    }
     let mut args: Vec<&OsStr> = rx.iter().map(OsStr::new).collect();
     args.extend([
         OsStr::new("-q"),
@@ -2396,16 +2458,20 @@ fn power_cut_and_resume_with(
         if status_of(&dest, send.snap)? != "complete" {
             return Err("the resumed receive left it incomplete".into());
         }
-        // How many of the window's changes of names the disk had kept.
-        let kept = err
-            .lines()
-            .find_map(|l| l.split("after the checkpoint, ").nth(1))
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse::<u64>().ok());
-        match kept {
-            Some(0) => "resumed, no change after the checkpoint kept",
-            Some(_) => "resumed, changes after the checkpoint kept",
-            None => return Err(format!("no power-loss replay: {err}")),
+        if err.contains("cut a receive resumed after a kill") {
+            "resumed from the killed receive's journal kept in DEST"
+        } else {
+            // How many of the window's changes of names the disk had kept.
+            let kept = err
+                .lines()
+                .find_map(|l| l.split("after the checkpoint, ").nth(1))
+                .and_then(|r| r.split(' ').next())
+                .and_then(|n| n.parse::<u64>().ok());
+            match kept {
+                Some(0) => "resumed, no change after the checkpoint kept",
+                Some(_) => "resumed, changes after the checkpoint kept",
+                None => return Err(format!("no power-loss replay: {err}")),
+            }
         }
     };
     if let Some((name, want)) = kept {
@@ -2501,15 +2567,96 @@ fn a_receive_cut_by_a_power_loss_resumes_to_the_snapshot() {
     );
 }
 
+/// A receive killed at a random command, resumed, and the resumed one cut
+/// by a power loss at a random command soon after (mostly while it goes
+/// over what the killed one applied), full and incremental, onto ext4, xfs
+/// and btrfs: mounted again, each resumes (from the killed receive's
+/// journal kept in DEST, or from a later checkpoint) to the exact
+/// snapshot. `POWER_COUNT` per filesystem (4), `POWER_SEED`.
+#[test]
+fn a_receive_resumed_after_a_kill_and_cut_by_a_power_loss_resumes() {
+    if !testkit::powercut::available("a_receive_resumed_after_a_kill_and_cut_by_a_power_loss") {
+        return;
+    }
+    let s = Setup::incremental();
+    let count: usize = std::env::var("POWER_COUNT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let seed: u64 = std::env::var("POWER_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed_0037);
+    let names = kill_scenarios();
+    let mut rng = testkit::Rng(seed);
+    let mut failures = Vec::new();
+    let mut how = std::collections::BTreeMap::new();
+    for fs in &CUT_FILESYSTEMS {
+        for i in 0..count {
+            let n = &names[rng.below(names.len() as u64) as usize];
+            let (p, c) = (format!("{n}.p"), format!("{n}.c"));
+            let full = s.stream(&[&p], &s.file("kp.stream")).unwrap();
+            let incremental = i % 2 == 1;
+            let (wp, wc) = (Manifest::committed(&p), Manifest::committed(&c));
+            let (stream, send) = if incremental {
+                let incr = s.stream(&["-p", &p, &c], &s.file("kp.stream")).unwrap();
+                let send = Send {
+                    snap: &c,
+                    want: &wc,
+                    flags: &[],
+                };
+                (incr, send)
+            } else {
+                let send = Send {
+                    snap: &p,
+                    want: &wp,
+                    flags: &[],
+                };
+                (full.clone(), send)
+            };
+            let commands = frames(&stream).len() as u64;
+            // Killed after its SUBVOL or SNAPSHOT; cut early in the resumed
+            // stream, where it goes over what the killed one applied.
+            let k = 2 + rng.below(commands.saturating_sub(1).max(1));
+            let phase = rng.below(2);
+            let at = 1 + rng.below(k.min(8));
+            let synced = 1 + rng.below(at);
+            let what = format!(
+                "{}: {} {}, {commands} commands, killed at {k} (phase {phase}), the resumed \
+                 one synced before {synced}, cut before {at}",
+                fs.name,
+                if incremental { "incremental" } else { "full" },
+                send.snap
+            );
+            match power_cut_and_resume_with(
+                &s,
+                fs,
+                incremental.then_some(full.as_slice()),
+                &send,
+                &stream,
+                (256, synced, at, Flush::All),
+                &[],
+                None,
+                Some((k, phase)),
+            ) {
+                Ok(h) => *how.entry(h).or_insert(0) += 1,
+                Err(e) => failures.push(format!("{what}: {e}")),
+            }
+        }
+    }
+    println!("receives killed, resumed and cut by a power loss: {how:?}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// A receive mode, a filesystem, a scenario, and where to cut (random when
 /// `None`): window, first stop, cut, and what the first stop flushes.
 type ModeCut<'a> = (&'a str, &'a CutFs, String, Option<(u64, u64, u64, Flush)>);
 
 /// The power cut at random moments of incrementals received `--link`
 /// (the parent's files shared by hard links until changed) and
-/// `--in-place` (the parent's tree itself changed) onto ext4 and xfs: each
-/// resumes to the exact snapshot, and a linked one's parent is left as it
-/// was. `POWER_COUNT` cuts per mode and filesystem (4), `POWER_SEED`.
+/// `--in-place` (the parent's tree itself changed) onto ext4, xfs (with and
+/// without reflinks) and btrfs (--plain): each resumes to the exact
+/// snapshot, and a linked one's parent is left as it was. `POWER_COUNT` cuts per mode and filesystem (4), `POWER_SEED`.
 #[test]
 fn a_linked_or_in_place_receive_cut_by_a_power_loss_resumes() {
     if !testkit::powercut::available("a_linked_or_in_place_receive_cut_by_a_power_loss") {
@@ -2571,6 +2718,7 @@ fn a_linked_or_in_place_receive_cut_by_a_power_loss_resumes() {
         .chain(cases.into_iter().map(|c| (c, false)));
     for ((mode, fs, n, cut), control) in cases {
         NO_WRITE_AHEAD.with(|w| w.set(control));
+        PLAIN.with(|p| p.set(fs.name.starts_with("btrfs")));
         let (p, c) = (format!("{n}.p"), format!("{n}.c"));
         let full = s.stream(&[&p], &s.file("m.stream")).unwrap();
         let incr = s.stream(&["-p", &p, &c], &s.file("m.stream")).unwrap();
@@ -2610,6 +2758,7 @@ fn a_linked_or_in_place_receive_cut_by_a_power_loss_resumes() {
             (window, synced, at, flush),
             &[mode],
             kept,
+            None,
         ) {
             Ok(_) if control => failures.push(format!("{what}: exact without flushes")),
             Err(_) if control => {}
@@ -2621,6 +2770,7 @@ fn a_linked_or_in_place_receive_cut_by_a_power_loss_resumes() {
         }
     }
     NO_WRITE_AHEAD.with(|w| w.set(false));
+    PLAIN.with(|p| p.set(false));
     println!("{done} linked or in-place receives cut by a power loss: {how:?}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -2721,21 +2871,26 @@ fn killed_or_cut_in_mode(mode: &str, seed: u64) {
     let mut rng = testkit::Rng(seed);
     let names = kill_scenarios();
     let tmpfs;
-    let (ext4, xfs);
+    let (ext4, xfs, btrfs);
     let mut places: Vec<(&str, PathBuf)> = vec![("dir", s.dir("mode-dir"))];
     if is_root() && testkit::kernel_available("a_receive_killed_or_cut_in_a_mode_resumes") {
         tmpfs = testkit::Tmpfs::new(512, "noatime");
         ext4 = testkit::ext4_image(512, &[], "noatime");
         xfs = testkit::xfs_image(512, "noatime");
+        btrfs = testkit::BtrfsImage::new(512, &[], "noatime");
         places = vec![
             ("tmpfs", tmpfs.mnt().to_path_buf()),
             ("ext4", ext4.mnt().to_path_buf()),
             ("xfs", xfs.mnt().to_path_buf()),
+            // --plain: directories on btrfs, which --link and --in-place
+            // then change (otherwise a real snapshot is taken).
+            ("btrfs --plain", btrfs.mnt().to_path_buf()),
         ];
     }
     let mut failures = Vec::new();
     let mut done = 0;
     for (fs, root) in &places {
+        PLAIN.with(|p| p.set(fs.starts_with("btrfs")));
         for i in 0..count {
             let n = &names[rng.below(names.len() as u64) as usize];
             let (p, c) = (format!("{n}.p"), format!("{n}.c"));
@@ -2799,6 +2954,7 @@ fn killed_or_cut_in_mode(mode: &str, seed: u64) {
             let _ = std::fs::remove_dir_all(&dest);
         }
     }
+    PLAIN.with(|p| p.set(false));
     println!("{done} {mode} receives killed or cut and resumed");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -428,6 +428,10 @@ pub(super) struct Record {
     pub(super) times: Vec<(Vec<u8>, Timespec, Timespec)>,
     /// The window's limit of commands after it (a replay holds as many).
     pub(super) window: Option<u64>,
+    /// Not a checkpoint: a receive resumed after a kill is going over what
+    /// the killed one applied, from the killed one's journal kept beside
+    /// this record; commands up to this one may have been applied.
+    pub(super) journal: Option<u64>,
 }
 
 const MAGIC: &[u8; 8] = b"RRDURA01";
@@ -454,6 +458,9 @@ impl Record {
         if let Some(n) = self.window {
             t.push_str(&format!("window\t{n}\n"));
         }
+        if let Some(n) = self.journal {
+            t.push_str(&format!("journal\t{n}\n"));
+        }
         for (p, a, m) in &self.times {
             t.push_str(&format!(
                 "times\t{}\t{}\t{}\t{}\t{}\n",
@@ -478,6 +485,7 @@ impl Record {
                     r.caps = Some((super::resume::unhex(p)?, super::resume::unhex(v)?));
                 }
                 ["window", n] => r.window = Some(n.parse().ok()?),
+                ["journal", n] => r.journal = Some(n.parse().ok()?),
                 ["times", p, a, an, m, mn] => r.times.push((
                     super::resume::unhex(p)?,
                     Timespec {
@@ -511,9 +519,51 @@ fn slot_file(name: &[u8], i: usize) -> Vec<u8> {
     n
 }
 
+/// The name of the copy of a killed receive's journal kept beside the
+/// record (see [`Record::journal`]).
+fn journal_file(name: &[u8]) -> Vec<u8> {
+    let mut n = record_file(name);
+    n.extend_from_slice(b".journal");
+    n
+}
+
 /// The names of the record files of subvolume `name` in DEST.
-pub(crate) fn record_files(name: &[u8]) -> [Vec<u8>; 2] {
-    [slot_file(name, 0), slot_file(name, 1)]
+pub(crate) fn record_files(name: &[u8]) -> [Vec<u8>; 3] {
+    [slot_file(name, 0), slot_file(name, 1), journal_file(name)]
+}
+
+/// Keeps `bytes` (a journal) in DEST beside the record, flushed.
+fn keep_journal(dest: BorrowedFd<'_>, name: &[u8], bytes: &[u8]) -> io::Result<()> {
+    let fd = ioctl::openat(
+        Some(dest.as_raw_fd()),
+        journal_file(name).as_slice(),
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )?;
+    let f = File::from(fd);
+    f.write_all_at(bytes, 0)?;
+    f.sync_data()
+}
+
+/// The journal kept in DEST beside the record.
+fn kept_journal(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<Vec<u8>> {
+    let fd = ioctl::openat(
+        Some(dest.as_raw_fd()),
+        journal_file(name).as_slice(),
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut v = Vec::new();
+    io::Read::read_to_end(&mut File::from(fd), &mut v)?;
+    Ok(v)
+}
+
+fn drop_kept_journal(dest: BorrowedFd<'_>, name: &[u8]) {
+    let _ = nix::unistd::unlinkat(
+        Some(dest.as_raw_fd()),
+        journal_file(name).as_slice(),
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    );
 }
 
 fn open_slot(dest: BorrowedFd<'_>, name: &[u8], i: usize, create: bool) -> nix::Result<File> {
@@ -635,6 +685,13 @@ impl RecordFile {
         }
         Ok(())
     }
+}
+
+/// The record of a receive resumed after a kill, while it goes over what
+/// the killed one applied (see [`Record::journal`]).
+pub(super) struct Marker {
+    file: RecordFile,
+    rec: Record,
 }
 
 /// Durable checkpoints of the subvolume being received.
@@ -789,15 +846,24 @@ impl Receiver<'_> {
             invalidate(dest, &c.name);
             return Ok(());
         }
-        let file =
-            RecordFile::open(dest, &c.name).map_err(CmdError::io("make the resume record"))?;
+        let file = match c.marker.take() {
+            Some(m) => m.file,
+            None => {
+                RecordFile::open(dest, &c.name).map_err(CmdError::io("make the resume record"))?
+            }
+        };
         c.durable = Some(Durable {
             file,
             window: Window::new([]),
             at: std::time::Instant::now(),
         });
         match self.durable_checkpoint() {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if let Some(c) = self.cur.as_ref() {
+                    drop_kept_journal(self.dest.fd(), &c.name);
+                }
+                Ok(())
+            }
             Err(Cp::Cmd(k)) => Err(k),
             Err(Cp::Stream(e)) => Err(CmdError::Resume(e.to_string())),
         }
@@ -844,6 +910,7 @@ impl Receiver<'_> {
             caps: c.caps.clone(),
             times,
             window: c.durable.as_ref().map(|d| d.window.max_commands),
+            journal: None,
         };
         let Some(d) = c.durable.as_mut() else {
             return Ok(());
@@ -856,6 +923,89 @@ impl Receiver<'_> {
         d.at = std::time::Instant::now();
         self.stats.durable_checkpoints += 1;
         self.stats.durable_bytes += bytes;
+        Ok(())
+    }
+
+    /// A receive resumed after a kill, before it goes over what the killed
+    /// one applied (`found`, from the journal of DEST `id`): the
+    /// destination synced, that journal kept beside the record, and the
+    /// record saying to resume from it, so that a power loss in between
+    /// resumes the same way ([`Receiver::journal_after_power`]).
+    pub(super) fn keep_for_power(&mut self, id: (u64, u64), found: &super::journal::Found) {
+        let dest = self.dest.fd();
+        let Some(c) = self.cur.as_mut() else {
+            return;
+        };
+        if !self.opts.durable {
+            invalidate(dest, &c.name);
+            return;
+        }
+        let rec = Record {
+            at: Some(Resumable {
+                version: found.version,
+                point: found.point,
+            }),
+            journal: Some(found.now.max(found.until)),
+            ..Record::default()
+        };
+        let kept = nix::unistd::syncfs(c.res.root().as_raw_fd())
+            .map_err(io::Error::from)
+            .and_then(|()| super::journal::bytes(id, &c.name))
+            .and_then(|b| keep_journal(dest, &c.name, &b))
+            .and_then(|()| RecordFile::open(dest, &c.name))
+            .and_then(|mut file| file.write(&rec).map(|_| file));
+        match kept {
+            Ok(file) => c.marker = Some(Marker { file, rec }),
+            Err(e) => {
+                invalidate(dest, &c.name);
+                self.log.note(format_args!(
+                    "a power loss before this receive is past what the killed one applied \
+                     would leave it not resumable: {e}"
+                ));
+            }
+        }
+    }
+
+    /// Before counted command `n` of a receive resumed after a kill, until
+    /// its first durable checkpoint: the record says it may be applied.
+    pub(super) fn marker_before(&mut self, n: u64) {
+        let Some(c) = self.cur.as_mut() else {
+            return;
+        };
+        let Some(m) = c.marker.as_mut() else {
+            return;
+        };
+        if m.rec.journal.is_some_and(|j| j >= n) {
+            return;
+        }
+        m.rec.journal = Some(n);
+        if let Err(e) = m.file.write(&m.rec) {
+            c.marker = None;
+            invalidate(self.dest.fd(), &c.name);
+            self.log.note(format_args!(
+                "the resume record could not be written ({e}): a power loss now would leave \
+                 this receive not resumable"
+            ));
+        }
+    }
+
+    /// After a power loss cut a receive that had resumed after a kill
+    /// (`rec` says so): the killed receive's journal, kept in DEST, is put
+    /// back for this boot and mount, to be found as after a kill.
+    pub(super) fn journal_after_power(
+        &mut self,
+        id: (u64, u64),
+        mount: u64,
+        name: &[u8],
+        rec: &Record,
+    ) -> io::Result<()> {
+        let now = rec.journal.unwrap_or(0);
+        let bytes = kept_journal(self.dest.fd(), name)?;
+        super::journal::restore(id, name, &bytes, mount, now)?;
+        self.log.note(format_args!(
+            "resuming after a power loss that cut a receive resumed after a kill: from the \
+             killed receive's journal kept in DEST (commands up to {now} maybe applied)"
+        ));
         Ok(())
     }
 
@@ -1180,6 +1330,7 @@ mod tests {
                 Timespec { sec: 3, nsec: 4 },
             )],
             window: Some(16),
+            journal: Some(7),
         };
         f.write(&r).unwrap();
         assert_eq!(load(d.as_fd(), b"s"), Some(r.clone_for_test()));
@@ -1210,6 +1361,7 @@ mod tests {
                 caps: self.caps.clone(),
                 times: self.times.clone(),
                 window: self.window,
+                journal: self.journal,
             }
         }
     }

@@ -101,6 +101,61 @@ fn path_for(dest: (u64, u64), name: &[u8]) -> PathBuf {
     dir.join(format!("{:x}-{:x}-{hex}", dest.0, dest.1))
 }
 
+/// The bytes of the journal of subvolume `name` in `dest` (to be kept on
+/// the destination while a receive resumed after a kill goes over what the
+/// killed one applied: see [`restore`]).
+pub(super) fn bytes(dest: (u64, u64), name: &[u8]) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut v = Vec::new();
+    std::fs::File::open(path_for(dest, name))?
+        .take((HEADER + 2 * AREA) as u64)
+        .read_to_end(&mut v)?;
+    if v.get(..8) != Some(MAGIC.as_slice()) {
+        return Err(io::Error::other("the journal is not whole"));
+    }
+    Ok(v)
+}
+
+/// Puts back a journal from its `bytes` kept on the destination, after a
+/// power loss cut the receive that had resumed from it: as if from this
+/// boot and `mount`, with commands up to `now` maybe applied (those that
+/// receive applied past the killed one's). [`find`] then reads it.
+pub(super) fn restore(
+    dest: (u64, u64),
+    name: &[u8],
+    bytes: &[u8],
+    mount: u64,
+    now: u64,
+) -> io::Result<()> {
+    if bytes.len() < HEADER || bytes.get(..8) != Some(MAGIC.as_slice()) {
+        return Err(io::Error::other("the journal kept is not whole"));
+    }
+    let path = path_for(dest, name);
+    let dir = path.parent().ok_or(io::ErrorKind::InvalidInput)?;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o077 != 0 {
+        return Err(io::Error::other(
+            "the journal directory is not this user's alone",
+        ));
+    }
+    let mut b = bytes.to_vec();
+    put(&mut b, H_BOOT, &boot_id());
+    put(&mut b, H_MOUNT, &mount.to_le_bytes());
+    let was = get8(&b, H_NOW);
+    put(&mut b, H_NOW, &was.max(now).to_le_bytes());
+    b.resize(HEADER + 2 * AREA, 0);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)?;
+    io::Write::write_all(&mut f, &b)
+}
+
 /// Removes the journal of subvolume `name` in `dest`, if any: before a new
 /// receive of that name makes it, and when it is deleted, so that an old
 /// journal never speaks for a new receive.

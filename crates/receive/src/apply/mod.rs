@@ -143,6 +143,9 @@ pub struct Current {
     durable: Option<durable::Durable>,
     /// After a power loss: the window read again.
     power: Option<durable::Power>,
+    /// Resumed after a kill: the record that says so, until the first
+    /// durable checkpoint.
+    marker: Option<durable::Marker>,
     /// A resumed receive going over what the stopped one applied keeps its
     /// side file until that is done (a stop or kill then resumes the same).
     side_kept: bool,
@@ -220,6 +223,7 @@ impl Current {
             durable: None,
             power: None,
             side_kept: false,
+            marker: None,
             write_ahead: crate::workdir::WriteAhead::Off,
         }
     }
@@ -493,6 +497,9 @@ impl<'o> Receiver<'o> {
                 if let Some(j) = c.dir_times.journal.as_mut() {
                     j.now(n);
                 }
+                if c.marker.is_some() {
+                    self.marker_before(n);
+                }
             }
         }
         if matches!(cmd, Command::Subvol { .. } | Command::Snapshot { .. }) && self.resume.is_none()
@@ -737,16 +744,21 @@ impl<'o> Receiver<'o> {
 /// `RRECEIVE_TEST_KILL=N:PHASE` makes the receive kill itself (SIGKILL)
 /// at command number N, before applying it (PHASE 0) or after, before it
 /// is recorded as applied (PHASE 1). For the power-cut tests,
-/// `RRECEIVE_TEST_STOP=N,M,...` stops it (SIGSTOP) before each of those
-/// commands, so that a test can sync or cut the power there.
+/// `RRECEIVE_TEST_STOP=N,M,...` (ascending) stops it (SIGSTOP) before the
+/// first command applied at or past each of those (a resumed receive does
+/// not apply what the stopped one did), so that a test can sync or cut the
+/// power there.
 fn test_kill(index: u64, phase: u8) {
     static STOPS: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let stops = STOPS.get_or_init(|| {
         std::env::var("RRECEIVE_TEST_STOP")
             .map(|v| v.split(',').filter_map(|n| n.parse().ok()).collect())
             .unwrap_or_default()
     });
-    if phase == 0 && stops.contains(&index) {
+    let next = NEXT.load(std::sync::atomic::Ordering::Relaxed);
+    if phase == 0 && stops.get(next).is_some_and(|&n| index >= n) {
+        NEXT.store(next + 1, std::sync::atomic::Ordering::Relaxed);
         let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
     }
     static AT: std::sync::OnceLock<Option<(u64, u8)>> = std::sync::OnceLock::new();

@@ -434,7 +434,7 @@ impl Receiver<'_> {
             // Killed: what it held comes from its journal.
             let id = self.dest_id();
             let mount = self.dest_mount();
-            let found = journal::find(id, name, uuid, ctransid, true, mount);
+            let mut found = journal::find(id, name, uuid, ctransid, true, mount);
             if !matches!(&found, Ok(Some((f, Some(_)))) if f.point == p) {
                 // Not from this boot and mount: a power loss, or the
                 // destination's device went away. The last durable
@@ -442,16 +442,28 @@ impl Receiver<'_> {
                 if let Some(rec) =
                     super::durable::load(self.dest.fd(), name).filter(|r| r.at == Some(wanted))
                 {
-                    self.recover_power(rec);
-                    self.defer_by_inode(&late);
-                    self.reserve_side(name);
-                    return Ok(Flow::Continue);
+                    if rec.journal.is_none() {
+                        self.recover_power(rec);
+                        self.defer_by_inode(&late);
+                        self.reserve_side(name);
+                        return Ok(Flow::Continue);
+                    }
+                    // Cut while resumed after a kill: as after that kill.
+                    if let Err(e) = self.journal_after_power(id, mount, name, &rec) {
+                        return Err(CmdError::Resume(format!(
+                            "subvolume {shown} in {}: the journal kept for a power loss: {e}",
+                            self.dest.path().display()
+                        )));
+                    }
+                    found = journal::find(id, name, uuid, ctransid, true, mount);
                 }
             }
             match found {
                 Ok(Some((found, Some(file)))) if found.point == p => {
-                    // What is on disk moves past the durable record.
-                    super::durable::invalidate(self.dest.fd(), name);
+                    // What is on disk moves past the durable record: the
+                    // journal is kept beside it until the first durable
+                    // checkpoint past what the killed receive applied.
+                    self.keep_for_power(id, &found);
                     self.recover(id, name, found, file);
                     self.reserve_side(name);
                     return Ok(Flow::Continue);
