@@ -2,10 +2,11 @@
 # benches/write-ahead.sh: what the write-ahead flushes of `--link` and
 # `--in-place` incremental receives cost (issue #30). With durable
 # checkpoints (the default) rreceive flushes what a change to a linked or
-# in-place tree needs before the change: in `--link` mode the copy of each
-# file it unshares (fdatasync before the copy is renamed over the parent's
-# link) and a small list file before each LINK; in `--in-place` mode the
-# overlay's undo file and log before each command that saved something new
+# in-place tree needs before the change: in `--link` mode a small list file
+# before each LINK, and the copy of each file it unshares before the copy
+# is renamed over the parent's link (unless reflinked, or on ext4 with
+# auto_da_alloc); in `--in-place` mode the overlay's undo file (written
+# out) and log (fdatasync) before each command that saved something new
 # (syncfs instead on btrfs with --plain). `--no-durable` turns them off.
 #
 # The dataset (built once): a btrfs image whose snapshot s0 holds 20,000

@@ -30,6 +30,9 @@ pub struct Methods {
     pub reflink: bool,
     /// copy_file_range has not failed yet.
     pub copy_file_range: bool,
+    /// Bytes copied otherwise than by a reflink (in the page cache until
+    /// written back, where a reflink shares what is on disk already).
+    pub copied: u64,
 }
 
 impl Default for Methods {
@@ -37,6 +40,7 @@ impl Default for Methods {
         Methods {
             reflink: true,
             copy_file_range: true,
+            copied: 0,
         }
     }
 }
@@ -84,6 +88,7 @@ pub fn copy_range(
             Err(e) => return Err(e.into()),
         }
     }
+    how.copied += len;
     let mut done = 0u64;
     if how.copy_file_range {
         while done < len {
@@ -176,6 +181,7 @@ pub fn copy_file_data(dst: &File, src: &File, size: u64, how: &mut Methods) -> i
         };
         copy_range(dst, data, src, data, hole - data, &mut m)?;
         how.copy_file_range = m.copy_file_range;
+        how.copied = m.copied;
         off = hole;
     }
     dst.set_len(size)
@@ -410,7 +416,7 @@ pub struct Tree {
 }
 
 /// Called with a copy before it replaces a hard link: its inode number, the
-/// file if regular, its flags due at END.
+/// file if its data was copied (not reflinked), its flags due at END.
 pub type BeforeReplace<'a> = dyn FnMut(u64, Option<&File>, Option<u32>) -> io::Result<()> + 'a;
 
 /// Replaces the file at `name` in `dir` with a copy of itself: same data,
@@ -443,10 +449,11 @@ pub fn replace_with_copy(
     }
     let mut c = TreeCopy::new(dir, dir, Share::Copy, *how, None, &())?;
     c.make(dir, name, scratch, TMP, &st)?;
+    let copied = c.how.copied > how.copied;
     *how = c.how;
     let late = c.late.pop();
     let copy = fstatat(Some(scratch.as_raw_fd()), TMP, AtFlags::AT_SYMLINK_NOFOLLOW)?;
-    let data = if copy.st_mode & libc::S_IFMT == libc::S_IFREG {
+    let data = if copied && copy.st_mode & libc::S_IFMT == libc::S_IFREG {
         Some(open_noatime(scratch, TMP, OFlag::O_NONBLOCK)?)
     } else {
         None

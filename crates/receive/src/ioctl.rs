@@ -44,6 +44,18 @@ pub fn start_writeback(fd: BorrowedFd<'_>) -> nix::Result<()> {
     Errno::result(r).map(drop)
 }
 
+/// `sync_file_range` of the whole file, waiting: its dirty pages written
+/// (not its metadata, not the disk's cache: a journal commit after it does
+/// that, see [`crate::workdir::WriteAhead::barrier`]).
+pub fn write_out(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: a plain system call on an open descriptor, no memory passed.
+    let r = unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, flags) };
+    Errno::result(r).map(drop)
+}
+
 const BTRFS_IOCTL_MAGIC: u8 = 0x94;
 /// `BTRFS_PATH_NAME_MAX`.
 const PATH_NAME_MAX: usize = 4087;

@@ -107,6 +107,10 @@ pub struct Overlay {
     /// Whether the log, the undo file or a stashed copy got bytes since
     /// the last [`Overlay::barrier`].
     dirty: bool,
+    /// Whether the undo file got bytes copied, not reflinked, since then
+    /// (reflinked bytes are on disk already, and a change to the file
+    /// they came from is written elsewhere and committed after them).
+    undo_copied: bool,
     /// Copies made in the stash since then (no link was left).
     copies: Vec<File>,
     /// Flags lifted before a change (inode number, bits), as the log had
@@ -244,6 +248,7 @@ impl Overlay {
             files: HashMap::new(),
             changed: false,
             dirty: false,
+            undo_copied: false,
             copies: Vec::new(),
             lifted: Vec::new(),
         })
@@ -363,6 +368,7 @@ impl Overlay {
             changed: true,
             log,
             dirty: false,
+            undo_copied: false,
             copies: Vec::new(),
             lifted,
         })
@@ -480,9 +486,12 @@ impl Overlay {
         }
         let undo = self.undo.as_ref().ok_or(io::ErrorKind::Other)?;
         for (s, l) in gaps {
+            // Packed: at block boundaries xfs would reflink small ranges,
+            // which costs more than it saves.
             let at = self.undo_len;
             let mut how = Methods::default();
             copy::copy_range(undo, at, file, s, l, &mut how)?;
+            self.undo_copied |= how.copied > 0;
             self.undo_len += l;
             (&self.log).write_all(format!("r {} {s} {l} {at}\n", st.st_ino).as_bytes())?;
             self.dirty = true;
@@ -507,11 +516,12 @@ impl Overlay {
             return Ok(());
         }
         let mut files: Vec<&File> = self.copies.iter().collect();
-        files.extend(self.undo.as_ref());
+        files.extend(self.undo.as_ref().filter(|_| self.undo_copied));
         files.push(&self.log);
         ahead.barrier(&files)?;
         self.copies.clear();
         self.dirty = false;
+        self.undo_copied = false;
         Ok(())
     }
 

@@ -36,25 +36,70 @@ pub enum WriteAhead {
     /// No durable checkpoints: nothing is flushed.
     Off,
     /// Each file flushed (`fdatasync`; ext4 and xfs commit the changes to
-    /// names made before it with it).
-    Flush,
+    /// names made before it with it). `renames_keep_data`: the filesystem
+    /// writes a file's data before a rename over another file is committed
+    /// (ext4's `auto_da_alloc` in `data=ordered`), so a copy that replaces
+    /// a link needs no flush of its own.
+    Flush { renames_keep_data: bool },
     /// The whole filesystem synced (btrfs: an fsync goes to its log tree,
     /// which keeps no order with other changes).
     Sync,
 }
 
 impl WriteAhead {
-    /// Makes what was written to `files` durable.
+    /// Makes what was written to `files` durable. Flushed, all but the
+    /// last are written out and the last flushed: ext4 and xfs commit the
+    /// sizes and extents of the others with the journal that flush commits
+    /// (one journal commit, not one per file), and flush the disk's cache
+    /// after their data.
     pub fn barrier(self, files: &[&std::fs::File]) -> io::Result<()> {
         match self {
             WriteAhead::Off => Ok(()),
-            WriteAhead::Flush => files.iter().try_for_each(|f| f.sync_data()),
+            WriteAhead::Flush { .. } => {
+                let Some((last, others)) = files.split_last() else {
+                    return Ok(());
+                };
+                for f in others {
+                    ioctl::write_out(f.as_fd())?;
+                }
+                last.sync_data()
+            }
             WriteAhead::Sync => match files.first() {
                 Some(f) => Ok(nix::unistd::syncfs(f.as_raw_fd())?),
                 None => Ok(()),
             },
         }
     }
+}
+
+/// Whether the ext4 filesystem of `fd` keeps a file's data before a rename
+/// over another file is committed: `auto_da_alloc` (the default) and
+/// ordered (or journalled) data, as its mount's super options say.
+pub fn ext4_renames_keep_data(fd: BorrowedFd<'_>) -> bool {
+    let Ok(st) = nix::sys::stat::fstat(fd.as_raw_fd()) else {
+        return false;
+    };
+    let dev = format!(
+        "{}:{}",
+        nix::sys::stat::major(st.st_dev),
+        nix::sys::stat::minor(st.st_dev)
+    );
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    info.lines()
+        .filter(|l| l.split(' ').nth(2) == Some(dev.as_str()))
+        .filter_map(|l| l.split(" - ").nth(1))
+        .filter_map(|tail| {
+            let mut f = tail.split(' ');
+            (f.next() == Some("ext4")).then(|| f.nth(1).unwrap_or("").to_string())
+        })
+        .next()
+        .is_some_and(|opts| {
+            !opts
+                .split(',')
+                .any(|o| o == "noauto_da_alloc" || o == "data=writeback")
+        })
 }
 
 /// The lines of `text` that end with a newline: one cut short by a power

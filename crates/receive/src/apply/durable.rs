@@ -827,7 +827,14 @@ impl Receiver<'_> {
             Ok(fs) if fs.filesystem_type() == nix::sys::statfs::BTRFS_SUPER_MAGIC => {
                 WriteAhead::Sync
             }
-            _ => WriteAhead::Flush,
+            Ok(fs) if fs.filesystem_type() == nix::sys::statfs::EXT4_SUPER_MAGIC => {
+                WriteAhead::Flush {
+                    renames_keep_data: crate::workdir::ext4_renames_keep_data(self.dest.fd()),
+                }
+            }
+            _ => WriteAhead::Flush {
+                renames_keep_data: false,
+            },
         }
     }
 

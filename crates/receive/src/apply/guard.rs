@@ -79,6 +79,16 @@ impl Current {
                 Some(_) if ahead != WriteAhead::Off => Some(work.mode_file()?),
                 _ => None,
             };
+            // Data copied (not reflinked) reaches the disk before the
+            // rename, unless the filesystem sees to that itself.
+            let data = data.filter(|_| {
+                !matches!(
+                    ahead,
+                    WriteAhead::Flush {
+                        renames_keep_data: true
+                    }
+                )
+            });
             let files: Vec<&std::fs::File> = data.into_iter().chain(mode.as_ref()).collect();
             ahead.barrier(&files)
         };
