@@ -377,11 +377,20 @@ fn in_place_receive_that_fails_gives_back_or_names_what_to_do() {
     assert!(!err.contains("which is gone"), "{err}");
     assert!(!dest.join("n0").exists());
     assert!(state(&dest.join("n1")).contains("complete=0"));
-    // Beside n1: where it stopped, and its work directory (what clones
-    // from n0 need, and the log a resumed receive rebuilds them from).
+    // Beside n1: its durable record (in two slots; invalidated at a clean
+    // stop), where it stopped, and its work directory (what clones from n0
+    // need, and the log a resumed receive rebuilds them from).
     let mut left = leftovers(dest);
     left.sort();
-    assert_eq!(left, [".rreceive-resume-6e31", ".rreceive-work-6e31"]);
+    assert_eq!(
+        left,
+        [
+            ".rreceive-durable-6e31",
+            ".rreceive-durable-6e31.1",
+            ".rreceive-resume-6e31",
+            ".rreceive-work-6e31"
+        ]
+    );
     let work = dest.join(".rreceive-work-6e31");
     assert!(fs::read_to_string(work.join("mode"))
         .unwrap()
