@@ -140,46 +140,6 @@ fn open_at(dir: BorrowedFd<'_>, name: &[u8], flags: OFlag) -> nix::Result<OwnedF
     )
 }
 
-/// Descriptors (`O_PATH`) of the directories beneath `root` whose inode
-/// numbers are in `wanted`.
-fn find_dirs(
-    root: BorrowedFd<'_>,
-    wanted: &std::collections::HashSet<u64>,
-) -> io::Result<HashMap<u64, OwnedFd>> {
-    let mut found = HashMap::new();
-    if wanted.is_empty() {
-        return Ok(found);
-    }
-    let mut stack = vec![open_at(root, b".", OFlag::O_RDONLY | OFlag::O_DIRECTORY)?];
-    while let Some(dir) = stack.pop() {
-        let mut entries = Vec::new();
-        let mut d = nix::dir::Dir::from_fd(dir.try_clone()?.into_raw_fd())?;
-        for e in d.iter().flatten() {
-            let n = e.file_name().to_bytes();
-            if n != b"." && n != b".." && e.file_type() == Some(nix::dir::Type::Directory) {
-                entries.push(n.to_vec());
-            }
-        }
-        for n in entries {
-            let Ok(sub) = open_at(dir.as_fd(), &n, OFlag::O_RDONLY | OFlag::O_DIRECTORY) else {
-                continue;
-            };
-            let ino = fstat(sub.as_raw_fd())?.st_ino;
-            if wanted.contains(&ino) {
-                found.insert(
-                    ino,
-                    open_at(dir.as_fd(), &n, OFlag::O_PATH | OFlag::O_DIRECTORY)?,
-                );
-                if found.len() == wanted.len() {
-                    return Ok(found);
-                }
-            }
-            stack.push(sub);
-        }
-    }
-    Ok(found)
-}
-
 /// Opens the files and directories beneath `root` whose inode numbers are
 /// in `wanted` (for their flags: not symlinks), walking the whole tree.
 pub(crate) fn find_inodes(
@@ -330,7 +290,7 @@ impl Overlay {
             .filter(|(_, k, _)| *k == 'd')
             .map(|(_, _, ino)| *ino)
             .collect();
-        let found = find_dirs(root, &wanted)?;
+        let found = find_inodes(root, &wanted)?;
         let mut displaced = HashMap::new();
         for (key, kind, v) in names {
             let was = match kind {
@@ -338,7 +298,7 @@ impl Overlay {
                 'd' => Was::Dir(
                     (dev, v),
                     match found.get(&v) {
-                        Some(fd) => Some(fd.try_clone()?),
+                        Some(f) => Some(OwnedFd::from(f.try_clone()?)),
                         None => None,
                     },
                 ),

@@ -137,6 +137,15 @@ thread_local! {
     static FAKE_SUPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// The number in environment variable `name` (a count or a seed for a
+/// longer run by hand), or `default`.
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Whether receives go with --fake-super: as an ordinary user, or when the
 /// test asks for it.
 fn fake_super() -> bool {
@@ -1903,14 +1912,8 @@ fn kill_one(
 #[test]
 fn a_receive_killed_at_any_command_resumes_to_the_snapshot() {
     let s = Setup::incremental();
-    let count: usize = std::env::var("KILL_COUNT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50);
-    let seed: u64 = std::env::var("KILL_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed_0030);
+    let count: usize = env_or("KILL_COUNT", 50) as usize;
+    let seed: u64 = env_or("KILL_SEED", 0x5eed_0030);
     let names = kill_scenarios();
     assert!(names.len() >= 10, "{names:?}");
     let mut streams = Vec::new();
@@ -2491,14 +2494,8 @@ fn a_receive_cut_by_a_power_loss_resumes_to_the_snapshot() {
         return;
     }
     let s = Setup::incremental();
-    let count: usize = std::env::var("POWER_COUNT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4);
-    let seed: u64 = std::env::var("POWER_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed_0031);
+    let count: usize = env_or("POWER_COUNT", 4) as usize;
+    let seed: u64 = env_or("POWER_SEED", 0x5eed_0031);
     let names = kill_scenarios();
     let mut rng = testkit::Rng(seed);
     let mut failures = Vec::new();
@@ -2579,14 +2576,8 @@ fn a_receive_resumed_after_a_kill_and_cut_by_a_power_loss_resumes() {
         return;
     }
     let s = Setup::incremental();
-    let count: usize = std::env::var("POWER_COUNT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4);
-    let seed: u64 = std::env::var("POWER_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed_0037);
+    let count: usize = env_or("POWER_COUNT", 4) as usize;
+    let seed: u64 = env_or("POWER_SEED", 0x5eed_0037);
     let names = kill_scenarios();
     let mut rng = testkit::Rng(seed);
     let mut failures = Vec::new();
@@ -2663,14 +2654,8 @@ fn a_linked_or_in_place_receive_cut_by_a_power_loss_resumes() {
         return;
     }
     let s = Setup::incremental();
-    let count: usize = std::env::var("POWER_COUNT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4);
-    let seed: u64 = std::env::var("POWER_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5eed_0036);
+    let count: usize = env_or("POWER_COUNT", 4) as usize;
+    let seed: u64 = env_or("POWER_SEED", 0x5eed_0036);
     let names = kill_scenarios();
     let mut rng = testkit::Rng(seed);
     let mut failures = Vec::new();
@@ -2864,10 +2849,7 @@ fn an_in_place_receive_killed_or_cut_resumes() {
 fn killed_or_cut_in_mode(mode: &str, seed: u64) {
     let linked = mode == "--link";
     let s = Setup::incremental();
-    let count: usize = std::env::var("KILL_COUNT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(22);
+    let count: usize = env_or("KILL_COUNT", 22) as usize;
     let mut rng = testkit::Rng(seed);
     let names = kill_scenarios();
     let tmpfs;
