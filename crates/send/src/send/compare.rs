@@ -9,7 +9,7 @@
 //! deleted (only in the parent), changed (same key, other bytes) or same
 //! (same key and bytes, in a leaf that had to be read).
 
-use super::inode::Stop;
+use super::stop::Stop;
 use btrfs_disk::block::Block;
 use btrfs_disk::tree::Item;
 use btrfs_disk::{Key, Tree};

@@ -9,7 +9,8 @@
 
 use super::clone::{Query, Source, MAX_SECTOR};
 use super::cmd::Cmd;
-use super::inode::{Result, Walk, S_IFLNK, S_IFREG};
+use super::inode::{Walk, S_IFLNK, S_IFREG};
+use super::stop::Result;
 use btrfs_disk::data::encoded_len;
 use btrfs_disk::error::Error;
 use btrfs_disk::items::{key_type, Compression, ExtentKind, FileExtentItem};
@@ -204,7 +205,7 @@ impl Walk<'_, '_> {
     ) -> Result<()> {
         let stored = encoded_len(fe);
         if stored > MAX_COMPRESSED || fe.ram_bytes() > MAX_COMPRESSED {
-            return Err(super::inode::Stop::Bad(format!(
+            return Err(super::stop::Stop::Bad(format!(
                 "the compressed extent at file offset {item_off} has {stored} bytes on disk for {} decoded; btrfs compresses at most 128 KiB into one extent",
                 fe.ram_bytes()
             )));

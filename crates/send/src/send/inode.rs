@@ -32,7 +32,8 @@ use super::cmd::{ts, Bytes, Cmd};
 use super::compare::{compare_trees, Change, Side};
 use super::refs::{NameEntry, OrphanDir, PendingMove, Ref, WaitingMove};
 use super::roots::Lookup;
-use super::sink::{Emitter, Hangup};
+use super::sink::Emitter;
+use super::stop::{Result, Stop};
 use super::utimes::DirUtimes;
 use btrfs_disk::csum::name_hash;
 use btrfs_disk::data::Inode;
@@ -67,32 +68,6 @@ const S_IFSOCK: u32 = 0o140000;
 const NAME_CACHE: usize = 16384;
 /// Whole paths kept (mostly directories, asked for every entry they get).
 const PATH_CACHE: usize = 4096;
-
-/// Why the walk stopped.
-pub(crate) enum Stop {
-    /// The writer is gone.
-    Hangup,
-    /// Reading failed.
-    Read(Error),
-    /// The trees are not what snapshots can look like.
-    Bad(String),
-    /// A subvolume read changed on disk.
-    Changed(Box<super::SendError>),
-}
-
-impl From<Hangup> for Stop {
-    fn from(_: Hangup) -> Stop {
-        Stop::Hangup
-    }
-}
-
-impl From<Error> for Stop {
-    fn from(e: Error) -> Stop {
-        Stop::Read(e)
-    }
-}
-
-pub(crate) type Result<T> = std::result::Result<T, Stop>;
 
 /// The kernel's new_encode_dev of a dev_t stored as major << 20 | minor.
 pub(crate) fn new_encode_dev(rdev: u64) -> u64 {

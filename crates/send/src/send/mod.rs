@@ -29,6 +29,7 @@ mod inode;
 mod refs;
 pub(crate) mod roots;
 mod sink;
+mod stop;
 mod utimes;
 mod verity;
 
@@ -46,9 +47,9 @@ use btrfs_disk::fs::Filesystem;
 use btrfs_disk::subvol::{SubvolSelector, Subvolume};
 use clone::Clones;
 use cmd::{Bytes, Cmd};
-pub(crate) use inode::Stop;
 use inode::Walk;
 use sink::{Emitter, Msg, Sink};
+pub(crate) use stop::Stop;
 
 /// Largest WRITE payload of protocol v1 (BTRFS_SEND_BUF_SIZE_V1 - 16 KiB).
 pub const V1_WRITE_SIZE: usize = 48 << 10;

@@ -17,8 +17,9 @@
 use std::collections::VecDeque;
 
 use super::cmd::{Bytes, Cmd};
-use super::inode::{Result, Stop, Walk, S_IFDIR};
+use super::inode::{Walk, S_IFDIR};
 use super::roots::{item_refs, FirstRef};
+use super::stop::{Result, Stop};
 use btrfs_disk::items::{key_type, objectid};
 use btrfs_disk::tree::Item;
 
