@@ -88,6 +88,19 @@ impl Subvolume {
             .map(|p| String::from_utf8_lossy(p).into_owned())
             .unwrap_or_default()
     }
+
+    /// How messages name it: `path (subvolume N)`, `subvolume N` when it
+    /// has no path, `the top level (subvolume 5)`.
+    pub fn label(&self) -> String {
+        let p = self.path_lossy();
+        if self.id == crate::items::objectid::FS_TREE {
+            "the top level (subvolume 5)".to_string()
+        } else if p.is_empty() {
+            format!("subvolume {}", self.id)
+        } else {
+            format!("{p} (subvolume {})", self.id)
+        }
+    }
 }
 
 /// How to pick a subvolume.

@@ -2,7 +2,7 @@
 //! snapshot, as records (see [`crate::record`]).
 //!
 //! The differences come from the tree compare an incremental send uses
-//! ([`crate::send::compare`]): subtrees both snapshots share are skipped
+//! ([`btrfs_disk::diff`]): subtrees both snapshots share are skipped
 //! unread, so the cost follows the change. Items arrive in key order,
 //! grouped by inode; when an inode's items are done it is judged:
 //!
@@ -24,20 +24,118 @@ use std::num::NonZeroUsize;
 
 use lru::LruCache;
 
+use crate::place::{at, inode_at};
 use crate::record::{self, Change, FileType, Record, What, WhatSet};
-use crate::send::compare::{compare_trees, Change as ItemChange, Side};
-use crate::send::roots::Lookup;
-use crate::send::{label, SendError, Stop};
 use btrfs_disk::csum::CsumType;
 use btrfs_disk::data::Inode;
+use btrfs_disk::diff::{compare_trees, Change as ItemChange, DiffError, Side};
 use btrfs_disk::error::Error;
 use btrfs_disk::fs::Filesystem;
 use btrfs_disk::items::{key_type, objectid, Compression, ExtentKind, FileExtentItem, InodeItem};
+use btrfs_disk::lookup::{Lookup, LookupError};
 use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::{Key, Tree};
 use btrfs_stream::fileattr;
 
-pub(crate) type Result<T> = std::result::Result<T, Stop>;
+/// Why a snapshot could not be read, or holds what no snapshot can, with
+/// the subvolume, inode and path it was at.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// Reading failed while an inode was being looked at.
+    #[error("{subvol}: inode {ino}{}", at(path))]
+    Inode {
+        /// The subvolume, as `path (subvolume id)`.
+        subvol: String,
+        /// The inode number.
+        ino: u64,
+        /// Its path, when known.
+        path: Option<String>,
+        /// What the reader found.
+        #[source]
+        source: Error,
+    },
+    /// Reading failed outside any inode.
+    #[error("{subvol}")]
+    Subvol {
+        /// The subvolume, as `path (subvolume id)`.
+        subvol: String,
+        /// What the reader found.
+        #[source]
+        source: Error,
+    },
+    /// The fs tree holds something a snapshot cannot.
+    #[error("{subvol}: {}{reason}", inode_at(*ino, path))]
+    Corrupt {
+        /// The subvolume, as `path (subvolume id)`.
+        subvol: String,
+        /// The inode, when one was being looked at.
+        ino: Option<u64>,
+        /// Its path, when known.
+        path: Option<String>,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl SnapshotError {
+    /// The error for `fault` in snapshot `sv`, at inode `ino` (if any)
+    /// and its path.
+    pub(crate) fn new(
+        sv: &Subvolume,
+        ino: Option<u64>,
+        path: Option<String>,
+        fault: Fault,
+    ) -> Self {
+        let subvol = sv.label();
+        match (fault, ino) {
+            (Fault::Read(source), Some(ino)) => SnapshotError::Inode {
+                subvol,
+                ino,
+                path,
+                source,
+            },
+            (Fault::Read(source), None) => SnapshotError::Subvol { subvol, source },
+            (Fault::Bad(reason), ino) => SnapshotError::Corrupt {
+                subvol,
+                ino,
+                path,
+                reason,
+            },
+        }
+    }
+}
+
+/// What went wrong, before it is placed in a snapshot.
+#[derive(Debug)]
+pub(crate) enum Fault {
+    /// Reading failed.
+    Read(Error),
+    /// The tree holds what no snapshot can.
+    Bad(String),
+}
+
+impl From<Error> for Fault {
+    fn from(e: Error) -> Fault {
+        Fault::Read(e)
+    }
+}
+
+impl From<LookupError> for Fault {
+    fn from(e: LookupError) -> Fault {
+        Fault::Read(e.into())
+    }
+}
+
+impl From<DiffError> for Fault {
+    fn from(e: DiffError) -> Fault {
+        match e {
+            DiffError::Read(e) => Fault::Read(e),
+            bad => Fault::Bad(bad.to_string()),
+        }
+    }
+}
+
+pub(crate) type Result<T> = std::result::Result<T, Fault>;
 
 /// Directory paths kept per snapshot.
 const DIR_PATHS: usize = 65536;
@@ -54,7 +152,7 @@ pub fn list_changes(
     fs: &Filesystem,
     sv: &Subvolume,
     parent: Option<&Subvolume>,
-) -> std::result::Result<Vec<Record>, SendError> {
+) -> std::result::Result<Vec<Record>, SnapshotError> {
     let mut l = Lister {
         fs,
         new: Snap::new(fs, sv),
@@ -62,7 +160,7 @@ pub fn list_changes(
         records: Vec::new(),
         cur: Touched::default(),
     };
-    l.run().map_err(|stop| l.error(stop))?;
+    l.run().map_err(|fault| l.error(fault))?;
     let mut records = l.records;
     record::sort(&mut records);
     Ok(records)
@@ -119,7 +217,7 @@ impl<'a, 'fs> Snap<'a, 'fs> {
                 break p.clone();
             }
             if parts.len() > MAX_DEPTH {
-                return Err(Stop::Bad(format!(
+                return Err(Fault::Bad(format!(
                     "directory inode {dir} is more than {MAX_DEPTH} levels deep (a loop of references?)"
                 )));
             }
@@ -162,7 +260,7 @@ impl<'a, 'fs> Snap<'a, 'fs> {
         }
         let names = self.names(ino)?;
         if names.is_empty() {
-            return Err(Stop::Bad(format!(
+            return Err(Fault::Bad(format!(
                 "inode {ino} has links but no INODE_REF or INODE_EXTREF"
             )));
         }
@@ -177,7 +275,7 @@ fn parse_inode(tree: u64, item: &btrfs_disk::tree::Item) -> Result<Inode> {
 
 fn file_type(i: &Inode) -> Result<FileType> {
     FileType::from_mode(i.mode).ok_or_else(|| {
-        Stop::Bad(format!(
+        Fault::Bad(format!(
             "inode {} has unknown file type {:o}",
             i.ino,
             i.mode & 0o170000
@@ -460,9 +558,8 @@ impl<'fs> Lister<'_, 'fs> {
         Ok(true)
     }
 
-    /// The error for `stop`, naming the inode being judged.
-    fn error(&mut self, stop: Stop) -> SendError {
-        let subvol = label(self.new.sv);
+    /// The error for `fault`, naming the inode being judged.
+    fn error(&mut self, fault: Fault) -> SnapshotError {
         let ino = self.cur.ino;
         let path = if ino == 0 {
             None
@@ -473,23 +570,7 @@ impl<'fs> Lister<'_, 'fs> {
                 .and_then(|p| p.into_iter().next())
                 .map(|p| String::from_utf8_lossy(&p).into_owned())
         };
-        match stop {
-            Stop::Read(source) if ino != 0 => SendError::Inode {
-                subvol,
-                ino,
-                path,
-                source,
-            },
-            Stop::Read(source) => SendError::Subvol { subvol, source },
-            Stop::Bad(reason) => SendError::Corrupt {
-                subvol,
-                ino: (ino != 0).then_some(ino),
-                path,
-                reason,
-            },
-            Stop::Changed(e) => *e,
-            Stop::Hangup => SendError::Walk { subvol },
-        }
+        SnapshotError::new(self.new.sv, (ino != 0).then_some(ino), path, fault)
     }
 }
 
@@ -607,7 +688,7 @@ impl DataCompare<'_> {
                 j += 1;
             }
             let (Some(pa), Some(pb)) = (a.get(i), b.get(j)) else {
-                return Err(Stop::Bad(format!(
+                return Err(Fault::Bad(format!(
                     "file inode {} has no extent piece at offset {x}",
                     self.new.1.ino
                 )));

@@ -11,6 +11,7 @@
 pub mod changes;
 pub mod cli;
 pub mod lineage;
+mod place;
 pub mod progress;
 pub mod record;
 pub mod send;

@@ -42,10 +42,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::changes::{pieces, Src};
+use crate::changes::{pieces, Fault, SnapshotError, Src};
 use crate::progress::Progress;
 use crate::record::{self, Change, FileType, Record, What, WhatSet};
-use crate::send::{label, SendError, Stop};
 use btrfs_disk::data::Inode;
 use btrfs_disk::error::Error;
 use btrfs_disk::fs::Filesystem;
@@ -131,7 +130,7 @@ pub enum VerifyError {
     },
     /// Reading the snapshot failed.
     #[error(transparent)]
-    Snapshot(#[from] SendError),
+    Snapshot(#[from] SnapshotError),
 }
 
 /// What a verify found.
@@ -382,25 +381,9 @@ fn copy_error(root: &Path, rel: &[u8]) -> impl FnOnce(io::Error) -> VerifyError 
 }
 
 /// The error for a failed read of the snapshot's inode `ino` at `at`.
-fn snap_error(sv: &Subvolume, ino: u64, at: &[u8], stop: Stop) -> VerifyError {
-    let subvol = label(sv);
+fn snap_error(sv: &Subvolume, ino: u64, at: &[u8], fault: Fault) -> VerifyError {
     let path = Some(String::from_utf8_lossy(at).into_owned());
-    VerifyError::Snapshot(match stop {
-        Stop::Read(source) => SendError::Inode {
-            subvol,
-            ino,
-            path,
-            source,
-        },
-        Stop::Bad(reason) => SendError::Corrupt {
-            subvol,
-            ino: Some(ino),
-            path,
-            reason,
-        },
-        Stop::Changed(e) => *e,
-        Stop::Hangup => SendError::Walk { subvol },
-    })
+    VerifyError::Snapshot(SnapshotError::new(sv, Some(ino), path, fault))
 }
 
 impl Verifier<'_, '_> {
@@ -413,8 +396,8 @@ impl Verifier<'_, '_> {
     }
 
     /// The error for a failed read of the snapshot.
-    fn snap_err(&self, stop: impl Into<Stop>) -> VerifyError {
-        snap_error(self.sv, self.ino, &self.at, stop.into())
+    fn snap_err(&self, fault: impl Into<Fault>) -> VerifyError {
+        snap_error(self.sv, self.ino, &self.at, fault.into())
     }
 
     fn inode(&mut self, ino: u64, rel: &[u8]) -> Result<Inode, VerifyError> {
@@ -568,7 +551,7 @@ impl Verifier<'_, '_> {
 
     fn snap_type(&self, inode: &Inode) -> Result<FileType, VerifyError> {
         FileType::from_mode(inode.mode).ok_or_else(|| {
-            self.snap_err(Stop::Bad(format!(
+            self.snap_err(Fault::Bad(format!(
                 "unknown file type {:o}",
                 inode.mode & 0o170000
             )))

@@ -24,7 +24,6 @@ use std::sync::Arc;
 use lru::LruCache;
 
 use super::cmd::Bytes;
-use super::roots::{InodeInfo, Lookup};
 use super::stream_uuid;
 use btrfs_disk::block::{Expect, Generation};
 use btrfs_disk::error::{Error, Result};
@@ -32,6 +31,7 @@ use btrfs_disk::fs::Filesystem;
 use btrfs_disk::items::{
     key_type, keyed_backref, objectid, BackRef, ExtentItem, ExtentKind, FileExtentItem,
 };
+use btrfs_disk::lookup::{InodeInfo, Lookup};
 use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::tree::Item;
 use btrfs_disk::{Key, Tree};
@@ -606,7 +606,7 @@ impl<'fs> Clones<'fs> {
 
     /// The inode facts of `ino` in clone root `i` (not the send snapshot).
     pub(crate) fn inode(&mut self, i: usize, ino: u64) -> Result<Option<InodeInfo>> {
-        self.roots[i].lookup.inode(ino)
+        Ok(self.roots[i].lookup.inode(ino)?)
     }
 }
 

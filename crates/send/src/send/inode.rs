@@ -29,19 +29,19 @@ use lru::LruCache;
 
 use super::clone::Clones;
 use super::cmd::{ts, Bytes, Cmd};
-use super::compare::{compare_trees, Change, Side};
 use super::refs::{NameEntry, OrphanDir, PendingMove, Ref, WaitingMove};
-use super::roots::Lookup;
 use super::sink::Emitter;
 use super::stop::{Result, Stop};
 use super::utimes::DirUtimes;
 use btrfs_disk::csum::name_hash;
 use btrfs_disk::data::Inode;
+use btrfs_disk::diff::{compare_trees, Change, Side};
 use btrfs_disk::error::Error;
 use btrfs_disk::fs::Filesystem;
 use btrfs_disk::items::{
     dir_entries, key_type, objectid, Compression, ExtentKind, FileExtentItem, InodeItem,
 };
+use btrfs_disk::lookup::{item_refs, InodeInfo, Lookup};
 use btrfs_disk::tree::Item;
 use btrfs_disk::{Key, Tree};
 
@@ -382,7 +382,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
     /// compare_refs: a reference that is the same in both trees still
     /// changed when its directory was deleted and re-created.
     fn refs_dir_changed(&mut self, item: &Item) -> Result<bool> {
-        let refs = super::roots::item_refs(self.send.id(), item)?;
+        let refs = item_refs(self.send.id(), item)?;
         let mut last = 0;
         for (dir, _) in refs {
             if dir == last {
@@ -446,7 +446,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             )));
         }
         let left = match &self.cur.inode {
-            Some(i) => super::roots::InodeInfo::from_inode(i),
+            Some(i) => InodeInfo::from_inode(i),
             None => self.send.need_inode(ino)?,
         };
         let kind = self.cur.kind();

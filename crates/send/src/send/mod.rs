@@ -10,8 +10,8 @@
 //! `shared/reference/send-stream.md` §2, §3.
 //!
 //! Two threads: the walk reads the fs trees in key order (comparing them
-//! for an incremental send, [`compare`]), reads, verifies and decompresses
-//! file data and decides every command;
+//! for an incremental send, [`btrfs_disk::diff`]), reads, verifies and
+//! decompresses file data and decides every command;
 //! the caller's thread encodes them (CRC included) and writes. A bounded
 //! channel between them keeps memory bounded; the order is the walk's, so
 //! the same snapshot always gives the same bytes.
@@ -23,11 +23,9 @@
 
 mod clone;
 mod cmd;
-pub(crate) mod compare;
 mod extent;
 mod inode;
 mod refs;
-pub(crate) mod roots;
 mod sink;
 mod stop;
 mod utimes;
@@ -41,6 +39,7 @@ use btrfs_stream::{Uuid, WriteError, Writer};
 pub use clone::CloneStats;
 pub use sink::StreamStats;
 
+use crate::place::{at, inode_at};
 use crate::progress::Progress;
 use btrfs_disk::error::Error;
 use btrfs_disk::fs::Filesystem;
@@ -49,7 +48,7 @@ use clone::Clones;
 use cmd::{Bytes, Cmd};
 use inode::Walk;
 use sink::{Emitter, Msg, Sink};
-pub(crate) use stop::Stop;
+use stop::Stop;
 
 /// Largest WRITE payload of protocol v1 (BTRFS_SEND_BUF_SIZE_V1 - 16 KiB).
 pub const V1_WRITE_SIZE: usize = 48 << 10;
@@ -393,21 +392,6 @@ pub fn list_or_none(v: &[String]) -> String {
     }
 }
 
-fn at(path: &Option<String>) -> String {
-    match path {
-        Some(p) if !p.is_empty() => format!(" at {p}"),
-        Some(_) => " (the subvolume root)".into(),
-        None => String::new(),
-    }
-}
-
-fn inode_at(ino: Option<u64>, path: &Option<String>) -> String {
-    match ino {
-        Some(i) => format!("inode {i}{}: ", at(path)),
-        None => String::new(),
-    }
-}
-
 /// How to send; the default is what `btrfs send` does by default
 /// (protocol 1, file data, clone search).
 #[derive(Clone)]
@@ -469,16 +453,9 @@ pub fn check_flavor(opts: &SendOptions) -> Result<(), SendError> {
     flavor(opts).map(drop)
 }
 
-/// `path (subvolume id)`, for messages.
+/// `path (subvolume id)`, for messages ([`Subvolume::label`]).
 pub fn label(sv: &Subvolume) -> String {
-    let p = sv.path_lossy();
-    if sv.id == btrfs_disk::items::objectid::FS_TREE {
-        "the top level (subvolume 5)".to_string()
-    } else if p.is_empty() {
-        format!("subvolume {}", sv.id)
-    } else {
-        format!("{p} (subvolume {})", sv.id)
-    }
+    sv.label()
 }
 
 /// Finds the subvolume `sel` and checks that it can be sent (read-only,

@@ -18,9 +18,9 @@ use std::collections::VecDeque;
 
 use super::cmd::{Bytes, Cmd};
 use super::inode::{Walk, S_IFDIR};
-use super::roots::{item_refs, FirstRef};
 use super::stop::{Result, Stop};
 use btrfs_disk::items::{key_type, objectid};
+use btrfs_disk::lookup::{item_refs, FirstRef};
 use btrfs_disk::tree::Item;
 
 /// Deepest directory nesting followed before calling it a loop (a path has

@@ -2,7 +2,9 @@
 //! are not what snapshots can look like, or a snapshot changed on disk.
 
 use super::sink::Hangup;
+use btrfs_disk::diff::DiffError;
 use btrfs_disk::error::Error;
+use btrfs_disk::lookup::LookupError;
 
 /// Why the walk stopped.
 pub(crate) enum Stop {
@@ -25,6 +27,24 @@ impl From<Hangup> for Stop {
 impl From<Error> for Stop {
     fn from(e: Error) -> Stop {
         Stop::Read(e)
+    }
+}
+
+/// A tree compare that cannot go on: its reads fail as reads do, and a
+/// tree it cannot walk is one snapshots cannot have.
+impl From<DiffError> for Stop {
+    fn from(e: DiffError) -> Stop {
+        match e {
+            DiffError::Read(e) => Stop::Read(e),
+            bad => Stop::Bad(bad.to_string()),
+        }
+    }
+}
+
+/// A failed lookup is a failed read, reported as the reader reports it.
+impl From<LookupError> for Stop {
+    fn from(e: LookupError) -> Stop {
+        Stop::Read(e.into())
     }
 }
 

@@ -8,25 +8,69 @@
 //! Every other leaf item is reported as new (only in the send tree),
 //! deleted (only in the parent), changed (same key, other bytes) or same
 //! (same key and bytes, in a leaf that had to be read).
+//!
+//! [`compare_trees`] hands each difference to one callback; the callback's
+//! own errors and the walk's ([`DiffError`]) come back as one error type.
 
-use super::stop::Stop;
-use btrfs_disk::block::Block;
-use btrfs_disk::tree::Item;
-use btrfs_disk::{Key, Tree};
+use crate::block::Block;
+use crate::error::Error;
+use crate::tree::{Item, Tree};
+use crate::Key;
 
 /// How an item differs between the two trees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Change {
+pub enum Change {
+    /// Only in the left tree (the send snapshot).
     New,
+    /// Only in the right tree (the parent).
     Deleted,
+    /// In both, with other bytes.
     Changed,
+    /// In both, with the same bytes (reported for leaves that had to be read).
     Same,
 }
 
 /// An item and its slot in its leaf.
-pub(crate) struct Side<'a> {
-    pub(crate) item: &'a Item,
-    pub(crate) slot: usize,
+pub struct Side<'a> {
+    /// The item.
+    pub item: &'a Item,
+    /// Its slot in its leaf.
+    pub slot: usize,
+}
+
+/// Why a tree compare stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    /// Reading a tree block failed.
+    #[error(transparent)]
+    Read(#[from] Error),
+    /// The walk's position in a tree is gone (a node had no block at a level).
+    #[error("tree compare lost its position")]
+    Lost,
+    /// A tree block has no key at a slot the walk reached.
+    #[error("tree block {block} has no key {slot}")]
+    NoKey {
+        /// The block's logical address.
+        block: u64,
+        /// The slot.
+        slot: usize,
+    },
+    /// A node has no pointer at a slot the walk reached.
+    #[error("tree block {block} has no pointer {slot}")]
+    NoPointer {
+        /// The block's logical address.
+        block: u64,
+        /// The slot.
+        slot: usize,
+    },
+    /// A leaf has no item at a slot the walk reached.
+    #[error("leaf {block} has no item {slot}")]
+    NoItem {
+        /// The leaf's logical address.
+        block: u64,
+        /// The slot.
+        slot: usize,
+    },
 }
 
 /// One tree's position: a block and slot per level, root last.
@@ -51,7 +95,7 @@ enum Advance {
 }
 
 impl<'fs> Walker<'fs> {
-    fn new(tree: Tree<'fs>) -> Result<Walker<'fs>, Stop> {
+    fn new(tree: Tree<'fs>) -> Result<Walker<'fs>, DiffError> {
         let root = tree.root_block()?;
         let level = usize::from(root.level());
         let mut path = vec![None; level + 1];
@@ -68,32 +112,34 @@ impl<'fs> Walker<'fs> {
         })
     }
 
-    fn at(&self, level: usize) -> Result<&(Block, usize), Stop> {
+    fn at(&self, level: usize) -> Result<&(Block, usize), DiffError> {
         self.path
             .get(level)
             .and_then(Option::as_ref)
-            .ok_or_else(|| Stop::Bad("tree compare lost its position".into()))
+            .ok_or(DiffError::Lost)
     }
 
-    fn update_key(&mut self) -> Result<(), Stop> {
+    fn update_key(&mut self) -> Result<(), DiffError> {
         let (b, slot) = self.at(self.level)?;
-        self.key = b
-            .key(*slot)
-            .ok_or_else(|| Stop::Bad(format!("tree block {} has no key {slot}", b.bytenr())))?;
+        self.key = b.key(*slot).ok_or(DiffError::NoKey {
+            block: b.bytenr(),
+            slot: *slot,
+        })?;
         Ok(())
     }
 
     /// The node pointer at the current level and slot: (blockptr, generation).
-    fn ptr(&self) -> Result<(u64, u64), Stop> {
+    fn ptr(&self) -> Result<(u64, u64), DiffError> {
         let (b, slot) = self.at(self.level)?;
-        let p = b
-            .key_ptr(*slot)
-            .ok_or_else(|| Stop::Bad(format!("tree block {} has no pointer {slot}", b.bytenr())))?;
+        let p = b.key_ptr(*slot).ok_or(DiffError::NoPointer {
+            block: b.bytenr(),
+            slot: *slot,
+        })?;
         Ok((p.blockptr, p.generation))
     }
 
     /// tree_advance: down into the child, or to the next slot (up as needed).
-    fn advance(&mut self, allow_down: bool) -> Result<(), Stop> {
+    fn advance(&mut self, allow_down: bool) -> Result<(), DiffError> {
         if self.level == 0 || !allow_down {
             self.next_or_up()?;
         } else {
@@ -108,10 +154,10 @@ impl<'fs> Walker<'fs> {
         Ok(())
     }
 
-    fn next_or_up(&mut self) -> Result<(), Stop> {
+    fn next_or_up(&mut self) -> Result<(), DiffError> {
         let level = self.level;
         let Some(Some((b, slot))) = self.path.get_mut(level) else {
-            return Err(Stop::Bad("tree compare lost its position".into()));
+            return Err(DiffError::Lost);
         };
         *slot += 1;
         let mut n = b.nritems();
@@ -124,7 +170,7 @@ impl<'fs> Walker<'fs> {
             self.path[self.level] = None;
             self.level += 1;
             let Some(Some((b, slot))) = self.path.get_mut(self.level) else {
-                return Err(Stop::Bad("tree compare lost its position".into()));
+                return Err(DiffError::Lost);
             };
             *slot += 1;
             n = b.nritems();
@@ -133,20 +179,25 @@ impl<'fs> Walker<'fs> {
         Ok(())
     }
 
-    fn item(&self) -> Result<(Item, usize), Stop> {
+    fn item(&self) -> Result<(Item, usize), DiffError> {
         let (b, slot) = self.at(0)?;
-        let item = Item::at(b, *slot)
-            .ok_or_else(|| Stop::Bad(format!("leaf {} has no item {slot}", b.bytenr())))?;
+        let item = Item::at(b, *slot).ok_or(DiffError::NoItem {
+            block: b.bytenr(),
+            slot: *slot,
+        })?;
         Ok((item, *slot))
     }
 }
 
 /// Calls `f` for every item that differs between `left` (the send
 /// snapshot) and `right` (the parent), and for the same items of leaves
-/// it had to read, in key order.
-pub(crate) fn compare_trees<F>(left: Tree<'_>, right: Tree<'_>, mut f: F) -> Result<(), Stop>
+/// it had to read, in key order. The first error of `f` stops the walk
+/// and is returned; the walk's own errors become `E` through
+/// [`From<DiffError>`].
+pub fn compare_trees<E, F>(left: Tree<'_>, right: Tree<'_>, mut f: F) -> Result<(), E>
 where
-    F: FnMut(Key, Change, Option<Side<'_>>, Option<Side<'_>>) -> Result<(), Stop>,
+    E: From<DiffError>,
+    F: FnMut(Key, Change, Option<Side<'_>>, Option<Side<'_>>) -> Result<(), E>,
 {
     let mut l = Walker::new(left)?;
     let mut r = Walker::new(right)?;
@@ -266,9 +317,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use btrfs_disk::block::{BlockSource, Expect, KeyPtr};
-    use btrfs_disk::csum::CsumType;
-    use btrfs_disk::mem::MemBlocks;
+    use crate::block::{BlockSource, Expect, KeyPtr};
+    use crate::csum::CsumType;
+    use crate::mem::MemBlocks;
     use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use uuid::Uuid;
@@ -283,7 +334,7 @@ mod tests {
     }
 
     impl BlockSource for Counting {
-        fn tree_block(&self, e: &Expect) -> btrfs_disk::Result<Block> {
+        fn tree_block(&self, e: &Expect) -> crate::Result<Block> {
             self.reads.fetch_add(1, Ordering::Relaxed);
             self.inner.tree_block(e)
         }
@@ -377,7 +428,7 @@ mod tests {
         );
 
         let mut got = Vec::new();
-        compare_trees(left, right, |k, c, l, r| {
+        compare_trees::<DiffError, _>(left, right, |k, c, l, r| {
             got.push((k, c, l.map(|s| s.item.data().to_vec()), r.is_some()));
             Ok(())
         })
@@ -447,7 +498,7 @@ mod tests {
         );
         let right = Tree::new(&src, TREE, small_leaf.blockptr, small_leaf.generation, 0);
         let mut got = Vec::new();
-        compare_trees(left, right, |k, c, _, _| {
+        compare_trees::<DiffError, _>(left, right, |k, c, _, _| {
             got.push((k, c));
             Ok(())
         })

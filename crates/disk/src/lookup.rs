@@ -1,5 +1,5 @@
-//! Lookups in one snapshot's fs tree, as the send walk asks them: inode
-//! facts, first references, directory entries by name.
+//! Lookups in one snapshot's fs tree, as a send asks them: inode facts,
+//! first references, directory entries by name.
 //!
 //! The walk asks the same questions many times (the generation of a parent
 //! directory, the first name of an inode on every path it builds), so the
@@ -7,38 +7,95 @@
 //! answer never goes stale.
 
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 
 use lru::LruCache;
 
-use super::cmd::Bytes;
-use btrfs_disk::csum::name_hash;
-use btrfs_disk::error::{Error, Result};
-use btrfs_disk::items::{
-    dir_entries, inode_extrefs, inode_refs, key_type, InodeItem, ItemError, Part,
-};
-use btrfs_disk::tree::Item;
-use btrfs_disk::{Key, Tree};
+use crate::csum::name_hash;
+use crate::error::Error;
+use crate::items::{dir_entries, inode_extrefs, inode_refs, key_type, InodeItem, ItemError, Part};
+use crate::tree::Item;
+use crate::{Key, Tree};
 
 /// Inode facts kept per lookup.
 const INODE_CACHE: usize = 8192;
 /// First references kept per lookup.
 const REF_CACHE: usize = 8192;
 
-/// What the walk needs of an inode item (the kernel's btrfs_inode_info).
+/// A name: a path component, shared by the callers that keep it.
+pub type Name = Arc<[u8]>;
+
+/// Why a lookup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    /// Reading the tree failed, or an item in it does not decode.
+    #[error(transparent)]
+    Read(#[from] Error),
+    /// An inode that must exist is not in the tree.
+    #[error("subvolume {subvol}: no inode {ino}")]
+    NoInode {
+        /// The tree (subvolume) id.
+        subvol: u64,
+        /// The inode number.
+        ino: u64,
+    },
+    /// An inode that must have a name has no INODE_REF or INODE_EXTREF.
+    #[error("subvolume {subvol}: no such file {}", no_ref(*ino))]
+    NoRef {
+        /// The tree (subvolume) id.
+        subvol: u64,
+        /// The inode number.
+        ino: u64,
+    },
+}
+
+/// What [`LookupError::NoRef`] says in place of a path.
+fn no_ref(ino: u64) -> String {
+    format!("(inode {ino} has no INODE_REF or INODE_EXTREF)")
+}
+
+/// A lookup's failure as the reader reports it: a missing inode is
+/// [`Error::NoInode`], a missing name [`Error::NoPath`] (same messages).
+impl From<LookupError> for Error {
+    fn from(e: LookupError) -> Error {
+        match e {
+            LookupError::Read(e) => e,
+            LookupError::NoInode { subvol, ino } => Error::NoInode { subvol, ino },
+            LookupError::NoRef { subvol, ino } => Error::NoPath {
+                subvol,
+                path: no_ref(ino),
+            },
+        }
+    }
+}
+
+/// A lookup's result.
+pub type Result<T, E = LookupError> = std::result::Result<T, E>;
+
+/// What a send needs of an inode item (the kernel's btrfs_inode_info).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct InodeInfo {
-    pub(crate) gen: u64,
-    pub(crate) size: u64,
-    pub(crate) mode: u32,
-    pub(crate) uid: u32,
-    pub(crate) gid: u32,
-    pub(crate) rdev: u64,
-    pub(crate) nlink: u32,
-    pub(crate) flags: u64,
+pub struct InodeInfo {
+    /// Its generation.
+    pub gen: u64,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its mode (type and permission bits).
+    pub mode: u32,
+    /// Its owner.
+    pub uid: u32,
+    /// Its group.
+    pub gid: u32,
+    /// Its device number.
+    pub rdev: u64,
+    /// Its link count.
+    pub nlink: u32,
+    /// Its inode flags.
+    pub flags: u64,
 }
 
 impl InodeInfo {
-    pub(crate) fn from_inode(i: &btrfs_disk::data::Inode) -> InodeInfo {
+    /// The facts of a decoded inode.
+    pub fn from_inode(i: &crate::data::Inode) -> InodeInfo {
         InodeInfo {
             gen: i.generation,
             size: i.size,
@@ -51,7 +108,8 @@ impl InodeInfo {
         }
     }
 
-    pub(crate) fn from_item(ii: &InodeItem<'_>) -> InodeInfo {
+    /// The facts of an INODE_ITEM.
+    pub fn from_item(ii: &InodeItem<'_>) -> InodeInfo {
         InodeInfo {
             gen: ii.generation(),
             size: ii.size(),
@@ -67,21 +125,24 @@ impl InodeInfo {
 
 /// The first reference of an inode: its parent directory and name.
 #[derive(Clone, Debug)]
-pub(crate) struct FirstRef {
-    pub(crate) dir: u64,
-    pub(crate) name: Bytes,
+pub struct FirstRef {
+    /// The parent directory's inode number.
+    pub dir: u64,
+    /// The name in it.
+    pub name: Name,
 }
 
 /// A directory entry found by name.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Found {
+pub struct Found {
     /// What the entry points at (an inode, or a subvolume's ROOT_ITEM).
-    pub(crate) location: Key,
+    pub location: Key,
 }
 
 /// Cached lookups in one fs tree.
-pub(crate) struct Lookup<'fs> {
-    pub(crate) tree: Tree<'fs>,
+pub struct Lookup<'fs> {
+    /// The tree looked in.
+    pub tree: Tree<'fs>,
     inodes: LruCache<u64, Option<InodeInfo>>,
     first_refs: LruCache<u64, Option<FirstRef>>,
 }
@@ -90,8 +151,9 @@ fn cap(n: usize) -> NonZeroUsize {
     NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN)
 }
 
-/// The names in one INODE_REF or INODE_EXTREF item: (parent, name).
-pub(crate) fn item_refs(tree: u64, item: &Item) -> Result<Vec<(u64, Bytes)>> {
+/// The names in one INODE_REF or INODE_EXTREF item of tree `tree`:
+/// (parent, name).
+pub fn item_refs(tree: u64, item: &Item) -> Result<Vec<(u64, Name)>, Error> {
     let key = item.key;
     let refs = if key.item_type == key_type::INODE_REF {
         inode_refs(key.offset, item.data()).map_err(Error::bad_item(tree, key))?
@@ -100,12 +162,13 @@ pub(crate) fn item_refs(tree: u64, item: &Item) -> Result<Vec<(u64, Bytes)>> {
     };
     Ok(refs
         .into_iter()
-        .map(|r| (r.parent, Bytes::from(r.name)))
+        .map(|r| (r.parent, Name::from(r.name)))
         .collect())
 }
 
 impl<'fs> Lookup<'fs> {
-    pub(crate) fn new(tree: Tree<'fs>) -> Lookup<'fs> {
+    /// Lookups in `tree`, with empty caches.
+    pub fn new(tree: Tree<'fs>) -> Lookup<'fs> {
         Lookup {
             tree,
             inodes: LruCache::new(cap(INODE_CACHE)),
@@ -114,12 +177,12 @@ impl<'fs> Lookup<'fs> {
     }
 
     /// The tree id.
-    pub(crate) fn id(&self) -> u64 {
+    pub fn id(&self) -> u64 {
         self.tree.id
     }
 
     /// The inode item of `ino`, if the tree has one.
-    pub(crate) fn inode(&mut self, ino: u64) -> Result<Option<InodeInfo>> {
+    pub fn inode(&mut self, ino: u64) -> Result<Option<InodeInfo>> {
         if let Some(i) = self.inodes.get(&ino) {
             return Ok(*i);
         }
@@ -135,20 +198,20 @@ impl<'fs> Lookup<'fs> {
     }
 
     /// The inode item of `ino`, which must exist.
-    pub(crate) fn need_inode(&mut self, ino: u64) -> Result<InodeInfo> {
-        self.inode(ino)?.ok_or(Error::NoInode {
+    pub fn need_inode(&mut self, ino: u64) -> Result<InodeInfo> {
+        self.inode(ino)?.ok_or(LookupError::NoInode {
             subvol: self.tree.id,
             ino,
         })
     }
 
     /// The generation of `ino`, which must exist (the kernel's get_inode_gen).
-    pub(crate) fn gen(&mut self, ino: u64) -> Result<u64> {
+    pub fn gen(&mut self, ino: u64) -> Result<u64> {
         Ok(self.need_inode(ino)?.gen)
     }
 
     /// The first INODE_REF (else INODE_EXTREF) name of `ino`.
-    pub(crate) fn first_ref(&mut self, ino: u64) -> Result<Option<FirstRef>> {
+    pub fn first_ref(&mut self, ino: u64) -> Result<Option<FirstRef>> {
         if let Some(r) = self.first_refs.get(&ino) {
             return Ok(r.clone());
         }
@@ -163,9 +226,9 @@ impl<'fs> Lookup<'fs> {
             Some(item) => {
                 let refs = item_refs(self.tree.id, &item)?;
                 let (dir, name) = refs.into_iter().next().ok_or_else(|| {
-                    Error::bad_item(self.tree.id, item.key)(ItemError::Empty {
+                    LookupError::from(Error::bad_item(self.tree.id, item.key)(ItemError::Empty {
                         what: Part::ReferenceItem,
-                    })
+                    }))
                 })?;
                 Some(FirstRef { dir, name })
             }
@@ -175,15 +238,15 @@ impl<'fs> Lookup<'fs> {
     }
 
     /// The first reference of `ino`, which must have one.
-    pub(crate) fn need_first_ref(&mut self, ino: u64) -> Result<FirstRef> {
-        self.first_ref(ino)?.ok_or_else(|| Error::NoPath {
+    pub fn need_first_ref(&mut self, ino: u64) -> Result<FirstRef> {
+        self.first_ref(ino)?.ok_or(LookupError::NoRef {
             subvol: self.tree.id,
-            path: format!("(inode {ino} has no INODE_REF or INODE_EXTREF)"),
+            ino,
         })
     }
 
     /// Every name of `ino`, item by item in key order: (parent, name).
-    pub(crate) fn all_refs(&self, ino: u64) -> Result<Vec<Vec<(u64, Bytes)>>> {
+    pub fn all_refs(&self, ino: u64) -> Result<Vec<Vec<(u64, Name)>>> {
         let mut out = Vec::new();
         for item in self.tree.range(
             Key::new(ino, key_type::INODE_REF, 0),
@@ -195,7 +258,7 @@ impl<'fs> Lookup<'fs> {
     }
 
     /// The entry `name` of directory `dir` (btrfs_lookup_dir_item).
-    pub(crate) fn dir_lookup(&self, dir: u64, name: &[u8]) -> Result<Option<Found>> {
+    pub fn dir_lookup(&self, dir: u64, name: &[u8]) -> Result<Option<Found>> {
         let key = Key::new(dir, key_type::DIR_ITEM, name_hash(name));
         let Some(item) = self.tree.search(&key)? else {
             return Ok(None);
@@ -208,7 +271,7 @@ impl<'fs> Lookup<'fs> {
 
     /// The inode entry `name` of `dir` points at; subvolume entries do not
     /// count (the kernel's lookup_dir_item_inode).
-    pub(crate) fn dir_lookup_inode(&self, dir: u64, name: &[u8]) -> Result<Option<u64>> {
+    pub fn dir_lookup_inode(&self, dir: u64, name: &[u8]) -> Result<Option<u64>> {
         Ok(self
             .dir_lookup(dir, name)?
             .filter(|f| f.location.item_type != key_type::ROOT_ITEM)
@@ -216,7 +279,7 @@ impl<'fs> Lookup<'fs> {
     }
 
     /// The DIR_INDEX entries of `dir` from index `from` on: (index, location).
-    pub(crate) fn dir_index_from(&self, dir: u64, from: u64) -> DirIndexIter<'fs> {
+    pub fn dir_index_from(&self, dir: u64, from: u64) -> DirIndexIter<'fs> {
         DirIndexIter {
             tree: self.tree.id,
             inner: self.tree.range(
@@ -228,7 +291,7 @@ impl<'fs> Lookup<'fs> {
     }
 
     /// The last DIR_INDEX entry of `dir`: (index, location).
-    pub(crate) fn last_dir_index(&self, dir: u64) -> Result<Option<(u64, Key)>> {
+    pub fn last_dir_index(&self, dir: u64) -> Result<Option<(u64, Key)>> {
         let Some(item) = self
             .tree
             .search_le(&Key::new(dir, key_type::DIR_INDEX, u64::MAX))?
@@ -244,9 +307,9 @@ impl<'fs> Lookup<'fs> {
 }
 
 /// DIR_INDEX entries of one directory, in index order.
-pub(crate) struct DirIndexIter<'fs> {
+pub struct DirIndexIter<'fs> {
     tree: u64,
-    inner: btrfs_disk::tree::RangeIter<'fs>,
+    inner: crate::tree::RangeIter<'fs>,
     pending: Vec<(u64, Key)>,
 }
 
@@ -259,7 +322,7 @@ impl Iterator for DirIndexIter<'_> {
         }
         let item = match self.inner.next()? {
             Ok(i) => i,
-            Err(e) => return Some(Err(e)),
+            Err(e) => return Some(Err(e.into())),
         };
         match dir_entries(item.data()) {
             Ok(entries) => {
@@ -267,7 +330,7 @@ impl Iterator for DirIndexIter<'_> {
                 self.pending = entries.iter().rev().map(|e| (idx, e.location)).collect();
                 self.pending.pop().map(Ok)
             }
-            Err(r) => Some(Err(Error::bad_item(self.tree, item.key)(r))),
+            Err(r) => Some(Err(Error::bad_item(self.tree, item.key)(r).into())),
         }
     }
 }
