@@ -5,7 +5,9 @@
 //! ([`Filesystem::subvolumes`], [`Filesystem::find_subvolume`]), trees
 //! ([`tree::Tree`] with point lookups, range iteration and cursors), typed
 //! item views ([`items`]) and file data ([`Filesystem::read_file`]), checked
-//! against the checksum tree and repaired from other copies.
+//! against the checksum tree and repaired from other copies. Above them sit
+//! what a send and its tools share: the comparison of two trees ([`diff`])
+//! and cached lookups in a snapshot ([`lookup`]).
 //!
 //! The modules form layers, each importing only those below it:
 //!
@@ -16,9 +18,13 @@
 //!    [`BlockSource`] trait through which trees read blocks;
 //! 5. [`tree`]: searching and walking any tree over a [`BlockSource`];
 //!    [`mem`] holds trees in memory, for tests and fuzzing;
-//! 6. [`fs`]: the [`Filesystem`] (devices, chunk map, RAID, the root trees),
+//! 6. [`diff`]: two trees compared item by item, shared subtrees skipped
+//!    unread (the kernel's btrfs_compare_trees), with [`diff::DiffError`];
+//! 7. [`fs`]: the [`Filesystem`] (devices, chunk map, RAID, the root trees),
 //!    itself a [`BlockSource`];
-//! 7. [`subvol`], [`data`]: subvolumes, inodes, directories and file data.
+//! 8. [`subvol`], [`data`]: subvolumes, inodes, directories and file data;
+//! 9. [`lookup`]: cached lookups in one snapshot's fs tree (inode facts,
+//!    first references, directory entries), with [`lookup::LookupError`].
 //!
 //! The only `unsafe` code is the memory map of an image file in [`device`].
 

@@ -14,9 +14,11 @@ const LAYERS: &[&[&str]] = &[
     &["device"],
     &["block"],
     &["mem", "tree"],
+    &["diff"],
     &["fs"],
     &["subvol"],
     &["data"],
+    &["lookup"],
 ];
 
 fn layer_of(m: &str) -> Option<usize> {
