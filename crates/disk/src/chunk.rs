@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 use crate::bytes::{u16_at, u32_at, u64_at, uuid_at};
-pub use crate::error::{ChunkError, RebuildError, SysChunkArrayError};
 use crate::key::Key;
 
 /// Chunk type bits.
@@ -602,6 +601,180 @@ pub mod raid56 {
         }
         (p, q)
     }
+}
+
+/// Why the RAID5/6 rebuild of a data strip is impossible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cannot rebuild: {missing} data strips missing, P {}, Q {}",
+    presence(*p_present),
+    presence(*q_present)
+)]
+pub struct RebuildError {
+    /// Data strips unavailable, the target included.
+    pub missing: usize,
+    /// Whether P was readable.
+    pub p_present: bool,
+    /// Whether Q was readable.
+    pub q_present: bool,
+}
+
+fn presence(present: bool) -> &'static str {
+    if present {
+        "present"
+    } else {
+        "missing"
+    }
+}
+
+/// A malformed chunk item, or a read it cannot map (see [`crate::chunk`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ChunkError {
+    /// A field lies past the end of the item.
+    #[error("chunk item is truncated at byte {offset}")]
+    Truncated {
+        /// The field's offset in the item.
+        offset: usize,
+    },
+    /// num_stripes is 0.
+    #[error("chunk has no stripes")]
+    NoStripes,
+    /// The item is too short for its stripes.
+    #[error("chunk item of {len} bytes is too short for {stripes} stripes")]
+    TooShortForStripes {
+        /// The item's size.
+        len: usize,
+        /// num_stripes.
+        stripes: usize,
+    },
+    /// Length 0, or the chunk runs past the end of the address space.
+    #[error("bad chunk length {length}")]
+    BadLength {
+        /// The length.
+        length: u64,
+    },
+    /// stripe_len is not a power of two in 4 KiB..=1 GiB.
+    #[error("bad stripe_len {stripe_len}")]
+    BadStripeLen {
+        /// The stripe_len.
+        stripe_len: u64,
+    },
+    /// The chunk is REMAPPED.
+    #[error("REMAPPED chunks (remap tree) are not supported")]
+    Remapped,
+    /// More than one profile bit is set.
+    #[error("chunk type 0x{flags:x} has several profiles")]
+    SeveralProfiles {
+        /// The type bits.
+        flags: u64,
+    },
+    /// The stripe count does not fit the profile.
+    #[error("{profile} chunk with {stripes} stripes and {sub_stripes} sub-stripes")]
+    BadStripeCount {
+        /// The profile, by its [`crate::chunk::Profile`] name.
+        profile: &'static str,
+        /// num_stripes.
+        stripes: usize,
+        /// sub_stripes.
+        sub_stripes: u16,
+    },
+    /// A copy the profile does not have.
+    #[error("mirror {mirror} of a {profile} chunk")]
+    NoSuchMirror {
+        /// The copy asked for (1-based).
+        mirror: u32,
+        /// The profile, by its [`crate::chunk::Profile`] name.
+        profile: &'static str,
+    },
+    /// A RAID5/6 chunk mapped as a mirror.
+    #[error("parity profile mapped as a mirror")]
+    ParityAsMirror,
+    /// The physical offset overflows.
+    #[error("physical offset overflows")]
+    PhysicalOverflow {
+        /// The stripe.
+        stripe: usize,
+    },
+    /// Not a RAID5/6 chunk.
+    #[error("not a parity chunk")]
+    NotParity,
+    /// The offset into the stripes overflows.
+    #[error("offset overflows")]
+    OffsetOverflow,
+    /// A logical address outside the chunk.
+    #[error("logical {logical} is outside chunk {start}..{end}")]
+    Outside {
+        /// The address.
+        logical: u64,
+        /// The chunk's start.
+        start: u64,
+        /// Its end.
+        end: u64,
+    },
+    /// The chunk overlaps another one.
+    #[error("overlaps chunk at logical {other}")]
+    Overlaps {
+        /// The other chunk's logical start.
+        other: u64,
+    },
+    /// A stripe index the chunk does not have.
+    #[error("no stripe {stripe}")]
+    NoStripe {
+        /// The index.
+        stripe: usize,
+    },
+    /// The Q strip of a RAID6 row cannot be read.
+    #[error("logical {logical}: Q strip unreadable")]
+    QUnreadable {
+        /// The address being read.
+        logical: u64,
+    },
+    /// A data strip cannot be rebuilt from parity.
+    #[error("logical {logical}: {reason}")]
+    Rebuild {
+        /// The address being read.
+        logical: u64,
+        /// Why.
+        reason: RebuildError,
+    },
+}
+
+/// A malformed sys_chunk_array in the superblock.
+///
+/// Offsets are byte offsets into the array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SysChunkArrayError {
+    /// A key runs past the end.
+    #[error("sys_chunk_array: truncated key at byte {offset}")]
+    TruncatedKey {
+        /// Where it starts.
+        offset: usize,
+    },
+    /// A key that is not `(256, CHUNK_ITEM, logical)`.
+    #[error("sys_chunk_array: unexpected key ({}, {}, {})", key.objectid, key.item_type, key.offset)]
+    UnexpectedKey {
+        /// Where it starts.
+        offset: usize,
+        /// The key.
+        key: Key,
+    },
+    /// A chunk item runs past the end.
+    #[error("sys_chunk_array: truncated at byte {offset}")]
+    Truncated {
+        /// Where it starts.
+        offset: usize,
+    },
+    /// A chunk item is malformed.
+    #[error("sys_chunk_array chunk at logical {logical}: {reason}")]
+    BadChunk {
+        /// The chunk's logical start.
+        logical: u64,
+        /// What is wrong.
+        reason: ChunkError,
+    },
+    /// No chunk at all.
+    #[error("sys_chunk_array is empty")]
+    Empty,
 }
 
 #[cfg(test)]

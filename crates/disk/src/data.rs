@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use crate::csum::CsumType;
-use crate::error::{DataError, Error, ItemError, Result};
+use crate::error::{DataError, Error, Result};
 use crate::fs::{CsumRun, Filesystem, NoticeKind};
 use crate::items::{
     dir_entries, inode_extrefs, inode_flags, inode_refs, key_type, objectid, Compression,
-    ExtentKind, FileExtentItem, InodeItem, InodeRef, Timespec,
+    ExtentKind, FileExtentItem, InodeItem, InodeRef, ItemError, Timespec,
 };
 use crate::key::Key;
 use crate::subvol::Subvolume;

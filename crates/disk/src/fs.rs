@@ -8,12 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use uuid::Uuid;
 
 use crate::block::{check_expect, validate, Block, BlockCache, BlockSource, Expect, Generation};
-use crate::chunk::{parse_sys_chunk_array, raid56, Chunk, ChunkMap, Profile};
+use crate::chunk::{parse_sys_chunk_array, raid56, Chunk, ChunkError, ChunkMap, Profile};
 use crate::csum::CsumType;
 use crate::device::Device;
-use crate::error::{
-    ChunkError, Error, MirrorFault, MirrorRefusal, NoSuperblockReason, Result, TreeBlockError,
-};
+use crate::error::{Error, MirrorFault, MirrorRefusal, NoSuperblockReason, Result, TreeBlockError};
 use crate::items::{DevItem, RootItem};
 use crate::key::Key;
 use crate::key::{key_type, objectid};

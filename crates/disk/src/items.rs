@@ -6,7 +6,6 @@
 use uuid::Uuid;
 
 use crate::bytes::{slice_at, u16_at, u32_at, u64_at, u8_at, uuid_at};
-pub use crate::error::{ItemError, Part};
 use crate::key::Key;
 
 pub use crate::key::{key_type, key_type_name, objectid};
@@ -713,6 +712,181 @@ impl<'a> DevItem<'a> {
     pub fn fsid(&self) -> Uuid {
         uuid_at(self.0, 0x52).unwrap_or_default()
     }
+}
+
+/// The on-disk structure, or part of one, that an [`ItemError`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// An INODE_ITEM.
+    InodeItem,
+    /// A ROOT_ITEM.
+    RootItem,
+    /// A ROOT_REF or ROOT_BACKREF.
+    RootRef,
+    /// A ROOT_REF or ROOT_BACKREF with its name.
+    RootRefWithName,
+    /// An INODE_REF record.
+    InodeRef,
+    /// The name of an INODE_REF record.
+    InodeRefName,
+    /// An INODE_EXTREF record.
+    InodeExtref,
+    /// The name of an INODE_EXTREF record.
+    InodeExtrefName,
+    /// A DIR_ITEM, DIR_INDEX or XATTR_ITEM record.
+    DirItem,
+    /// The name of a dir item record.
+    DirItemName,
+    /// The data (xattr value) of a dir item record.
+    DirItemData,
+    /// An EXTENT_DATA item.
+    FileExtentItem,
+    /// A regular or prealloc EXTENT_DATA item.
+    RegularFileExtentItem,
+    /// An EXTENT_ITEM or METADATA_ITEM.
+    ExtentItem,
+    /// An EXTENT_DATA_REF, keyed or inline.
+    ExtentDataRef,
+    /// A SHARED_DATA_REF, keyed or inline.
+    SharedDataRef,
+    /// A VERITY_DESC_ITEM.
+    VerityDescriptorItem,
+    /// A DEV_ITEM.
+    DevItem,
+    /// An INODE_REF or INODE_EXTREF item.
+    ReferenceItem,
+}
+
+impl Part {
+    /// Its name in messages (`inode ref name`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::InodeItem => "inode item",
+            Part::RootItem => "root item",
+            Part::RootRef => "root ref",
+            Part::RootRefWithName => "root ref with its name",
+            Part::InodeRef => "inode ref",
+            Part::InodeRefName => "inode ref name",
+            Part::InodeExtref => "inode extref",
+            Part::InodeExtrefName => "inode extref name",
+            Part::DirItem => "dir item",
+            Part::DirItemName => "dir item name",
+            Part::DirItemData => "dir item data",
+            Part::FileExtentItem => "file extent item",
+            Part::RegularFileExtentItem => "regular file extent item",
+            Part::ExtentItem => "extent item",
+            Part::ExtentDataRef => "extent data ref",
+            Part::SharedDataRef => "shared data ref",
+            Part::VerityDescriptorItem => "verity descriptor item",
+            Part::DevItem => "dev item",
+            Part::ReferenceItem => "reference item",
+        }
+    }
+}
+
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A malformed tree item (see [`crate::items`]); the caller adds the tree and key.
+///
+/// Offsets are byte offsets into the item's data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ItemError {
+    /// The item is shorter than its fixed part.
+    #[error("{what} of {len} bytes, at least {need} needed")]
+    TooShort {
+        /// The structure.
+        what: Part,
+        /// The item's size.
+        len: usize,
+        /// The size needed.
+        need: usize,
+    },
+    /// A packed record's fixed fields run past the end of the item.
+    #[error("truncated {what} at byte {offset}")]
+    Truncated {
+        /// The record.
+        what: Part,
+        /// Where the record starts.
+        offset: usize,
+    },
+    /// A packed record's variable part (name or data) runs past the end of the item.
+    #[error("{what} of {len} bytes at byte {offset} overruns the item")]
+    Overrun {
+        /// The field.
+        what: Part,
+        /// Where the field starts.
+        offset: usize,
+        /// Its length.
+        len: usize,
+    },
+    /// An item with no record where at least one is needed.
+    #[error("empty {what}")]
+    Empty {
+        /// The item.
+        what: Part,
+    },
+    /// A file extent of unknown type.
+    #[error("unknown file extent type {value}")]
+    UnknownExtentType {
+        /// The type byte.
+        value: u8,
+    },
+    /// A file extent of unknown compression.
+    #[error("unknown compression {value}")]
+    UnknownCompression {
+        /// The compression byte.
+        value: u8,
+    },
+    /// A file extent with encryption or another encoding.
+    #[error("encrypted or otherwise encoded extent")]
+    Encoded {
+        /// The encryption byte.
+        encryption: u8,
+        /// The other_encoding field.
+        other_encoding: u16,
+    },
+    /// An inline backref of unknown type.
+    #[error("unknown inline ref type {ref_type} at {offset}")]
+    UnknownInlineRef {
+        /// The ref type.
+        ref_type: u8,
+        /// Where it is.
+        offset: usize,
+    },
+    /// An inline backref running past the end of its extent item.
+    #[error("truncated inline ref type {ref_type} at {offset}")]
+    TruncatedInlineRef {
+        /// The ref type.
+        ref_type: u8,
+        /// Where it starts.
+        offset: usize,
+    },
+    /// A UUID tree item whose size is not a multiple of 8.
+    #[error("uuid item of {len} bytes")]
+    UuidItemSize {
+        /// Its size.
+        len: usize,
+    },
+    /// A piece of a fs-verity descriptor out of sequence.
+    #[error("descriptor piece at {at} after {have} bytes")]
+    VerityGap {
+        /// Its offset in the descriptor.
+        at: u64,
+        /// Descriptor bytes read before it.
+        have: usize,
+    },
+    /// A fs-verity descriptor with pieces missing at the end.
+    #[error("verity descriptor of {size} bytes has only {have}")]
+    VerityShort {
+        /// Its recorded size.
+        size: usize,
+        /// Bytes found.
+        have: usize,
+    },
 }
 
 #[cfg(test)]

@@ -11,20 +11,26 @@
 //!
 //! The modules form layers, each importing only those below it:
 //!
-//! 1. [`key`], [`csum`], [`error`]: keys and key types, checksums, errors;
-//! 2. [`superblock`], [`items`], [`chunk`]: decoding of on-disk structures;
-//! 3. [`device`]: reading devices and image files;
-//! 4. [`block`]: tree blocks, their validation and cache, and the
+//! 1. [`key`], [`csum`]: keys and key types, checksums;
+//! 2. [`superblock`], [`items`], [`chunk`]: decoding of on-disk structures,
+//!    each with its own error ([`superblock::SuperblockError`],
+//!    [`items::ItemError`], [`chunk::ChunkError`], ...);
+//! 3. [`error`]: the reader's [`Error`], which carries those as reasons,
+//!    and the errors of reads that fail in turn (tree block and superblock
+//!    copies, file data): they hold an [`Error`] of their own, so they live
+//!    beside it;
+//! 4. [`device`]: reading devices and image files;
+//! 5. [`block`]: tree blocks, their validation and cache, and the
 //!    [`BlockSource`] trait through which trees read blocks;
-//! 5. [`tree`]: searching and walking any tree over a [`BlockSource`];
+//! 6. [`tree`]: searching and walking any tree over a [`BlockSource`];
 //!    [`mem`] holds trees in memory, for tests and fuzzing;
-//! 6. [`diff`]: two trees compared item by item, shared subtrees skipped
+//! 7. [`diff`]: two trees compared item by item, shared subtrees skipped
 //!    unread (the kernel's btrfs_compare_trees), with [`diff::DiffError`];
-//! 7. [`fs`]: the [`Filesystem`] (devices, chunk map, RAID, the root trees),
+//! 8. [`fs`]: the [`Filesystem`] (devices, chunk map, RAID, the root trees),
 //!    itself a [`BlockSource`];
-//! 8. [`subvol`], [`data`]: subvolumes, inodes, directories and file data;
-//! 9. [`lookup`]: cached lookups in one snapshot's fs tree (inode facts,
-//!    first references, directory entries), with [`lookup::LookupError`].
+//! 9. [`subvol`], [`data`]: subvolumes, inodes, directories and file data;
+//! 10. [`lookup`]: cached lookups in one snapshot's fs tree (inode facts,
+//!     first references, directory entries), with [`lookup::LookupError`].
 //!
 //! The only `unsafe` code is the memory map of an image file in [`device`].
 

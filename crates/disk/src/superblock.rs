@@ -4,7 +4,6 @@ use uuid::Uuid;
 
 use crate::bytes::{u16_at, u32_at, u64_at, u8_at, uuid_at};
 use crate::csum::CsumType;
-pub use crate::error::{FeatureError, SuperblockError};
 
 /// Size of one superblock copy.
 pub const SUPER_INFO_SIZE: usize = 4096;
@@ -320,6 +319,115 @@ impl Superblock {
         }
         Ok(())
     }
+}
+
+/// Why a superblock copy is refused (see [`crate::superblock::Superblock::parse`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SuperblockError {
+    /// Fewer than 4096 bytes.
+    #[error("short superblock ({len} bytes)")]
+    Short {
+        /// Bytes given.
+        len: usize,
+    },
+    /// No `_BHRfS_M`.
+    #[error("bad magic at physical {bytenr}")]
+    BadMagic {
+        /// Where the copy was read.
+        bytenr: u64,
+    },
+    /// A checksum type this reader does not know.
+    #[error("unknown checksum type {value}")]
+    UnknownCsumType {
+        /// csum_type.
+        value: u16,
+    },
+    /// The checksum does not match.
+    #[error("{csum} checksum mismatch at physical {bytenr}")]
+    CsumMismatch {
+        /// The checksum algorithm.
+        csum: &'static str,
+        /// Where the copy was read.
+        bytenr: u64,
+    },
+    /// The copy records another offset than where it was read.
+    #[error("copy at physical {bytenr} says it is at {recorded}")]
+    Misplaced {
+        /// Where the copy was read.
+        bytenr: u64,
+        /// Its bytenr field.
+        recorded: u64,
+    },
+    /// sectorsize is not a power of two in 4 KiB..=64 KiB.
+    #[error("bad sectorsize {value}")]
+    BadSectorsize {
+        /// sectorsize.
+        value: u32,
+    },
+    /// nodesize is not a power of two in sectorsize..=64 KiB.
+    #[error("bad nodesize {value}")]
+    BadNodesize {
+        /// nodesize.
+        value: u32,
+    },
+    /// A root level of 8 or more.
+    #[error("bad {field} level {level}")]
+    BadLevel {
+        /// `root`, `chunk_root` or `log_root`.
+        field: &'static str,
+        /// The level.
+        level: u8,
+    },
+    /// A root address that is not sector-aligned.
+    #[error("{field} {value} is not sector-aligned")]
+    Unaligned {
+        /// `root`, `chunk_root` or `log_root`.
+        field: &'static str,
+        /// The address.
+        value: u64,
+    },
+    /// sys_chunk_array_size over 2048.
+    #[error("sys_chunk_array_size {size} is too large")]
+    SysChunkArrayTooLarge {
+        /// sys_chunk_array_size.
+        size: usize,
+    },
+    /// num_devices is 0.
+    #[error("num_devices is 0")]
+    NoDevices,
+    /// The dev_item belongs to another filesystem.
+    #[error("dev_item fsid {dev_item} differs from fsid {fsid}")]
+    FsidMismatch {
+        /// The dev_item's fsid.
+        dev_item: Uuid,
+        /// The (metadata) fsid.
+        fsid: Uuid,
+    },
+}
+
+/// A feature or state of the filesystem this reader does not handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FeatureError {
+    /// A known incompat flag that is not supported.
+    #[error("incompat flag {name} (bit {bit})")]
+    Incompat {
+        /// Its btrfs name.
+        name: &'static str,
+        /// Its bit.
+        bit: u32,
+    },
+    /// An incompat flag without a name.
+    #[error("unknown incompat flag bit {bit} (0x{mask:x})", mask = 1u64 << *bit)]
+    UnknownIncompat {
+        /// Its bit.
+        bit: u32,
+    },
+    /// The superblock flags say an offline conversion is in progress.
+    #[error("an offline conversion is in progress (superblock flags 0x{flags:x})")]
+    Converting {
+        /// The superblock flags.
+        flags: u64,
+    },
 }
 
 #[cfg(test)]

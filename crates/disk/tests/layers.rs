@@ -9,8 +9,8 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &["bytes"],
     &["key", "csum"],
-    &["error"],
     &["superblock", "items", "chunk"],
+    &["error"],
     &["device"],
     &["block"],
     &["mem", "tree"],
