@@ -1,6 +1,8 @@
-//! What every tool's command line prints besides its own work: shell
-//! completion scripts and the man page, both generated from the tool's
-//! [`clap::Command`], so they never drift from its flags.
+//! What every tool's command line does besides its own work: how it ends
+//! ([`exit`]: the error on standard error and the exit code, the same for
+//! rsend, rreceive and rdump), and shell completion scripts and the man
+//! page, both generated from the tool's [`clap::Command`], so they never
+//! drift from its flags.
 //!
 //! A `main.rs` whose `Args` derives [`clap::Parser`] flattens [`ExtraArgs`]
 //! into it and, right after parsing, hands the request to [`print()`]:
@@ -16,12 +18,15 @@
 //! }
 //!
 //! fn main() -> std::process::ExitCode {
-//!     let args = Args::parse();
+//!     let args = match Args::try_parse() {
+//!         Ok(a) => a,
+//!         Err(e) => return rsend_cli::exit("rdump", Err(e.into())),
+//!     };
 //!     if let Some(what) = args.extra.requested() {
 //!         return rsend_cli::print(Args::command(), &what);
 //!     }
 //!     // ... the tool's own work ...
-//!     std::process::ExitCode::SUCCESS
+//!     rsend_cli::exit("rdump", Ok(()))
 //! }
 //! ```
 
@@ -134,6 +139,85 @@ pub fn print(cmd: clap::Command, what: &Extra) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// How a tool's run failed, for [`exit`].
+#[derive(Debug)]
+pub enum Failure {
+    /// clap found the command line wrong (or was asked for `--help`,
+    /// `--version`): clap's text, exit code 2 (0 for help and version).
+    Clap(clap::Error),
+    /// The command line is wrong in a way clap does not check: exit code
+    /// 2, after `TOOL: error: ` and this message.
+    Usage(String),
+    /// The work failed: exit code 1, after `TOOL: error: ` and the error
+    /// with each of its causes that its message does not already say.
+    Error(anyhow::Error),
+    /// The tool said what went wrong itself (such as the differences
+    /// `rsend --verify` lists): this exit code and nothing more.
+    Said(u8),
+}
+
+impl Failure {
+    /// An error said by its message alone (its causes are in it already).
+    pub fn msg(message: impl std::fmt::Display) -> Failure {
+        Failure::Error(anyhow::Error::msg(message.to_string()))
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Failure {
+        Failure::Error(e)
+    }
+}
+
+impl From<clap::Error> for Failure {
+    fn from(e: clap::Error) -> Failure {
+        Failure::Clap(e)
+    }
+}
+
+/// How every tool ends: for a failure of the tool named `tool`, prints it
+/// to standard error (`rsend: error: ...`) and chooses the exit code: 0
+/// for success, 1 for an error, 2 for a wrong command line.
+pub fn exit(tool: &str, r: Result<(), Failure>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Clap(e)) => {
+            let _ = e.print();
+            // 2, or 0 for --help and --version.
+            ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+        }
+        Err(Failure::Usage(msg)) => {
+            say_error(tool, msg);
+            ExitCode::from(2)
+        }
+        Err(Failure::Error(e)) => {
+            say_error(tool, said_once(&e));
+            ExitCode::from(1)
+        }
+        Err(Failure::Said(code)) => ExitCode::from(code),
+    }
+}
+
+/// Prints `TOOL: error: MESSAGE` to standard error, as [`exit`] does, for
+/// a tool that says more after it (and then ends with [`Failure::Said`]).
+pub fn say_error(tool: &str, message: impl std::fmt::Display) {
+    eprintln!("{tool}: error: {message}");
+}
+
+/// `e` and its causes, each said once (a cause whose text is already in
+/// the message is not repeated).
+fn said_once(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg
 }
 
 /// An I/O error as words, without the OS's "(os error N)".
@@ -255,6 +339,36 @@ mod tests {
             let err = extra(Args::command(), &what, &mut Full).unwrap_err();
             assert_eq!(err.to_string(), "disk full");
         }
+    }
+
+    #[test]
+    fn causes_are_said_once() {
+        let e = anyhow::anyhow!("disk full").context("writing the stream");
+        assert_eq!(said_once(&e), "writing the stream: disk full");
+        let e = anyhow::anyhow!("disk full").context("writing the stream: disk full");
+        assert_eq!(said_once(&e), "writing the stream: disk full");
+    }
+
+    #[test]
+    fn exit_codes() {
+        let code = |r| format!("{:?}", exit("demo", r));
+        assert_eq!(code(Ok(())), format!("{:?}", ExitCode::SUCCESS));
+        assert_eq!(
+            code(Err(Failure::msg("bad"))),
+            format!("{:?}", ExitCode::from(1))
+        );
+        assert_eq!(
+            code(Err(Failure::Usage("no NAME".into()))),
+            format!("{:?}", ExitCode::from(2))
+        );
+        assert_eq!(
+            code(Err(Failure::Said(3))),
+            format!("{:?}", ExitCode::from(3))
+        );
+        let Err(usage) = Args::try_parse_from(["demo", "--nosuchflag"]) else {
+            panic!("an unknown flag parsed");
+        };
+        assert_eq!(code(Err(usage.into())), format!("{:?}", ExitCode::from(2)));
     }
 
     #[test]

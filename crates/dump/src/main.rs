@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 use rdump::{buffered, dump_input, DumpError, Input, JsonDump, Streams, Summary, TextDump};
+use rsend_cli::Failure;
 
 /// Real jobs, shown at the end of `--help` and in the man page.
 const EXAMPLES: &str = "\
@@ -43,24 +44,22 @@ struct Args {
 fn main() -> ExitCode {
     let args = match Args::try_parse() {
         Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
+        Err(e) => return rsend_cli::exit("rdump", Err(e.into())),
     };
     if let Some(what) = args.extra.requested() {
         return rsend_cli::print(Args::command(), &what);
     }
+    rsend_cli::exit("rdump", run(&args))
+}
+
+/// Prints the stream the command line names.
+fn run(args: &Args) -> Result<(), Failure> {
     let input = match args.file.as_deref() {
         None => Input::stdin(),
         Some(p) if p.as_os_str() == "-" => Input::stdin(),
-        Some(p) => match Input::open(p) {
-            Ok(i) => i,
-            Err(e) => {
-                eprintln!("rdump: error: cannot open {}: {e}", p.display());
-                return ExitCode::from(1);
-            }
-        },
+        Some(p) => {
+            Input::open(p).map_err(|e| Failure::msg(format!("cannot open {}: {e}", p.display())))?
+        }
     };
     let out = buffered(io::stdout().lock());
     let streams = if args.all_streams {
@@ -76,12 +75,9 @@ fn main() -> ExitCode {
         dump_input(input, &mut TextDump::new(out), streams)
     };
     match res {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => Ok(()),
         // A closed pipe (`rdump | head`) is not an error worth reporting.
-        Err(DumpError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rdump: error: {e}");
-            ExitCode::from(1)
-        }
+        Err(DumpError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Failure::msg(e)),
     }
 }

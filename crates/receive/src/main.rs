@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{ArgAction, CommandFactory, Parser};
 use rdump::{buffered, dump, DumpError, Streams, TextDump};
+use rsend_cli::Failure;
 
 /// Receive btrfs send streams into DEST: real subvolumes on btrfs,
 /// directories anywhere else. Every path stays beneath DEST.
@@ -178,10 +179,10 @@ fn input(
         Some(p) if p.as_os_str() == "-" => Ok(stdin()),
         Some(p) => match File::open(p) {
             Ok(f) => Ok(Box::new(f)),
-            Err(e) => {
-                eprintln!("rreceive: error: cannot open {}: {e}", p.display());
-                Err(ExitCode::from(1))
-            }
+            Err(e) => Err(rsend_cli::exit(
+                "rreceive",
+                Err(Failure::msg(format!("cannot open {}: {e}", p.display()))),
+            )),
         },
     }
 }
@@ -195,12 +196,14 @@ fn list(dest: &std::path::Path, json: bool, plain: bool) -> ExitCode {
     let listed = match rreceive::Dest::open(dest, plain).and_then(|d| d.list()) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!(
-                "rreceive: error: destination {}: {}",
-                dest.display(),
-                rsend_cli::plain_io(&e)
+            return rsend_cli::exit(
+                "rreceive",
+                Err(Failure::msg(format!(
+                    "destination {}: {}",
+                    dest.display(),
+                    rsend_cli::plain_io(&e)
+                ))),
             );
-            return ExitCode::from(1);
         }
     };
     let mut lines = Vec::with_capacity(listed.len() + 1);
@@ -261,14 +264,14 @@ fn list(dest: &std::path::Path, json: bool, plain: bool) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // The reader stopped reading (`| head`): it has what it wanted.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!(
-                "rreceive: error: writing the list of {}: {}",
+        Err(e) => rsend_cli::exit(
+            "rreceive",
+            Err(Failure::msg(format!(
+                "writing the list of {}: {}",
                 dest.display(),
                 rsend_cli::plain_io(&e)
-            );
-            ExitCode::from(1)
-        }
+            ))),
+        ),
     }
 }
 
@@ -279,11 +282,13 @@ fn dest_and_name(
 ) -> Result<(std::path::PathBuf, Vec<u8>), ExitCode> {
     use std::os::unix::ffi::OsStrExt;
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-        eprintln!(
-            "rreceive: error: {flag} {}: give DEST/NAME, the subvolume's directory",
-            path.display()
-        );
-        return Err(ExitCode::from(2));
+        return Err(rsend_cli::exit(
+            "rreceive",
+            Err(Failure::Usage(format!(
+                "{flag} {}: give DEST/NAME, the subvolume's directory",
+                path.display()
+            ))),
+        ));
     };
     let dir = if dir.as_os_str().is_empty() {
         std::path::Path::new(".")
@@ -304,10 +309,13 @@ fn delete_incomplete(path: &std::path::Path, plain: bool) -> ExitCode {
         .and_then(|d| d.delete_incomplete(&name));
     match res {
         Ok(()) => ExitCode::SUCCESS,
-        Err(why) => {
-            eprintln!("rreceive: error: not deleted: {}: {why}", path.display());
-            ExitCode::from(1)
-        }
+        Err(why) => rsend_cli::exit(
+            "rreceive",
+            Err(Failure::msg(format!(
+                "not deleted: {}: {why}",
+                path.display()
+            ))),
+        ),
     }
 }
 
@@ -322,12 +330,14 @@ fn resume_token(path: &std::path::Path, plain: bool) -> ExitCode {
     let dest = match rreceive::Dest::open(dir, plain) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!(
-                "rreceive: error: no resume token: {}: {}",
-                dir.display(),
-                rsend_cli::plain_io(&e)
+            return rsend_cli::exit(
+                "rreceive",
+                Err(Failure::msg(format!(
+                    "no resume token: {}: {}",
+                    dir.display(),
+                    rsend_cli::plain_io(&e)
+                ))),
             );
-            return ExitCode::from(1);
         }
     };
     let why = match dest.existing(name) {
@@ -357,8 +367,10 @@ fn resume_token(path: &std::path::Path, plain: bool) -> ExitCode {
             },
         },
     };
-    eprintln!("rreceive: error: no resume token: {why}");
-    ExitCode::from(1)
+    rsend_cli::exit(
+        "rreceive",
+        Err(Failure::msg(format!("no resume token: {why}"))),
+    )
 }
 
 /// The size of the stream when it is a regular file (`-f FILE`, or
@@ -393,10 +405,7 @@ fn stop_on_signals() -> Option<rreceive::StopFlag> {
 fn main() -> ExitCode {
     let args = match Args::try_parse() {
         Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
+        Err(e) => return rsend_cli::exit("rreceive", Err(e.into())),
     };
     if let Some(what) = args.extra.requested() {
         return rsend_cli::print(Args::command(), &what);
@@ -410,7 +419,7 @@ fn main() -> ExitCode {
     if args.list {
         return match &args.dest {
             Some(d) => list(d, args.json, args.plain),
-            None => ExitCode::from(2),
+            None => rsend_cli::exit("rreceive", Err(Failure::Said(2))),
         };
     }
     let stop = if args.dump { None } else { stop_on_signals() };
@@ -429,15 +438,14 @@ fn main() -> ExitCode {
         return match dump(stream, &mut TextDump::new(out), Streams::First) {
             Ok(()) => ExitCode::SUCCESS,
             Err(DumpError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("rreceive: error: {e}");
-                ExitCode::from(1)
-            }
+            Err(e) => rsend_cli::exit("rreceive", Err(Failure::msg(e))),
         };
     }
     let Some(dest) = args.dest else {
-        eprintln!("rreceive: error: no destination given");
-        return ExitCode::from(2);
+        return rsend_cli::exit(
+            "rreceive",
+            Err(Failure::Usage("no destination given".into())),
+        );
     };
     // Modes come from the stream; the process umask must not alter them.
     nix::sys::stat::umask(nix::sys::stat::Mode::empty());
@@ -466,7 +474,7 @@ fn main() -> ExitCode {
         Err(f) => {
             let transient = f.error.permanent().is_none();
             let stopped = f.resumable.is_some() || (transient && f.incomplete.is_none());
-            eprintln!("rreceive: error: {}", f.error);
+            rsend_cli::say_error("rreceive", &f.error);
             if let Some(p) = f.given_back {
                 eprintln!(
                     "rreceive: nothing was changed: parent {} is back as it was",
@@ -507,11 +515,8 @@ fn main() -> ExitCode {
                      stream again (when there is room, the connection is back...)"
                 );
             }
-            if stopped {
-                ExitCode::from(STOPPED)
-            } else {
-                ExitCode::from(1)
-            }
+            let code = if stopped { STOPPED } else { 1 };
+            rsend_cli::exit("rreceive", Err(Failure::Said(code)))
         }
     }
 }

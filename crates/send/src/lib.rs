@@ -1,16 +1,37 @@
 //! rsend: btrfs send streams made straight from devices or image files,
 //! without the kernel.
 //!
-//! [`send::send_subvolume`] turns a read-only snapshot, read by the on-disk
-//! reader [`btrfs_disk`], into a full send stream as `btrfs send` does;
-//! [`cli`] holds what the `rsend` binary does, and [`progress`] its
-//! progress bar.
+//! Two layers. This library is the engine: it reads a filesystem through
+//! the on-disk reader [`btrfs_disk`] and never prints or touches the
+//! terminal. Each engine returns what it found (stream statistics,
+//! records, a report) or a typed error, and reports how far it got
+//! through a [`progress::Progress`]:
+//!
+//! - [`send`]: full and incremental streams of read-only snapshots, as
+//!   `btrfs send` makes them ([`send::send_subvolume`],
+//!   [`send::send_incremental`], [`send::send_with`]);
+//! - [`changes`]: what changed between two snapshots, as [`record`]s;
+//! - [`verify`]: how a copy on any filesystem differs from a snapshot;
+//! - [`record`]: the records both list, as text or JSON lines;
+//! - [`lineage`]: which subvolumes descend from the same one (the
+//!   parents an incremental send may use);
+//! - [`progress`], [`output`], [`io_text`]: the small pieces the binary
+//!   shares with the engines (progress reports, where a stream may go,
+//!   I/O errors in words).
+//!
+//! The `rsend` binary (`src/bin/rsend/`, built with the default `cli`
+//! feature) is the command line: flags, choosing parents, reading
+//! `rreceive --list`, the progress bar, and every line on standard
+//! error. A library user takes `default-features = false` and gets none
+//! of the command line's dependencies (its parser, its error reporting,
+//! its progress bar).
 
 #![warn(missing_docs)]
 
 pub mod changes;
-pub mod cli;
+pub mod io_text;
 pub mod lineage;
+pub mod output;
 mod place;
 pub mod progress;
 pub mod record;

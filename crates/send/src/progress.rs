@@ -1,11 +1,6 @@
-//! Progress on a terminal: bytes and files sent, against totals from a
-//! cheap pre-walk of the fs tree (metadata only), with an ETA.
-
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
-
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+//! How an engine tells how far it got: the [`Progress`] a send or a
+//! verify reports to (the `rsend` binary draws it as a progress bar on a
+//! terminal), and the [`totals`] a full send will reach.
 
 use btrfs_disk::error::{Error, Result};
 use btrfs_disk::fs::Filesystem;
@@ -13,78 +8,25 @@ use btrfs_disk::items::{key_type, objectid, ExtentKind, FileExtentItem, InodeIte
 use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::Key;
 
-/// A progress bar on standard error.
-#[derive(Clone)]
-pub struct Progress {
-    bar: ProgressBar,
-    files: Arc<AtomicU64>,
-    files_total: Arc<AtomicU64>,
+/// Where a send or a verify reports its progress: bytes of file data and
+/// files done, against totals that may come later (from another thread).
+/// Engines call it on the thread that runs them, once per batch of work,
+/// and never print; what to show is the implementation's business.
+pub trait Progress: Send + Sync {
+    /// The work will cover `bytes` of file data in `files` files (see
+    /// [`totals`]).
+    fn set_totals(&self, bytes: u64, files: u64);
+    /// `bytes` more of file data and `files` more files are done.
+    fn advance(&self, bytes: u64, files: u64);
 }
 
-impl Progress {
-    /// A bar on standard error named `prefix`; totals come later.
-    pub fn new(prefix: &str) -> Progress {
-        // Drawn only once styled and named.
-        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{prefix} {spinner} {bytes} ({binary_bytes_per_sec}), {msg}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        );
-        bar.set_prefix(prefix.to_string());
-        let p = Progress {
-            bar,
-            files: Arc::new(AtomicU64::new(0)),
-            files_total: Arc::new(AtomicU64::new(0)),
-        };
-        p.show_files();
-        p.bar.set_draw_target(ProgressDrawTarget::stderr());
-        p.bar.enable_steady_tick(Duration::from_millis(200));
-        p
-    }
+/// Progress told to no one: for callers that show none.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoProgress;
 
-    /// Sets the totals (from [`totals`]); the bar and ETA appear.
-    pub fn set_totals(&self, bytes: u64, files: u64) {
-        self.files_total.store(files, Ordering::Relaxed);
-        self.bar.set_style(
-            ProgressStyle::with_template(
-                "{prefix} [{wide_bar}] {bytes}/{total_bytes} ({binary_bytes_per_sec}), {msg}, ETA {eta}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
-        self.bar.set_length(bytes);
-        self.show_files();
-    }
-
-    pub(crate) fn advance(&self, bytes: u64, files: u64) {
-        self.bar.inc(bytes);
-        if files > 0 {
-            self.files.fetch_add(files, Ordering::Relaxed);
-            self.show_files();
-        }
-    }
-
-    fn show_files(&self) {
-        let done = self.files.load(Ordering::Relaxed);
-        let total = self.files_total.load(Ordering::Relaxed);
-        if total > 0 {
-            self.bar.set_message(format!("{done}/{total} files"));
-        } else {
-            self.bar.set_message(format!("{done} files"));
-        }
-    }
-
-    /// Removes the bar.
-    pub fn finish(&self) {
-        self.bar.finish_and_clear();
-    }
-
-    /// Runs `f` (which prints to stderr) with the bar hidden.
-    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
-        self.bar.suspend(f)
-    }
+impl Progress for NoProgress {
+    fn set_totals(&self, _bytes: u64, _files: u64) {}
+    fn advance(&self, _bytes: u64, _files: u64) {}
 }
 
 /// What a full send of `sv` will carry: (file data bytes, inodes), from its

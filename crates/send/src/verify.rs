@@ -120,7 +120,7 @@ pub enum VerifyError {
         reason: String,
     },
     /// Reading the copy failed.
-    #[error("reading the copy at {}: {}", .path.display(), rsend_cli::plain_io(.source))]
+    #[error("reading the copy at {}: {}", .path.display(), crate::io_text::plain_io(.source))]
     Copy {
         /// The path in the copy.
         path: PathBuf,
@@ -153,20 +153,20 @@ pub fn verify(
     sv: &Subvolume,
     dir: &Path,
     ignore: Ignore,
-    progress: Option<&Progress>,
+    progress: &dyn Progress,
 ) -> Result<Report, VerifyError> {
     let bad_dir = |reason: String| VerifyError::Dir {
         dir: dir.to_path_buf(),
         reason,
     };
-    let md = std::fs::metadata(dir).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
+    let md = std::fs::metadata(dir).map_err(|e| bad_dir(crate::io_text::plain_io(&e)))?;
     if !md.is_dir() {
         return Err(bad_dir("not a directory".into()));
     }
     // DIR itself may be reached through a symlink; nothing below it is.
-    let dir = &std::fs::canonicalize(dir).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
+    let dir = &std::fs::canonicalize(dir).map_err(|e| bad_dir(crate::io_text::plain_io(&e)))?;
     let root_fd =
-        open_copy(Place::path(dir), true).map_err(|e| bad_dir(rsend_cli::plain_io(&e)))?;
+        open_copy(Place::path(dir), true).map_err(|e| bad_dir(crate::io_text::plain_io(&e)))?;
     let fs_type = nix::sys::statfs::statfs(dir).map(|s| s.filesystem_type());
     let on_btrfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::BTRFS_SUPER_MAGIC);
     let on_xfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::XFS_SUPER_MAGIC);
@@ -226,7 +226,7 @@ struct Verifier<'a, 'fs> {
     sv: &'a Subvolume,
     tree: Tree<'fs>,
     root: PathBuf,
-    progress: Option<&'a Progress>,
+    progress: &'a dyn Progress,
     report: Report,
     on_btrfs: bool,
     on_xfs: bool,
@@ -570,9 +570,7 @@ impl Verifier<'_, '_> {
         let inode = self.inode(ino, rel)?;
         let ft = self.snap_type(&inode)?;
         self.report.paths += 1;
-        if let Some(p) = self.progress {
-            p.advance(0, 1);
-        }
+        self.progress.advance(0, 1);
         let mut w = WhatSet::default();
         if md.file_type() != Some(ft) {
             w.add(What::Type);
@@ -764,7 +762,7 @@ struct DataCheck<'a, 'fs> {
     sv: &'a Subvolume,
     tree: Tree<'fs>,
     root: &'a Path,
-    progress: Option<&'a Progress>,
+    progress: &'a dyn Progress,
     /// Read buffers kept across files (a fresh zeroed 1 MiB per file costs
     /// more than the comparison of most files).
     bufs: Buffers,
@@ -812,9 +810,7 @@ impl DataCheck<'_, '_> {
             let hi = inode.size.min(lo + WINDOW);
             for p in pieces(&self.tree, inode.ino, lo, hi).map_err(snap_err)? {
                 let r = cmp.piece(&p);
-                if let Some(prog) = self.progress {
-                    prog.advance(std::mem::take(&mut cmp.read), 0);
-                }
+                self.progress.advance(std::mem::take(&mut cmp.read), 0);
                 match r {
                     Ok(true) => {}
                     Ok(false) => return Ok(false),

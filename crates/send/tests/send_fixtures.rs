@@ -312,7 +312,7 @@ fn a_damaged_leaf_ends_the_stream_without_end_and_says_where() {
 fn a_terminal_is_refused() {
     // The check itself: a file is fine.
     let f = tempfile::tempfile().unwrap();
-    assert!(rsend::cli::refuse_terminal(&f, "x").is_ok());
+    assert!(rsend::output::refuse_terminal(&f, "x").is_ok());
     // The binary under a pseudo-terminal (script(1) gives it one).
     let Some(script) = testkit::which("script") else {
         println!("SKIP a_terminal_is_refused: script(1) not installed");

@@ -32,7 +32,7 @@ mod utimes;
 mod verity;
 
 use std::io::Write;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 
 use btrfs_stream::{Uuid, WriteError, Writer};
 
@@ -40,7 +40,7 @@ pub use clone::CloneStats;
 pub use sink::StreamStats;
 
 use crate::place::{at, inode_at};
-use crate::progress::Progress;
+use crate::progress::{NoProgress, Progress};
 use btrfs_disk::error::Error;
 use btrfs_disk::fs::Filesystem;
 use btrfs_disk::subvol::{SubvolSelector, Subvolume};
@@ -403,8 +403,8 @@ pub struct SendOptions {
     /// Send UPDATE_EXTENT (offset and length) instead of file data, as
     /// `btrfs send --no-data`; the stream only tells what changed.
     pub no_data: bool,
-    /// Where to show progress (bytes and files sent).
-    pub progress: Option<Progress>,
+    /// Where to report progress (bytes and files sent).
+    pub progress: Arc<dyn Progress>,
     /// Write every extent instead of cloning shared ones (as a stream
     /// without clone search looks; for comparisons).
     pub no_clones: bool,
@@ -423,7 +423,7 @@ impl Default for SendOptions {
             proto: 1,
             compressed: false,
             no_data: false,
-            progress: None,
+            progress: Arc::new(NoProgress),
             no_clones: false,
             dry_run: false,
             resume: None,
@@ -742,7 +742,7 @@ pub fn send_with<W: Write>(
             out,
             flavor.write_size(),
             pool_tx,
-            opts.progress.as_ref(),
+            &*opts.progress,
             mode,
             proto,
         );

@@ -193,7 +193,7 @@ pub(crate) struct Sink<'w, W: Write> {
     /// Largest WRITE payload (48 KiB in v1).
     pub(crate) chunk: usize,
     pub(crate) pool: Sender<Vec<u8>>,
-    pub(crate) progress: Option<&'w Progress>,
+    pub(crate) progress: &'w dyn Progress,
     pub(crate) stats: StreamStats,
     pub(crate) ended: bool,
     pub(crate) mode: Mode,
@@ -215,7 +215,7 @@ impl<'w, W: Write> Sink<'w, W> {
         w: &'w mut Writer<W>,
         chunk: usize,
         pool: Sender<Vec<u8>>,
-        progress: Option<&'w Progress>,
+        progress: &'w dyn Progress,
         mode: Mode,
         version: u32,
     ) -> Sink<'w, W> {
@@ -375,9 +375,7 @@ impl<'w, W: Write> Sink<'w, W> {
             }
         }
         self.stats.files += b.files;
-        if let Some(p) = self.progress {
-            p.advance(sent(&self.stats) - before, b.files);
-        }
+        self.progress.advance(sent(&self.stats) - before, b.files);
         Ok(())
     }
 }

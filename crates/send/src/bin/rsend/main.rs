@@ -1,12 +1,28 @@
 //! `rsend`: btrfs send streams made straight from devices or image files.
+//!
+//! The command line over the engine library ([`rsend`]): it parses the
+//! flags here, runs one command ([`send`], [`compare`], [`fs`]) and
+//! reports how it ended as every tool does ([`rsend_cli::exit`]). The
+//! commands choose parents ([`parents`], [`held`]), draw the progress bar
+//! ([`bar`]) and say on standard error what the engine returned.
+
+mod bar;
+mod compare;
+mod fs;
+mod held;
+mod parents;
+mod send;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use btrfs_disk::SubvolSelector;
 use clap::{CommandFactory, Parser};
-use rsend::cli::SendArgs;
-use rsend::cli::SubvolSelector;
 use rsend::verify::Ignore;
+use rsend_cli::Failure;
+
+use crate::compare::CompareArgs;
+use crate::send::SendArgs;
 
 /// Real jobs, shown at the end of `--help` and in the man page.
 const EXAMPLES: &str = "\
@@ -212,39 +228,45 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) => return rsend_cli::exit("rsend", Err(e.into())),
+    };
     if let Some(what) = args.extra.requested() {
         return rsend_cli::print(Args::command(), &what);
     }
-    let r = if args.list {
+    rsend_cli::exit("rsend", run(&args))
+}
+
+/// Runs what the command line asks for.
+fn run(args: &Args) -> Result<(), Failure> {
+    if args.list {
         let stdout = std::io::stdout();
-        rsend::cli::list(&args.devices, &mut stdout.lock())
+        fs::list(&args.devices, &mut stdout.lock())?;
     } else if let Some(cat) = &args.cat_file {
         let sel = match args.subvolid.first() {
             Some(id) => SubvolSelector::Id(*id),
             None => SubvolSelector::Path(cat[0].clone()),
         };
         let stdout = std::io::stdout();
-        rsend::cli::cat_file(&args.devices, &sel, &cat[1], &mut stdout.lock()).map(|_| ())
+        fs::cat_file(&args.devices, &sel, &cat[1], &mut stdout.lock())?;
     } else if args.changes || args.verify.is_some() {
         let subvol = match (&args.subvols[..], &args.subvolid[..]) {
             ([p], []) => SubvolSelector::Path(p.clone()),
             ([], [id]) => SubvolSelector::Id(*id),
-            _ => Args::command()
-                .error(
-                    clap::error::ErrorKind::WrongNumberOfValues,
-                    "--changes and --verify take exactly one SUBVOL (or --subvolid ID)",
-                )
-                .exit(),
+            _ => {
+                return Err(Args::command()
+                    .error(
+                        clap::error::ErrorKind::WrongNumberOfValues,
+                        "--changes and --verify take exactly one SUBVOL (or --subvolid ID)",
+                    )
+                    .into())
+            }
         };
-        let c = rsend::cli::CompareArgs {
+        let c = CompareArgs {
             devices: args.devices.clone(),
             subvol: Some(subvol),
-            parent: args
-                .parent
-                .clone()
-                .map(SubvolSelector::Path)
-                .or(args.parent_id.map(SubvolSelector::Id)),
+            parent: parent(args),
             json: args.json,
             quiet: args.quiet,
             ignore: args.ignore.iter().fold(Ignore::default(), |mut i, k| {
@@ -254,30 +276,30 @@ fn main() -> ExitCode {
             }),
         };
         match &args.verify {
-            Some(dir) => match rsend::cli::verify(&c, dir) {
-                // The copy differs: the listing said how.
-                Ok(false) => return ExitCode::from(1),
-                Ok(true) => Ok(()),
-                Err(e) => Err(e),
-            },
-            None => rsend::cli::changes(&c),
+            // The copy differs: the listing said how.
+            Some(dir) => {
+                if !compare::verify(&c, dir)? {
+                    return Err(Failure::Said(1));
+                }
+            }
+            None => compare::changes(&c)?,
         }
     } else {
         if args.json {
-            Args::command()
+            return Err(Args::command()
                 .error(
                     clap::error::ErrorKind::ArgumentConflict,
                     "--json goes with --changes or --verify",
                 )
-                .exit();
+                .into());
         }
         if args.subvols.is_empty() && args.subvolid.is_empty() {
-            Args::command()
+            return Err(Args::command()
                 .error(
                     clap::error::ErrorKind::MissingRequiredArgument,
                     "give at least one SUBVOL (or --subvolid ID) to send, or --list",
                 )
-                .exit();
+                .into());
         }
         let subvols = args
             .subvols
@@ -288,14 +310,16 @@ fn main() -> ExitCode {
         let resume = match args.resume.as_deref().map(str::parse) {
             None => None,
             Some(Ok(t)) => Some(t),
-            Some(Err(e)) => Args::command()
-                .error(
-                    clap::error::ErrorKind::ValueValidation,
-                    format!("--resume: {e}"),
-                )
-                .exit(),
+            Some(Err(e)) => {
+                return Err(Args::command()
+                    .error(
+                        clap::error::ErrorKind::ValueValidation,
+                        format!("--resume: {e}"),
+                    )
+                    .into())
+            }
         };
-        rsend::cli::send(&SendArgs {
+        send::send(&SendArgs {
             devices: args.devices.clone(),
             subvols,
             output: args.file.clone(),
@@ -307,11 +331,7 @@ fn main() -> ExitCode {
                 .unwrap_or(if args.compressed_data { 2 } else { 1 }),
             compressed: args.compressed_data,
             no_data: args.no_data,
-            parent: args
-                .parent
-                .clone()
-                .map(SubvolSelector::Path)
-                .or(args.parent_id.map(SubvolSelector::Id)),
+            parent: parent(args),
             clone_srcs: args
                 .clone_src
                 .iter()
@@ -322,27 +342,15 @@ fn main() -> ExitCode {
             resume,
             parent_from: args.parent_from.clone(),
             parent_any: args.parent_any,
-        })
-    };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rsend: error: {}", report(&e));
-            ExitCode::from(1)
-        }
+        })?;
     }
+    Ok(())
 }
 
-/// `e` and its causes, each said once (a cause whose text is already in
-/// the message is not repeated).
-fn report(e: &anyhow::Error) -> String {
-    let mut msg = e.to_string();
-    for cause in e.chain().skip(1) {
-        let c = cause.to_string();
-        if !msg.contains(&c) {
-            msg.push_str(": ");
-            msg.push_str(&c);
-        }
-    }
-    msg
+/// The parent `-p` or `--parent-id` names.
+fn parent(args: &Args) -> Option<SubvolSelector> {
+    args.parent
+        .clone()
+        .map(SubvolSelector::Path)
+        .or(args.parent_id.map(SubvolSelector::Id))
 }

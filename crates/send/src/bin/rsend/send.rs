@@ -1,0 +1,300 @@
+//! `rsend SUBVOL...`: sending streams, or measuring them (`-n`).
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, IsTerminal, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use btrfs_disk::subvol::Subvolume;
+use btrfs_disk::SubvolSelector;
+use btrfs_stream::resume::Token;
+use btrfs_stream::Writer;
+use rsend::io_text::plain_io;
+use rsend::output::refuse_terminal;
+use rsend::progress::{NoProgress, Progress};
+use rsend::send::{
+    check_flavor, find_sendable, label, related, send_with, SendError, SendOptions,
+    DEFAULT_HIGHEST_PROTO,
+};
+
+use crate::bar::{showing, Bar};
+use crate::fs::open_fs;
+use crate::parents::{check_resume, find_parent, find_source, parent_from_list, pick_parent};
+
+/// Tree block cache of a send.
+const SEND_CACHE_BYTES: usize = 64 << 20;
+
+/// What `rsend SUBVOL...` is asked to do.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SendArgs {
+    /// Devices or image files of the filesystem.
+    pub(crate) devices: Vec<PathBuf>,
+    /// Subvolumes to send, in order; one stream each, concatenated.
+    pub(crate) subvols: Vec<SubvolSelector>,
+    /// Output file; standard output when `None`.
+    pub(crate) output: Option<PathBuf>,
+    /// Print nothing but errors.
+    pub(crate) quiet: bool,
+    /// Also print what each stream holds.
+    pub(crate) verbose: u8,
+    /// Protocol version (0 = the highest a standard btrfs-progs receives, 2).
+    pub(crate) proto: u32,
+    /// Compressed extents as stored (ENCODED_WRITE, v2 and later).
+    pub(crate) compressed: bool,
+    /// UPDATE_EXTENT instead of file data (`btrfs send --no-data`).
+    pub(crate) no_data: bool,
+    /// The parent of an incremental send (`-p` / `--parent-id`).
+    pub(crate) parent: Option<SubvolSelector>,
+    /// Clone sources (`-c`); without a parent they choose one.
+    pub(crate) clone_srcs: Vec<SubvolSelector>,
+    /// Whether `proto` was asked for (`--proto`), not a default.
+    pub(crate) proto_given: bool,
+    /// Measure the stream instead of writing it (`-n`).
+    pub(crate) dry_run: bool,
+    /// Continue a stream a receive stopped in (`--resume`).
+    pub(crate) resume: Option<Token>,
+    /// Pick the parent from what a destination holds (`--parent-from`):
+    /// the `rreceive --list` output in this file (`-`: standard input).
+    pub(crate) parent_from: Option<PathBuf>,
+    /// With `parent_from`: pick the newest snapshot the destination holds
+    /// of any subvolume, not only of the one sent (`--parent-any`).
+    pub(crate) parent_any: bool,
+}
+
+/// Sends every subvolume of `args` as concatenated full streams, as
+/// `btrfs send SUBVOL...` does. On error the streams written so far are
+/// flushed, the failing one without its END.
+pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
+    let mut proto = args.proto;
+    if let Some(t) = &args.resume {
+        if args.subvols.len() != 1 {
+            anyhow::bail!("--resume continues one stream: give exactly one SUBVOL");
+        }
+        let asked = if proto == 0 {
+            DEFAULT_HIGHEST_PROTO
+        } else {
+            proto
+        };
+        if args.proto_given && asked != t.version {
+            anyhow::bail!(
+                "cannot resume: the stream received before is protocol version {}, and --proto {proto} was given",
+                t.version
+            );
+        }
+        proto = t.version;
+    }
+    check_flavor(&SendOptions {
+        proto,
+        compressed: args.compressed,
+        no_data: args.no_data,
+        ..SendOptions::default()
+    })?;
+    let to_stdout = args.output.as_ref().is_none_or(|p| p.as_os_str() == "-");
+    if to_stdout && !args.dry_run {
+        refuse_terminal(&std::io::stdout(), "standard output")?;
+    }
+    let fs = open_fs(&args.devices, args.quiet, SEND_CACHE_BYTES)?;
+    let mut svs = Vec::new();
+    for sel in &args.subvols {
+        svs.push(find_sendable(&fs, sel)?);
+    }
+    let mut explicit_parent = match &args.parent {
+        Some(sel) => Some(find_parent(&fs, sel)?),
+        None => None,
+    };
+    if let Some(t) = &args.resume {
+        explicit_parent = check_resume(&fs, &svs[0], explicit_parent, t)?;
+    } else if let (Some(list), Some(sv)) = (&args.parent_from, svs.first()) {
+        explicit_parent = parent_from_list(&fs, sv, list, args.parent_any, args.quiet)?;
+    }
+    let mut sources = Vec::new();
+    for sel in &args.clone_srcs {
+        sources.push(find_source(&fs, sel, "clone source")?);
+    }
+    if let Some(p) = &explicit_parent {
+        sources.push(p.clone());
+    }
+    // btrfs-progs: with -p or -c every subvolume is sent against a parent
+    // (the explicit one first, then one picked among the clone sources,
+    // which grow by each subvolume sent); otherwise all are full.
+    let incremental = explicit_parent.is_some() || !args.clone_srcs.is_empty();
+    let mut parents: Vec<Option<Subvolume>> = Vec::new();
+    // The clone sources of each send: the -c ones, the parent, and (as
+    // btrfs-progs adds them) the subvolumes sent before it in this run.
+    let mut clone_sets: Vec<Vec<Subvolume>> = Vec::new();
+    for (i, sv) in svs.iter().enumerate() {
+        let p = match (&explicit_parent, i) {
+            (Some(p), 0) => Some(p.clone()),
+            _ if incremental => Some(pick_parent(&fs, sv, &sources)?.clone()),
+            _ => None,
+        };
+        if let Some(p) = &p {
+            if !related(sv, p) && !args.quiet {
+                eprintln!(
+                    "rsend: warning: parent {} is not related to {} (neither is a snapshot of the other or of the same subvolume); the stream is correct but holds more than the change",
+                    label(p),
+                    label(sv)
+                );
+            }
+        }
+        let mut set = sources.clone();
+        set.extend(p.clone());
+        clone_sets.push(set);
+        parents.push(p);
+        if incremental {
+            sources.push(sv.clone());
+        }
+    }
+    let file = match &args.output {
+        _ if args.dry_run => OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .context("/dev/null")?,
+        Some(p) if p.as_os_str() != "-" => {
+            let f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(p)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {}", p.display(), plain_io(&e)))?;
+            refuse_terminal(&f, &p.display().to_string())?;
+            f
+        }
+        _ => File::from(
+            std::io::stdout()
+                .as_fd()
+                .try_clone_to_owned()
+                .context("standard output")?,
+        ),
+    };
+    // A failed write names the file (`-f OUT`: its disk may be full).
+    let writing = match &args.output {
+        Some(p) if p.as_os_str() != "-" && !args.dry_run => {
+            format!("writing the stream to {}", p.display())
+        }
+        _ => "writing the stream".to_string(),
+    };
+    let output_error = |io: &std::io::Error| anyhow::anyhow!("{writing}: {}", plain_io(io));
+    // Small commands are gathered; WRITEs (larger than the buffer) go straight out.
+    let mut w = Writer::new(BufWriter::with_capacity(32 << 10, file));
+    let show_progress = !args.quiet && !args.dry_run && std::io::stderr().is_terminal();
+    let mut total = 0u64;
+    for ((sv, parent), clone_srcs) in svs.iter().zip(&parents).zip(&clone_sets) {
+        if !args.quiet {
+            eprintln!("At subvol {}", sv.path_lossy());
+        }
+        let bar = show_progress.then(|| Arc::new(Bar::new(&sv.path_lossy())));
+        let progress: Arc<dyn Progress> = match &bar {
+            Some(bar) => bar.clone(),
+            None => Arc::new(NoProgress),
+        };
+        let opts = SendOptions {
+            proto,
+            compressed: args.compressed,
+            no_data: args.no_data,
+            progress,
+            no_clones: false,
+            dry_run: args.dry_run,
+            resume: args.resume.as_ref().map(|t| t.point),
+        };
+        let started = std::time::Instant::now();
+        let retries = fs.retries();
+        let full = parent.is_none().then_some((&fs, sv));
+        let r = showing(bar.as_deref(), full, || {
+            send_with(&fs, sv, parent.as_ref(), clone_srcs, &mut w, &opts)
+        });
+        match r {
+            Ok(stats) => {
+                if args.dry_run {
+                    total += stats.bytes;
+                    let line = format!(
+                        "{}\t{} bytes\t{} commands\t{} files\t{} bytes of file data\t{} cloned\t{} compressed",
+                        sv.path_lossy(),
+                        stats.bytes,
+                        stats.commands,
+                        stats.files,
+                        stats.data_bytes + stats.encoded_file_bytes,
+                        stats.cloned_bytes,
+                        stats.encoded_bytes
+                    );
+                    if !table_line(&line)? {
+                        return Ok(());
+                    }
+                }
+                if let Some(t) = &args.resume {
+                    if !args.quiet {
+                        eprintln!(
+                            "rsend: resumed {} after command {} (byte {}): {} bytes written",
+                            label(sv),
+                            t.point.commands,
+                            t.point.offset,
+                            stats.bytes
+                        );
+                    }
+                }
+                if args.verbose > 0 {
+                    let encoded = if stats.encoded_writes > 0 {
+                        format!(
+                            "; {} of file data sent compressed as {} bytes in {} ENCODED_WRITEs",
+                            stats.encoded_file_bytes, stats.encoded_bytes, stats.encoded_writes
+                        )
+                    } else {
+                        String::new()
+                    };
+                    eprintln!(
+                        "{}: {} commands, {} bytes ({} of file data in WRITEs; {} cloned in {} CLONEs{encoded}), {} inodes, {} truncates, {} retries in {:.2?}",
+                        label(sv),
+                        stats.commands,
+                        stats.bytes,
+                        stats.data_bytes,
+                        stats.cloned_bytes,
+                        stats.clones,
+                        stats.files,
+                        stats.truncates,
+                        fs.retries() - retries,
+                        started.elapsed()
+                    );
+                    if fs.retries() > retries {
+                        eprintln!(
+                            "{}: the running filesystem rewrote tree blocks during the send; {} lookups were read again from newer commits (generation {} now)",
+                            label(sv),
+                            fs.retries() - retries,
+                            fs.generation()
+                        );
+                    }
+                }
+            }
+            Err(e) => {
+                // What was written stays; the stream just has no END.
+                let _ = w.flush();
+                return Err(match e {
+                    SendError::Output(io) => output_error(&io),
+                    e => e.into(),
+                });
+            }
+        }
+    }
+    w.flush().map_err(|e| match e {
+        btrfs_stream::WriteError::Io(io) => output_error(&io),
+        e => anyhow::Error::new(e).context(writing.clone()),
+    })?;
+    if args.dry_run {
+        table_line(&format!("size\t{total}"))?;
+    }
+    Ok(())
+}
+
+/// Prints one line of the dry run's table; false when standard output is a
+/// closed pipe (`rsend -n ... | head -1`), which ends the dry run quietly.
+fn table_line(line: &str) -> anyhow::Result<bool> {
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{line}").and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(anyhow::Error::new(e).context("writing the dry run's table")),
+    }
+}
