@@ -1,5 +1,6 @@
-//! Tree blocks (nodes and leaves): their layout, their validation, the block
-//! cache, and [`BlockSource`], the one way tree code reads a block.
+//! Tree blocks (nodes and leaves): their layout, their validation (with
+//! [`BlockError`], why a copy is refused) and the block cache. Tree code
+//! reads them through [`crate::tree::BlockSource`].
 
 use std::sync::Arc;
 
@@ -7,8 +8,6 @@ use uuid::Uuid;
 
 use crate::bytes::{u32_at, u64_at, u8_at, uuid_at};
 use crate::csum::CsumType;
-pub use crate::error::BlockError;
-use crate::error::Result;
 use crate::key::Key;
 
 /// Size of a tree block header.
@@ -19,13 +18,6 @@ pub const ITEM_SIZE: usize = 25;
 pub const KEY_PTR_SIZE: usize = 33;
 /// Tree levels go from 0 (leaf) to 7.
 pub const MAX_LEVEL: u8 = 8;
-
-/// Where tree blocks come from: a filesystem on its devices, or blocks held
-/// in memory. Returns the block at `e.logical`, validated and matching `e`.
-pub trait BlockSource: Sync {
-    /// The validated block that `e` points to.
-    fn tree_block(&self, e: &Expect) -> Result<Block>;
-}
 
 /// A node's pointer to a child block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -408,6 +400,155 @@ impl BlockCache {
     #[cfg(test)]
     fn last_key(&self) -> Option<u64> {
         self.last.as_ref().map(|(k, _)| *k)
+    }
+}
+
+/// Why a tree block copy is refused (see [`crate::block`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BlockError {
+    /// Smaller than a header and one item.
+    #[error("block too small")]
+    TooSmall {
+        /// Its size.
+        len: usize,
+    },
+    /// The checksum does not match.
+    #[error("{csum} checksum mismatch")]
+    CsumMismatch {
+        /// The checksum algorithm.
+        csum: &'static str,
+    },
+    /// The header records another address.
+    #[error("header bytenr is {found}")]
+    WrongBytenr {
+        /// The header's bytenr.
+        found: u64,
+    },
+    /// The header belongs to another filesystem.
+    #[error("header fsid {found} is not {expected}")]
+    WrongFsid {
+        /// The header's fsid.
+        found: Uuid,
+        /// The filesystem's metadata fsid.
+        expected: Uuid,
+    },
+    /// A level of 8 or more.
+    #[error("level {level}")]
+    BadLevel {
+        /// The level.
+        level: u8,
+    },
+    /// A leaf with more items than fit.
+    #[error("leaf has {nritems} items")]
+    TooManyItems {
+        /// nritems.
+        nritems: usize,
+    },
+    /// An item header past the end.
+    #[error("item {index} is truncated")]
+    TruncatedItem {
+        /// The item's index.
+        index: usize,
+    },
+    /// Item data not packed right before the previous item's.
+    #[error("item {index} {key} data at {offset}+{len} does not end at {end}")]
+    MisplacedData {
+        /// The item's index.
+        index: usize,
+        /// Its key.
+        key: Key,
+        /// Its data offset.
+        offset: usize,
+        /// Its data size.
+        len: usize,
+        /// Where its data should end.
+        end: usize,
+    },
+    /// Item data overlapping the item headers.
+    #[error("item {index} {key} data overlaps the item array")]
+    DataOverlapsItems {
+        /// The item's index.
+        index: usize,
+        /// Its key.
+        key: Key,
+    },
+    /// An item key not above the previous one.
+    #[error("item {index} {key} is out of order")]
+    ItemOutOfOrder {
+        /// The item's index.
+        index: usize,
+        /// Its key.
+        key: Key,
+    },
+    /// A node with no pointers or more than fit.
+    #[error("node has {nritems} pointers")]
+    BadPointerCount {
+        /// nritems.
+        nritems: usize,
+    },
+    /// A key pointer past the end.
+    #[error("pointer {index} is truncated")]
+    TruncatedPointer {
+        /// The pointer's index.
+        index: usize,
+    },
+    /// A pointer key not above the previous one.
+    #[error("pointer {index} {key} is out of order")]
+    PointerOutOfOrder {
+        /// The pointer's index.
+        index: usize,
+        /// Its key.
+        key: Key,
+    },
+    /// Another generation than the parent records.
+    #[error("generation {found} where the parent says {expected}")]
+    WrongGeneration {
+        /// The block's generation.
+        found: u64,
+        /// The parent's.
+        expected: u64,
+    },
+    /// Newer than the commit its tree is read as of (see
+    /// [`crate::block::Generation::AtMost`]).
+    #[error("generation {found}, newer than the commit {newest} its tree is read at")]
+    NewerThanCommit {
+        /// The block's generation.
+        found: u64,
+        /// The newest it may have.
+        newest: u64,
+    },
+    /// Another level than the parent implies.
+    #[error("level {found} where {expected} was expected")]
+    WrongLevel {
+        /// The block's level.
+        found: u8,
+        /// The expected one.
+        expected: u8,
+    },
+    /// Another first key than the parent's.
+    #[error("first key {found} where the parent says {expected}")]
+    WrongFirstKey {
+        /// The block's first key.
+        found: Key,
+        /// The parent's key.
+        expected: Key,
+    },
+    /// No key where the parent has one.
+    #[error("empty block where the parent says first key {expected}")]
+    Empty {
+        /// The parent's key.
+        expected: Key,
+    },
+}
+
+impl BlockError {
+    /// Whether the block is valid but newer than the one meant.
+    pub fn is_overwritten(&self) -> bool {
+        match *self {
+            BlockError::WrongGeneration { found, expected } => found > expected,
+            BlockError::NewerThanCommit { .. } => true,
+            _ => false,
+        }
     }
 }
 

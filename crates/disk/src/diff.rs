@@ -317,9 +317,10 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::block::{BlockSource, Expect, KeyPtr};
+    use crate::block::{Expect, KeyPtr};
     use crate::csum::CsumType;
     use crate::mem::MemBlocks;
+    use crate::tree::BlockSource;
     use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use uuid::Uuid;

@@ -4,23 +4,24 @@
 //! on-disk structures return typed errors of their own, defined beside them
 //! ([`ItemError`] in [`crate::items`], [`ChunkError`] and
 //! [`SysChunkArrayError`] in [`crate::chunk`], [`SuperblockError`] and
-//! [`FeatureError`] in [`crate::superblock`]), which the variants of
+//! [`FeatureError`] in [`crate::superblock`], [`BlockError`] in
+//! [`crate::block`]), which the variants of
 //! [`Error`] carry in their `reason` (or `what`) field. Those fields are
 //! part of the variant's message, so they are not reported again as its
 //! `source()`.
 //!
 //! The reasons defined here are those of reads that fail in turn: a tree
-//! block copy ([`BlockError`], [`MirrorFault`], [`TreeBlockError`]), a
-//! superblock copy ([`CopyFault`], [`NoSuperblockReason`]) and file data
-//! ([`DataError`]). A failed read of a copy is itself an [`Error`], so
-//! these hold an [`Error`] that may hold them in turn; they share this
-//! module with it (and [`BlockError`], which a refused copy carries, with
-//! them).
+//! block copy ([`MirrorFault`], [`TreeBlockError`]), a superblock copy
+//! ([`CopyFault`], [`NoSuperblockReason`]) and file data ([`DataError`]).
+//! A failed read of a copy is itself an [`Error`], so these hold an
+//! [`Error`] that may hold them in turn, and they share this module with
+//! it.
 
 use std::path::PathBuf;
 
 use uuid::Uuid;
 
+use crate::block::BlockError;
 use crate::chunk::{ChunkError, SysChunkArrayError};
 use crate::items::ItemError;
 use crate::key::Key;
@@ -196,144 +197,6 @@ fn join<T: std::fmt::Display>(v: &[T]) -> String {
         .join("; ")
 }
 
-/// Why a tree block copy is refused (see [`crate::block`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum BlockError {
-    /// Smaller than a header and one item.
-    #[error("block too small")]
-    TooSmall {
-        /// Its size.
-        len: usize,
-    },
-    /// The checksum does not match.
-    #[error("{csum} checksum mismatch")]
-    CsumMismatch {
-        /// The checksum algorithm.
-        csum: &'static str,
-    },
-    /// The header records another address.
-    #[error("header bytenr is {found}")]
-    WrongBytenr {
-        /// The header's bytenr.
-        found: u64,
-    },
-    /// The header belongs to another filesystem.
-    #[error("header fsid {found} is not {expected}")]
-    WrongFsid {
-        /// The header's fsid.
-        found: Uuid,
-        /// The filesystem's metadata fsid.
-        expected: Uuid,
-    },
-    /// A level of 8 or more.
-    #[error("level {level}")]
-    BadLevel {
-        /// The level.
-        level: u8,
-    },
-    /// A leaf with more items than fit.
-    #[error("leaf has {nritems} items")]
-    TooManyItems {
-        /// nritems.
-        nritems: usize,
-    },
-    /// An item header past the end.
-    #[error("item {index} is truncated")]
-    TruncatedItem {
-        /// The item's index.
-        index: usize,
-    },
-    /// Item data not packed right before the previous item's.
-    #[error("item {index} {key} data at {offset}+{len} does not end at {end}")]
-    MisplacedData {
-        /// The item's index.
-        index: usize,
-        /// Its key.
-        key: Key,
-        /// Its data offset.
-        offset: usize,
-        /// Its data size.
-        len: usize,
-        /// Where its data should end.
-        end: usize,
-    },
-    /// Item data overlapping the item headers.
-    #[error("item {index} {key} data overlaps the item array")]
-    DataOverlapsItems {
-        /// The item's index.
-        index: usize,
-        /// Its key.
-        key: Key,
-    },
-    /// An item key not above the previous one.
-    #[error("item {index} {key} is out of order")]
-    ItemOutOfOrder {
-        /// The item's index.
-        index: usize,
-        /// Its key.
-        key: Key,
-    },
-    /// A node with no pointers or more than fit.
-    #[error("node has {nritems} pointers")]
-    BadPointerCount {
-        /// nritems.
-        nritems: usize,
-    },
-    /// A key pointer past the end.
-    #[error("pointer {index} is truncated")]
-    TruncatedPointer {
-        /// The pointer's index.
-        index: usize,
-    },
-    /// A pointer key not above the previous one.
-    #[error("pointer {index} {key} is out of order")]
-    PointerOutOfOrder {
-        /// The pointer's index.
-        index: usize,
-        /// Its key.
-        key: Key,
-    },
-    /// Another generation than the parent records.
-    #[error("generation {found} where the parent says {expected}")]
-    WrongGeneration {
-        /// The block's generation.
-        found: u64,
-        /// The parent's.
-        expected: u64,
-    },
-    /// Newer than the commit its tree is read as of (see
-    /// [`crate::block::Generation::AtMost`]).
-    #[error("generation {found}, newer than the commit {newest} its tree is read at")]
-    NewerThanCommit {
-        /// The block's generation.
-        found: u64,
-        /// The newest it may have.
-        newest: u64,
-    },
-    /// Another level than the parent implies.
-    #[error("level {found} where {expected} was expected")]
-    WrongLevel {
-        /// The block's level.
-        found: u8,
-        /// The expected one.
-        expected: u8,
-    },
-    /// Another first key than the parent's.
-    #[error("first key {found} where the parent says {expected}")]
-    WrongFirstKey {
-        /// The block's first key.
-        found: Key,
-        /// The parent's key.
-        expected: Key,
-    },
-    /// No key where the parent has one.
-    #[error("empty block where the parent says first key {expected}")]
-    Empty {
-        /// The parent's key.
-        expected: Key,
-    },
-}
-
 /// Why one copy of a tree block was not used.
 #[derive(Debug, thiserror::Error)]
 pub enum MirrorFault {
@@ -441,17 +304,6 @@ impl TreeBlockError {
                 .iter()
                 .any(|m| matches!(&m.reason, MirrorFault::Invalid(b) if b.is_overwritten())),
             TreeBlockError::Invalid(b) => b.is_overwritten(),
-            _ => false,
-        }
-    }
-}
-
-impl BlockError {
-    /// Whether the block is valid but newer than the one meant.
-    pub fn is_overwritten(&self) -> bool {
-        match *self {
-            BlockError::WrongGeneration { found, expected } => found > expected,
-            BlockError::NewerThanCommit { .. } => true,
             _ => false,
         }
     }

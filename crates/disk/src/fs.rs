@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use uuid::Uuid;
 
-use crate::block::{check_expect, validate, Block, BlockCache, BlockSource, Expect, Generation};
+use crate::block::{check_expect, validate, Block, BlockCache, Expect, Generation};
 use crate::chunk::{parse_sys_chunk_array, raid56, Chunk, ChunkError, ChunkMap, Profile};
 use crate::csum::CsumType;
 use crate::device::Device;
@@ -16,7 +16,7 @@ use crate::items::{DevItem, RootItem};
 use crate::key::Key;
 use crate::key::{key_type, objectid};
 use crate::superblock::Superblock;
-use crate::tree::{Item, Tree};
+use crate::tree::{BlockSource, Item, Tree};
 
 /// Default size of the tree block cache.
 pub const DEFAULT_CACHE_BYTES: usize = 256 << 20;
@@ -755,7 +755,7 @@ impl Filesystem {
         let torn = why.iter().any(|m| {
             matches!(
                 m.reason,
-                MirrorFault::Invalid(crate::error::BlockError::CsumMismatch { .. })
+                MirrorFault::Invalid(crate::block::BlockError::CsumMismatch { .. })
             )
         });
         let reason = TreeBlockError::Mirrors(why);

@@ -12,25 +12,26 @@
 //! The modules form layers, each importing only those below it:
 //!
 //! 1. [`key`], [`csum`]: keys and key types, checksums;
-//! 2. [`superblock`], [`items`], [`chunk`]: decoding of on-disk structures,
-//!    each with its own error ([`superblock::SuperblockError`],
-//!    [`items::ItemError`], [`chunk::ChunkError`], ...);
+//! 2. [`superblock`], [`items`], [`chunk`], [`block`]: decoding and
+//!    validation of on-disk structures (tree blocks with their cache), each
+//!    with its own error ([`superblock::SuperblockError`],
+//!    [`items::ItemError`], [`chunk::ChunkError`], [`block::BlockError`],
+//!    ...);
 //! 3. [`error`]: the reader's [`Error`], which carries those as reasons,
 //!    and the errors of reads that fail in turn (tree block and superblock
 //!    copies, file data): they hold an [`Error`] of their own, so they live
 //!    beside it;
 //! 4. [`device`]: reading devices and image files;
-//! 5. [`block`]: tree blocks, their validation and cache, and the
-//!    [`BlockSource`] trait through which trees read blocks;
-//! 6. [`tree`]: searching and walking any tree over a [`BlockSource`];
-//!    [`mem`] holds trees in memory, for tests and fuzzing;
-//! 7. [`diff`]: two trees compared item by item, shared subtrees skipped
+//! 5. [`tree`]: the [`BlockSource`] trait through which trees read blocks,
+//!    and searching and walking any tree over one; [`mem`] holds trees in
+//!    memory, for tests and fuzzing;
+//! 6. [`diff`]: two trees compared item by item, shared subtrees skipped
 //!    unread (the kernel's btrfs_compare_trees), with [`diff::DiffError`];
-//! 8. [`fs`]: the [`Filesystem`] (devices, chunk map, RAID, the root trees),
+//! 7. [`fs`]: the [`Filesystem`] (devices, chunk map, RAID, the root trees),
 //!    itself a [`BlockSource`];
-//! 9. [`subvol`], [`data`]: subvolumes, inodes, directories and file data;
-//! 10. [`lookup`]: cached lookups in one snapshot's fs tree (inode facts,
-//!     first references, directory entries), with [`lookup::LookupError`].
+//! 8. [`subvol`], [`data`]: subvolumes, inodes, directories and file data;
+//! 9. [`lookup`]: cached lookups in one snapshot's fs tree (inode facts,
+//!    first references, directory entries), with [`lookup::LookupError`].
 //!
 //! The only `unsafe` code is the memory map of an image file in [`device`].
 
@@ -54,10 +55,10 @@ pub mod tree;
 
 mod bytes;
 
-pub use block::{Block, BlockSource, Expect};
+pub use block::{Block, Expect};
 pub use data::{DirEntryInfo, FileExtent, Inode};
 pub use error::{Error, Result};
 pub use fs::{Filesystem, Notice, NoticeKind, Options, RootLocation};
 pub use key::Key;
 pub use subvol::{SubvolSelector, Subvolume};
-pub use tree::Tree;
+pub use tree::{BlockSource, Tree};

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::block::{
-    check_expect, validate, Block, BlockSource, Expect, KeyPtr, HEADER_SIZE, ITEM_SIZE,
-    KEY_PTR_SIZE,
+    check_expect, validate, Block, Expect, KeyPtr, HEADER_SIZE, ITEM_SIZE, KEY_PTR_SIZE,
 };
 use crate::csum::CsumType;
 use crate::error::{Error, Result, TreeBlockError};
 use crate::key::Key;
+use crate::tree::BlockSource;
 
 /// Tree blocks in memory, by logical address, validated when read as a
 /// filesystem's blocks are.

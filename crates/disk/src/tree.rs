@@ -1,9 +1,16 @@
 //! Searching and iterating a tree: point lookups, ranges and cursors over
 //! blocks read through a [`BlockSource`].
 
-use crate::block::{Block, BlockSource, Expect, Generation};
+use crate::block::{Block, Expect, Generation};
 use crate::error::{Error, Result, TreeBlockError};
 use crate::key::Key;
+
+/// Where tree blocks come from: a filesystem on its devices, or blocks held
+/// in memory. Returns the block at `e.logical`, validated and matching `e`.
+pub trait BlockSource: Sync {
+    /// The validated block that `e` points to.
+    fn tree_block(&self, e: &Expect) -> Result<Block>;
+}
 
 /// One item found in a leaf: its key and a view of its data.
 #[derive(Clone)]
