@@ -36,7 +36,7 @@ pub enum NoticeKind {
     Repair,
 }
 
-/// Something the reader wants the user to know; printed on stderr by default.
+/// Something the reader wants the user to know, given to [`Options::notice`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Notice {
     /// How serious it is.
@@ -64,7 +64,7 @@ pub type NoticeSink = Arc<dyn Fn(&Notice) + Send + Sync>;
 pub struct Options {
     /// Upper bound of the tree block cache, in bytes.
     pub cache_bytes: usize,
-    /// Where notices go.
+    /// Where notices go; by default nowhere (the reader never prints).
     pub notice: NoticeSink,
 }
 
@@ -72,7 +72,7 @@ impl Default for Options {
     fn default() -> Options {
         Options {
             cache_bytes: DEFAULT_CACHE_BYTES,
-            notice: Arc::new(|n: &Notice| eprintln!("rsend: {n}")),
+            notice: Arc::new(|_: &Notice| {}),
         }
     }
 }
@@ -176,7 +176,8 @@ impl std::fmt::Debug for Filesystem {
 }
 
 impl Filesystem {
-    /// Opens the filesystem on `paths` (image files or block devices) with default options.
+    /// Opens the filesystem on `paths` (image files or block devices) with
+    /// default options (its notices dropped).
     pub fn open<P: AsRef<Path>>(paths: &[P]) -> Result<Filesystem> {
         Filesystem::open_with(paths, Options::default())
     }

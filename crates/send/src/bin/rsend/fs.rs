@@ -3,14 +3,24 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use btrfs_disk::fs::Filesystem;
-use btrfs_disk::SubvolSelector;
+use btrfs_disk::fs::{Filesystem, Options};
+use btrfs_disk::{Notice, SubvolSelector};
+
+/// The reader's options for rsend: its notices on standard error, as
+/// `rsend: KIND: MESSAGE`.
+fn options() -> Options {
+    Options {
+        notice: Arc::new(|n: &Notice| eprintln!("rsend: {n}")),
+        ..Options::default()
+    }
+}
 
 /// Prints the subvolumes of the filesystem on `devices` as
 /// `btrfs subvolume list -p -u -q -R` does.
 pub(crate) fn list(devices: &[PathBuf], out: &mut dyn Write) -> anyhow::Result<()> {
-    let fs = Filesystem::open(devices)?;
+    let fs = Filesystem::open_with(devices, options())?;
     out.write_all(fs.list_text()?.as_bytes())?;
     out.flush()?;
     Ok(())
@@ -24,7 +34,7 @@ pub(crate) fn cat_file(
     path: &str,
     out: &mut dyn Write,
 ) -> anyhow::Result<u64> {
-    let fs = Filesystem::open(devices)?;
+    let fs = Filesystem::open_with(devices, options())?;
     let sv = fs.find_subvolume(sel)?;
     let ino = fs.lookup_path(&sv, path)?;
     let tree = fs.fs_tree(&sv);
@@ -55,9 +65,9 @@ pub(crate) fn open_fs(
 ) -> anyhow::Result<Filesystem> {
     // These read the trees once in order; a smaller block cache than the
     // reader's default keeps the peak RSS low at no measurable cost.
-    let mut opts = btrfs_disk::fs::Options {
+    let mut opts = Options {
         cache_bytes,
-        ..btrfs_disk::fs::Options::default()
+        ..options()
     };
     if quiet {
         // Notes (such as "mounted; reading with O_DIRECT") would mail a cron job every night.
