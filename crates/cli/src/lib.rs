@@ -5,10 +5,12 @@
 //! drift from its flags.
 //!
 //! A `main.rs` whose `Args` derives [`clap::Parser`] flattens [`ExtraArgs`]
-//! into it and, right after parsing, hands the request to [`print()`]:
+//! into it and hands its work to [`run`], which parses the command line,
+//! prints what [`ExtraArgs`] asks for ([`print()`]) and reports how the
+//! work ended ([`exit`]):
 //!
 //! ```no_run
-//! use clap::{CommandFactory, Parser};
+//! use clap::Parser;
 //!
 //! #[derive(Parser)]
 //! #[command(name = "rdump")]
@@ -18,15 +20,10 @@
 //! }
 //!
 //! fn main() -> std::process::ExitCode {
-//!     let args = match Args::try_parse() {
-//!         Ok(a) => a,
-//!         Err(e) => return rsend_cli::exit("rdump", Err(e.into())),
-//!     };
-//!     if let Some(what) = args.extra.requested() {
-//!         return rsend_cli::print(Args::command(), &what);
-//!     }
-//!     // ... the tool's own work ...
-//!     rsend_cli::exit("rdump", Ok(()))
+//!     rsend_cli::run("rdump", |a: &Args| &a.extra, |_args| {
+//!         // ... the tool's own work ...
+//!         Ok(())
+//!     })
 //! }
 //! ```
 
@@ -198,6 +195,24 @@ pub fn exit(tool: &str, r: Result<(), Failure>) -> ExitCode {
         }
         Err(Failure::Said(code)) => ExitCode::from(code),
     }
+}
+
+/// The whole of a tool's `main`: parses the command line into `A`
+/// (whose [`ExtraArgs`] `extra` finds), prints completions or the man page
+/// when asked, else runs `work`; ends as [`exit`] says.
+pub fn run<A: clap::Parser>(
+    tool: &str,
+    extra: impl FnOnce(&A) -> &ExtraArgs,
+    work: impl FnOnce(&A) -> Result<(), Failure>,
+) -> ExitCode {
+    let args = match A::try_parse() {
+        Ok(args) => args,
+        Err(e) => return exit(tool, Err(e.into())),
+    };
+    if let Some(what) = extra(&args).requested() {
+        return print(A::command(), &what);
+    }
+    exit(tool, work(&args))
 }
 
 /// Prints `TOOL: error: MESSAGE` to standard error, as [`exit`] does, for

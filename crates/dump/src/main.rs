@@ -4,7 +4,7 @@ use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser};
+use clap::Parser;
 use rdump::{buffered, dump_input, DumpError, Input, JsonDump, Streams, Summary, TextDump};
 use rsend_cli::Failure;
 
@@ -42,14 +42,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
-        Ok(a) => a,
-        Err(e) => return rsend_cli::exit("rdump", Err(e.into())),
-    };
-    if let Some(what) = args.extra.requested() {
-        return rsend_cli::print(Args::command(), &what);
-    }
-    rsend_cli::exit("rdump", run(&args))
+    rsend_cli::run("rdump", |a: &Args| &a.extra, run)
 }
 
 /// Prints the stream the command line names.

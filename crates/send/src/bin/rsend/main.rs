@@ -228,14 +228,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
-        Ok(args) => args,
-        Err(e) => return rsend_cli::exit("rsend", Err(e.into())),
-    };
-    if let Some(what) = args.extra.requested() {
-        return rsend_cli::print(Args::command(), &what);
-    }
-    rsend_cli::exit("rsend", run(&args))
+    rsend_cli::run("rsend", |a: &Args| &a.extra, run)
 }
 
 /// Runs what the command line asks for.
