@@ -24,116 +24,18 @@ use std::num::NonZeroUsize;
 
 use lru::LruCache;
 
-use crate::place::{at, inode_at};
 use crate::record::{self, Change, FileType, Record, What, WhatSet};
+use crate::snapshot_error::{Fault, SnapshotError};
 use btrfs_disk::csum::CsumType;
 use btrfs_disk::data::Inode;
-use btrfs_disk::diff::{compare_trees, Change as ItemChange, DiffError, Side};
+use btrfs_disk::diff::{compare_trees, Change as ItemChange, Side};
 use btrfs_disk::error::Error;
 use btrfs_disk::fs::Filesystem;
 use btrfs_disk::items::{key_type, objectid, Compression, ExtentKind, FileExtentItem, InodeItem};
-use btrfs_disk::lookup::{Lookup, LookupError};
+use btrfs_disk::lookup::Lookup;
 use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::{Key, Tree};
 use btrfs_stream::fileattr;
-
-/// Why a snapshot could not be read, or holds what no snapshot can, with
-/// the subvolume, inode and path it was at.
-#[derive(Debug, thiserror::Error)]
-pub enum SnapshotError {
-    /// Reading failed while an inode was being looked at.
-    #[error("{subvol}: inode {ino}{}", at(path))]
-    Inode {
-        /// The subvolume, as `path (subvolume id)`.
-        subvol: String,
-        /// The inode number.
-        ino: u64,
-        /// Its path, when known.
-        path: Option<String>,
-        /// What the reader found.
-        #[source]
-        source: Error,
-    },
-    /// Reading failed outside any inode.
-    #[error("{subvol}")]
-    Subvol {
-        /// The subvolume, as `path (subvolume id)`.
-        subvol: String,
-        /// What the reader found.
-        #[source]
-        source: Error,
-    },
-    /// The fs tree holds something a snapshot cannot.
-    #[error("{subvol}: {}{reason}", inode_at(*ino, path))]
-    Corrupt {
-        /// The subvolume, as `path (subvolume id)`.
-        subvol: String,
-        /// The inode, when one was being looked at.
-        ino: Option<u64>,
-        /// Its path, when known.
-        path: Option<String>,
-        /// What is wrong.
-        reason: String,
-    },
-}
-
-impl SnapshotError {
-    /// The error for `fault` in snapshot `sv`, at inode `ino` (if any)
-    /// and its path.
-    pub(crate) fn new(
-        sv: &Subvolume,
-        ino: Option<u64>,
-        path: Option<String>,
-        fault: Fault,
-    ) -> Self {
-        let subvol = sv.label();
-        match (fault, ino) {
-            (Fault::Read(source), Some(ino)) => SnapshotError::Inode {
-                subvol,
-                ino,
-                path,
-                source,
-            },
-            (Fault::Read(source), None) => SnapshotError::Subvol { subvol, source },
-            (Fault::Bad(reason), ino) => SnapshotError::Corrupt {
-                subvol,
-                ino,
-                path,
-                reason,
-            },
-        }
-    }
-}
-
-/// What went wrong, before it is placed in a snapshot.
-#[derive(Debug)]
-pub(crate) enum Fault {
-    /// Reading failed.
-    Read(Error),
-    /// The tree holds what no snapshot can.
-    Bad(String),
-}
-
-impl From<Error> for Fault {
-    fn from(e: Error) -> Fault {
-        Fault::Read(e)
-    }
-}
-
-impl From<LookupError> for Fault {
-    fn from(e: LookupError) -> Fault {
-        Fault::Read(e.into())
-    }
-}
-
-impl From<DiffError> for Fault {
-    fn from(e: DiffError) -> Fault {
-        match e {
-            DiffError::Read(e) => Fault::Read(e),
-            bad => Fault::Bad(bad.to_string()),
-        }
-    }
-}
 
 pub(crate) type Result<T> = std::result::Result<T, Fault>;
 
@@ -570,7 +472,7 @@ impl<'fs> Lister<'_, 'fs> {
                 .and_then(|p| p.into_iter().next())
                 .map(|p| String::from_utf8_lossy(&p).into_owned())
         };
-        SnapshotError::new(self.new.sv, (ino != 0).then_some(ino), path, fault)
+        SnapshotError::new(self.new.sv.label(), (ino != 0).then_some(ino), path, fault)
     }
 }
 

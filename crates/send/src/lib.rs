@@ -15,6 +15,8 @@
 //! - [`record`]: the records both list, as text or JSON lines;
 //! - [`lineage`]: which subvolumes descend from the same one (the
 //!   parents an incremental send may use);
+//! - [`snapshot_error`]: a failed read of a snapshot, told at the inode
+//!   and path it happened, as all three report it;
 //! - [`progress`], [`output`], [`io_text`]: the small pieces the binary
 //!   shares with the engines (progress reports, where a stream may go,
 //!   I/O errors in words).
@@ -32,8 +34,8 @@ pub mod changes;
 pub mod io_text;
 pub mod lineage;
 pub mod output;
-mod place;
 pub mod progress;
 pub mod record;
 pub mod send;
+pub mod snapshot_error;
 pub mod verify;

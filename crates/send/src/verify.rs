@@ -42,9 +42,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::changes::{pieces, Fault, SnapshotError, Src};
+use crate::changes::{pieces, Src};
 use crate::progress::Progress;
 use crate::record::{self, Change, FileType, Record, What, WhatSet};
+use crate::snapshot_error::{Fault, SnapshotError};
 use btrfs_disk::data::Inode;
 use btrfs_disk::error::Error;
 use btrfs_disk::fs::Filesystem;
@@ -383,7 +384,7 @@ fn copy_error(root: &Path, rel: &[u8]) -> impl FnOnce(io::Error) -> VerifyError 
 /// The error for a failed read of the snapshot's inode `ino` at `at`.
 fn snap_error(sv: &Subvolume, ino: u64, at: &[u8], fault: Fault) -> VerifyError {
     let path = Some(String::from_utf8_lossy(at).into_owned());
-    VerifyError::Snapshot(SnapshotError::new(sv, Some(ino), path, fault))
+    VerifyError::Snapshot(SnapshotError::new(sv.label(), Some(ino), path, fault))
 }
 
 impl Verifier<'_, '_> {

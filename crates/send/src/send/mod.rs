@@ -39,8 +39,8 @@ use btrfs_stream::{Uuid, WriteError, Writer};
 pub use clone::CloneStats;
 pub use sink::StreamStats;
 
-use crate::place::{at, inode_at};
 use crate::progress::{NoProgress, Progress};
+use crate::snapshot_error::{Fault, SnapshotError};
 use btrfs_disk::error::Error;
 use btrfs_disk::fs::Filesystem;
 use btrfs_disk::subvol::{SubvolSelector, Subvolume};
@@ -155,40 +155,11 @@ pub enum SendError {
     /// Compressed data asked for in a protocol that cannot carry it.
     #[error("--compressed-data needs protocol version 2 or later (asked for version {0}); use --proto 2")]
     CompressedNeedsV2(u32),
-    /// Reading failed while an inode was being sent.
-    #[error("{subvol}: inode {ino}{}", at(path))]
-    Inode {
-        /// The subvolume, as `path (subvolume id)`.
-        subvol: String,
-        /// The inode number.
-        ino: u64,
-        /// Its path in the stream so far (an orphan name until it is placed).
-        path: Option<String>,
-        /// What the reader found.
-        #[source]
-        source: Error,
-    },
-    /// Reading failed outside any inode.
-    #[error("{subvol}")]
-    Subvol {
-        /// The subvolume, as `path (subvolume id)`.
-        subvol: String,
-        /// What the reader found.
-        #[source]
-        source: Error,
-    },
-    /// The fs tree holds something a snapshot cannot.
-    #[error("{subvol}: {}{reason}", inode_at(*ino, path))]
-    Corrupt {
-        /// The subvolume, as `path (subvolume id)`.
-        subvol: String,
-        /// The inode, when one was being sent.
-        ino: Option<u64>,
-        /// Its path in the stream so far.
-        path: Option<String>,
-        /// What is wrong.
-        reason: String,
-    },
+    /// Reading the subvolume failed, or its fs tree holds something a
+    /// snapshot cannot (with the inode and its path in the stream so far:
+    /// an orphan name until it is placed).
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
     /// A command cannot be encoded (too large for the protocol version).
     #[error("{subvol}: {path}: cannot encode the command")]
     Encode {
@@ -355,6 +326,13 @@ fn check_intact(fs: &Filesystem, reads: &[(&'static str, &Subvolume)]) -> Result
         }
     }
     Ok(())
+}
+
+/// The error for `fault` in subvolume `subvol`, at the walk's position
+/// `pos` (inode and path) if it had one.
+fn placed(subvol: String, pos: Option<(u64, String)>, fault: Fault) -> SendError {
+    let (ino, path) = pos.unzip();
+    SendError::Snapshot(SnapshotError::new(subvol, ino, path, fault))
 }
 
 /// The error to report for `failed`, a failed read of `reads`: the change
@@ -710,31 +688,12 @@ pub fn send_with<W: Write>(
                 Ok(()) | Err(Stop::Hangup) => return,
                 Err(Stop::Changed(e)) => *e,
                 Err(Stop::Read(source)) => {
-                    let e = match pos {
-                        Some((ino, path)) => SendError::Inode {
-                            subvol: walk_label,
-                            ino,
-                            path: Some(path),
-                            source,
-                        },
-                        None => SendError::Subvol {
-                            subvol: walk_label,
-                            source,
-                        },
-                    };
                     // A failed read of a subvolume that changed is told as that change.
-                    explain(fs, &reads, e)
+                    explain(fs, &reads, placed(walk_label, pos, Fault::Read(source)))
                 }
-                Err(Stop::Bad(reason)) => explain(
-                    fs,
-                    &reads,
-                    SendError::Corrupt {
-                        subvol: walk_label,
-                        ino: pos.as_ref().map(|p| p.0),
-                        path: pos.map(|p| p.1),
-                        reason,
-                    },
-                ),
+                Err(Stop::Bad(reason)) => {
+                    explain(fs, &reads, placed(walk_label, pos, Fault::Bad(reason)))
+                }
             };
             em.fail(e);
         });
