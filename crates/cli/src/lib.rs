@@ -200,10 +200,10 @@ pub fn exit(tool: &str, r: Result<(), Failure>) -> ExitCode {
 /// The whole of a tool's `main`: parses the command line into `A`
 /// (whose [`ExtraArgs`] `extra` finds), prints completions or the man page
 /// when asked, else runs `work`; ends as [`exit`] says.
-pub fn run<A: clap::Parser>(
+pub fn run<A: clap::Parser, E: Ending>(
     tool: &str,
     extra: impl FnOnce(&A) -> &ExtraArgs,
-    work: impl FnOnce(&A) -> Result<(), Failure>,
+    work: impl FnOnce(A) -> E,
 ) -> ExitCode {
     let args = match A::try_parse() {
         Ok(args) => args,
@@ -212,7 +212,26 @@ pub fn run<A: clap::Parser>(
     if let Some(what) = extra(&args).requested() {
         return print(A::command(), &what);
     }
-    exit(tool, work(&args))
+    work(args).end(tool)
+}
+
+/// How a tool's work ends, for [`run`]: a result [`exit`] reports, or an
+/// exit code from work that reported through [`exit`] itself.
+pub trait Ending {
+    /// The exit code, once what went wrong is said.
+    fn end(self, tool: &str) -> ExitCode;
+}
+
+impl Ending for Result<(), Failure> {
+    fn end(self, tool: &str) -> ExitCode {
+        exit(tool, self)
+    }
+}
+
+impl Ending for ExitCode {
+    fn end(self, _tool: &str) -> ExitCode {
+        self
+    }
 }
 
 /// Prints `TOOL: error: MESSAGE` to standard error, as [`exit`] does, for

@@ -46,7 +46,7 @@ fn main() -> ExitCode {
 }
 
 /// Prints the stream the command line names.
-fn run(args: &Args) -> Result<(), Failure> {
+fn run(args: Args) -> Result<(), Failure> {
     let input = match args.file.as_deref() {
         None => Input::stdin(),
         Some(p) if p.as_os_str() == "-" => Input::stdin(),

@@ -7,7 +7,7 @@ use std::io::{self, Read};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{ArgAction, CommandFactory, Parser};
+use clap::{ArgAction, Parser};
 use rdump::{buffered, dump, DumpError, Streams, TextDump};
 use rsend_cli::Failure;
 
@@ -403,13 +403,11 @@ fn stop_on_signals() -> Option<rreceive::StopFlag> {
 }
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
-        Ok(a) => a,
-        Err(e) => return rsend_cli::exit("rreceive", Err(e.into())),
-    };
-    if let Some(what) = args.extra.requested() {
-        return rsend_cli::print(Args::command(), &what);
-    }
+    rsend_cli::run("rreceive", |a: &Args| &a.extra, receive)
+}
+
+/// Does what the command line asks for.
+fn receive(args: Args) -> ExitCode {
     if let Some(p) = &args.resume_token {
         return resume_token(p, args.plain);
     }

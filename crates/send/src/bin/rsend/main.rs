@@ -232,7 +232,7 @@ fn main() -> ExitCode {
 }
 
 /// Runs what the command line asks for.
-fn run(args: &Args) -> Result<(), Failure> {
+fn run(args: Args) -> Result<(), Failure> {
     if args.list {
         let stdout = std::io::stdout();
         fs::list(&args.devices, &mut stdout.lock())?;
@@ -259,7 +259,7 @@ fn run(args: &Args) -> Result<(), Failure> {
         let c = CompareArgs {
             devices: args.devices.clone(),
             subvol: Some(subvol),
-            parent: parent(args),
+            parent: parent(&args),
             json: args.json,
             quiet: args.quiet,
             ignore: args.ignore.iter().fold(Ignore::default(), |mut i, k| {
@@ -324,7 +324,7 @@ fn run(args: &Args) -> Result<(), Failure> {
                 .unwrap_or(if args.compressed_data { 2 } else { 1 }),
             compressed: args.compressed_data,
             no_data: args.no_data,
-            parent: parent(args),
+            parent: parent(&args),
             clone_srcs: args
                 .clone_src
                 .iter()
