@@ -431,11 +431,6 @@ pub fn check_flavor(opts: &SendOptions) -> Result<(), SendError> {
     flavor(opts).map(drop)
 }
 
-/// `path (subvolume id)`, for messages ([`Subvolume::label`]).
-pub fn label(sv: &Subvolume) -> String {
-    sv.label()
-}
-
 /// Finds the subvolume `sel` and checks that it can be sent (read-only,
 /// named, alive). A subvolume that does not exist gets an error listing
 /// the ones that do.
@@ -620,7 +615,7 @@ pub fn send_with<W: Write>(
     for c in sources {
         check_clone_source(c)?;
     }
-    let subvol = label(sv);
+    let subvol = sv.label();
     let before = out.bytes_written();
     let started = if opts.resume.is_some() && !opts.dry_run {
         out.start_resumed_stream(proto)

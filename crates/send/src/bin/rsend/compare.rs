@@ -9,7 +9,7 @@ use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::SubvolSelector;
 use rsend::progress::{NoProgress, Progress};
 use rsend::record::Record;
-use rsend::send::{find_subvolume, label, related};
+use rsend::send::{find_subvolume, related};
 use rsend::verify::Ignore;
 
 use crate::bar::{showing, Bar};
@@ -54,7 +54,7 @@ fn open_for_compare(args: &CompareArgs) -> anyhow::Result<(Filesystem, Subvolume
 fn find_any(fs: &Filesystem, sel: &SubvolSelector) -> anyhow::Result<Subvolume> {
     let sv = find_subvolume(fs, sel)?;
     if sv.is_dead() {
-        anyhow::bail!("{} is being deleted", label(&sv));
+        anyhow::bail!("{} is being deleted", sv.label());
     }
     Ok(sv)
 }
@@ -81,8 +81,8 @@ pub(crate) fn changes(args: &CompareArgs) -> anyhow::Result<()> {
         if !args.quiet {
             eprintln!(
                 "rsend: warning: parent {} is not related to {} (neither is a snapshot of the other or of the same subvolume); inodes are matched by number and generation, so the listing may show changes that are none",
-                label(p),
-                label(&sv)
+                p.label(),
+                sv.label()
             );
         }
     }
@@ -114,7 +114,7 @@ pub(crate) fn verify(args: &CompareArgs, dir: &Path) -> anyhow::Result<bool> {
         let differ = report.records.len();
         eprintln!(
             "rsend: verified {} against {}: {} paths and {} bytes compared, {}",
-            label(&sv),
+            sv.label(),
             dir.display(),
             report.paths,
             report.bytes,

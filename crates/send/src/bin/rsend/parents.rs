@@ -12,7 +12,7 @@ use btrfs_disk::SubvolSelector;
 use btrfs_stream::resume::Token;
 use rsend::io_text::plain_io;
 use rsend::lineage::Lineage;
-use rsend::send::{check_clone_source, check_parent, label, list_or_none, stream_uuid_of};
+use rsend::send::{check_clone_source, check_parent, list_or_none, stream_uuid_of};
 
 use crate::held::parse_list;
 
@@ -58,7 +58,7 @@ pub(crate) fn parent_from_list(
     if complete.contains(&own) {
         anyhow::bail!(
             "the destination already holds {} complete (received uuid {own}): there is nothing to send",
-            label(sv)
+            sv.label()
         );
     }
     let all = fs.subvolumes()?;
@@ -85,7 +85,7 @@ pub(crate) fn parent_from_list(
         if !quiet {
             eprintln!(
                 "rsend: {why} ({listed} listed there{more}): sending {} in full",
-                label(sv)
+                sv.label()
             );
         }
     };
@@ -168,7 +168,7 @@ pub(crate) fn check_resume(
             "cannot resume: the token is for the snapshot with uuid {} (ctransid {}), and {} has uuid {own} (ctransid {})",
             t.uuid,
             t.ctransid,
-            label(sv),
+            sv.label(),
             sv.ctransid
         );
     }
@@ -176,14 +176,14 @@ pub(crate) fn check_resume(
         (None, None) => Ok(None),
         (None, Some(p)) => anyhow::bail!(
             "cannot resume: the stream received before was a full one, and -p {} asks for an incremental one",
-            label(&p)
+            p.label()
         ),
         (Some((pu, pc)), Some(p)) => {
             let u = stream_uuid_of(&p);
             if u != pu || p.ctransid != pc {
                 anyhow::bail!(
                     "cannot resume: the stream received before was against the parent with uuid {pu} (ctransid {pc}), and -p {} has uuid {u} (ctransid {})",
-                    label(&p),
+                    p.label(),
                     p.ctransid
                 );
             }
@@ -196,7 +196,7 @@ pub(crate) fn check_resume(
             if p.ctransid != pc {
                 anyhow::bail!(
                     "cannot resume: the parent {} has ctransid {}, and the stream received before had {pc}",
-                    label(&p),
+                    p.label(),
                     p.ctransid
                 );
             }
@@ -327,7 +327,7 @@ pub(crate) fn pick_parent<'a>(
         .ok_or_else(|| {
             anyhow::anyhow!(
                 "parent determination failed for {}: no clone source is its origin, a snapshot of it or of its lineage (give the parent with -p)",
-                label(sv)
+                sv.label()
             )
         })
 }

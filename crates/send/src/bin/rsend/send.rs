@@ -16,8 +16,7 @@ use rsend::io_text::plain_io;
 use rsend::output::refuse_terminal;
 use rsend::progress::{NoProgress, Progress};
 use rsend::send::{
-    check_flavor, find_sendable, label, related, send_with, SendError, SendOptions,
-    DEFAULT_HIGHEST_PROTO,
+    check_flavor, find_sendable, related, send_with, SendError, SendOptions, DEFAULT_HIGHEST_PROTO,
 };
 
 use crate::bar::{showing, Bar};
@@ -135,8 +134,8 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
             if !related(sv, p) && !args.quiet {
                 eprintln!(
                     "rsend: warning: parent {} is not related to {} (neither is a snapshot of the other or of the same subvolume); the stream is correct but holds more than the change",
-                    label(p),
-                    label(sv)
+                    p.label(),
+                    sv.label()
                 );
             }
         }
@@ -229,7 +228,7 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
                     if !args.quiet {
                         eprintln!(
                             "rsend: resumed {} after command {} (byte {}): {} bytes written",
-                            label(sv),
+                            sv.label(),
                             t.point.commands,
                             t.point.offset,
                             stats.bytes
@@ -247,7 +246,7 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
                     };
                     eprintln!(
                         "{}: {} commands, {} bytes ({} of file data in WRITEs; {} cloned in {} CLONEs{encoded}), {} inodes, {} truncates, {} retries in {:.2?}",
-                        label(sv),
+                        sv.label(),
                         stats.commands,
                         stats.bytes,
                         stats.data_bytes,
@@ -261,7 +260,7 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
                     if fs.retries() > retries {
                         eprintln!(
                             "{}: the running filesystem rewrote tree blocks during the send; {} lookups were read again from newer commits (generation {} now)",
-                            label(sv),
+                            sv.label(),
                             fs.retries() - retries,
                             fs.generation()
                         );
