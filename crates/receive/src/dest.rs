@@ -11,6 +11,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use btrfs_stream::resume::Token;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::{mkdirat, Mode};
@@ -97,6 +98,52 @@ impl Listed {
             "incomplete"
         }
     }
+}
+
+/// Why [`Dest::resume_token`] gives no token; said of the subvolume
+/// (`DEST/NAME {self}`), except [`NoToken::Io`], said of DEST.
+#[derive(Debug, thiserror::Error)]
+pub enum NoToken {
+    /// DEST could not be read.
+    #[error("{}", crate::error::plain_io(.0))]
+    Io(#[from] io::Error),
+    /// There is nothing at that name.
+    #[error("does not exist")]
+    Missing,
+    /// Something rreceive did not receive.
+    #[error("is not a subvolume rreceive received")]
+    NotReceived,
+    /// Its receive finished.
+    #[error("is complete: there is nothing to resume")]
+    Complete,
+    /// Its receive stopped for this reason, which a resume would meet
+    /// again.
+    #[error("is incomplete and not resumable: {0}. Delete it and receive the stream again")]
+    NotResumable(String),
+    /// Its receive was killed or the system went down, and left nothing to
+    /// resume from.
+    #[error(
+        "is incomplete, and its receive did not stop cleanly (killed, or the system went \
+         down): it cannot be resumed; delete it and receive the stream again"
+    )]
+    Unclean,
+}
+
+/// Why [`Dest::delete_incomplete`] deleted nothing (the names escaped).
+#[derive(Debug, thiserror::Error)]
+pub enum NotDeleted {
+    /// DEST could not be read or changed.
+    #[error("{}", crate::error::plain_io(.0))]
+    Io(#[from] io::Error),
+    /// There is nothing at that name.
+    #[error("{0} does not exist")]
+    Missing(String),
+    /// Something rreceive did not receive.
+    #[error("{0} is not a subvolume rreceive received")]
+    NotReceived(String),
+    /// A complete subvolume, never deleted.
+    #[error("{0} is complete: it is kept")]
+    Complete(String),
 }
 
 /// What is already at a name a stream wants to create.
@@ -404,22 +451,19 @@ impl Dest {
     /// Removes subvolume `name`, which rreceive received and did not
     /// complete, with what rreceive keeps beside it (its side file, work
     /// directory and state-file line). A complete subvolume, or anything
-    /// rreceive did not receive, is refused (`Err` with the reason).
-    pub fn delete_incomplete(&self, name: &[u8]) -> Result<(), String> {
-        let shown = crate::error::escape(name);
-        match self.existing(name) {
-            Err(e) => return Err(rsend_cli::plain_io(&e)),
-            Ok(None) => return Err(format!("{shown} does not exist")),
-            Ok(Some(Existing::Other)) => {
-                return Err(format!("{shown} is not a subvolume rreceive received"))
+    /// rreceive did not receive, is refused.
+    pub fn delete_incomplete(&self, name: &[u8]) -> Result<(), NotDeleted> {
+        let shown = || crate::error::escape(name);
+        match self.existing(name)? {
+            None => return Err(NotDeleted::Missing(shown())),
+            Some(Existing::Other) => return Err(NotDeleted::NotReceived(shown())),
+            Some(Existing::Received(st)) if st.complete => {
+                return Err(NotDeleted::Complete(shown()))
             }
-            Ok(Some(Existing::Received(st))) if st.complete => {
-                return Err(format!("{shown} is complete: it is kept"))
-            }
-            Ok(Some(Existing::Received(_))) => {}
+            Some(Existing::Received(_)) => {}
         }
         // On btrfs the subvolume, emptied, goes with rmdir.
-        workdir::remove_tree(self.fd(), name).map_err(|e| rsend_cli::plain_io(&e))?;
+        workdir::remove_tree(self.fd(), name)?;
         let [rec0, rec1, kept] = crate::apply::durable_record_files(name);
         for side in [
             subvol::side_file(name),
@@ -431,7 +475,29 @@ impl Dest {
             let _ = workdir::remove_tree(self.fd(), &side);
         }
         crate::apply::forget_journal(self.fd(), name);
-        subvol::forget(self.fd(), name).map_err(|e| rsend_cli::plain_io(&e))
+        Ok(subvol::forget(self.fd(), name)?)
+    }
+
+    /// The token that resumes the receive of subvolume `name` where it
+    /// stopped (for `rsend --resume`), or why there is none.
+    pub fn resume_token(&self, name: &[u8]) -> Result<Token, NoToken> {
+        let st = match self.existing(name)? {
+            None => return Err(NoToken::Missing),
+            Some(Existing::Other) => return Err(NoToken::NotReceived),
+            Some(Existing::Received(st)) => st,
+        };
+        if let Some(t) = st.token() {
+            return Ok(t);
+        }
+        if st.complete {
+            return Err(NoToken::Complete);
+        }
+        match crate::apply::refusal(self.fd(), name)
+            .or_else(|| crate::apply::killed_point(self.fd(), name, &st).err())
+        {
+            Some(reason) => Err(NoToken::NotResumable(reason)),
+            None => Err(NoToken::Unclean),
+        }
     }
 
     /// What is at `name` in DEST already, if anything.

@@ -31,7 +31,7 @@ pub enum Error {
         kind: CmdError,
     },
     /// DEST cannot be used.
-    #[error("destination {}: {}", path.display(), rsend_cli::plain_io(source))]
+    #[error("destination {}: {}", path.display(), plain_io(source))]
     Dest {
         /// DEST as given.
         path: PathBuf,
@@ -74,7 +74,7 @@ pub enum CmdError {
         err: std::io::Error,
     },
     /// Changing DEST itself failed.
-    #[error("{op} in {dest}: {}", rsend_cli::plain_io(err))]
+    #[error("{op} in {dest}: {}", plain_io(err))]
     InDest {
         /// The operation.
         op: &'static str,
@@ -319,6 +319,22 @@ impl CmdError {
             cmd: cmd.kind(),
             path: describe(cmd),
             kind: self,
+        }
+    }
+}
+
+/// An I/O error as words, without the OS's "(os error N)".
+pub(crate) fn plain_io(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        std::io::ErrorKind::IsADirectory => "is a directory".into(),
+        _ => {
+            let s = e.to_string();
+            match s.find(" (os error") {
+                Some(i) => s[..i].to_string(),
+                None => s,
+            }
         }
     }
 }

@@ -142,7 +142,7 @@ impl Stat {
     }
 
     /// The xattr value.
-    pub fn to_xattr(&self) -> Vec<u8> {
+    pub fn to_xattr(self) -> Vec<u8> {
         format!(
             "{:o} {},{} {}:{}",
             self.mode, self.major, self.minor, self.uid, self.gid

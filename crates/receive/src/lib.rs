@@ -1,51 +1,89 @@
 //! Replaying btrfs send streams onto any filesystem, confined to the
-//! destination.
+//! destination: the engine of the `rreceive` tool, as a library.
 //!
-//! [`receive`] reads a stream (several concatenated ones included) and
-//! applies each command beneath `DEST/<subvolume>`:
+//! # Public API
 //!
-//! - on btrfs, with real subvolumes and snapshots, finished with
-//!   `received_uuid` and the read-only flag as `btrfs receive` does;
-//! - anywhere else, with directories, tree copies for snapshots, and the
-//!   state kept as described in [`subvol`].
+//! - [`receive`] reads a stream (several concatenated ones included) and
+//!   applies each command beneath `DEST/<subvolume>`, as [`Options`] say;
+//!   [`receive_with`] does the same, telling a [`Report`] its messages
+//!   ([`Level`]), the commands it applies and its progress. It returns
+//!   [`Stats`], or a [`Failure`] that holds the [`Error`] (a [`CmdError`]
+//!   for a command, a [`PathError`] for a path refused) and what was left
+//!   behind. A [`StopFlag`] set by signal handlers stops it cleanly, so
+//!   that it can be resumed; [`interruptible`] reads a pipe so that the
+//!   flag is seen while the sender is silent.
+//! - [`Dest`] is a destination directory, on btrfs or not ([`Kind`];
+//!   [`Snapshot`] says how snapshots are made off btrfs). Beside the
+//!   receive it offers what a caller asks of a destination: the subvolumes
+//!   received there ([`Dest::list`], each [`Listed`] with its
+//!   [`SubvolState`]), the token that resumes a stopped receive
+//!   ([`Dest::resume_token`], else [`NoToken`] says why) and the deletion
+//!   of an incomplete one ([`Dest::delete_incomplete`], else
+//!   [`NotDeleted`]).
 //!
-//! A stream is untrusted input: every path is checked ([`path`]) and
-//! resolved beneath the subvolume without following symlinks, parents and
-//! clone sources must be subvolumes received in DEST, and a subvolume whose
-//! stream did not reach its END is never used as either unless
-//! [`Options::force`] is set.
+//! # Layers
 //!
-//! All `unsafe` code is in [`ioctl`], each block with a `SAFETY:` comment;
-//! the lints below keep it there.
+//! On btrfs a receive makes real subvolumes and snapshots, finished with
+//! `received_uuid` and the read-only flag as `btrfs receive` does;
+//! anywhere else directories, tree copies for snapshots, and the state kept
+//! in an xattr or a state file. The crate's private modules: `apply` takes
+//! each command through its steps (the subvolume's lifecycle, creates,
+//! names, inode metadata, data; durable checkpoints, the journal a resume
+//! reads); `dest` and `subvol` keep the destination and what is known of
+//! each subvolume; `path` confines every path; `copy`, `overlay` and
+//! `workdir` make snapshots off btrfs; `closer` finishes files on other
+//! threads; `report` and `stop` are the ways out to the caller.
+//!
+//! A stream is untrusted input: every path is checked and resolved beneath
+//! the subvolume without following symlinks, parents and clone sources
+//! must be subvolumes received in DEST, and a subvolume whose stream did
+//! not reach its END is never used as either unless [`Options::force`] is
+//! set.
+//!
+//! The engine never prints and holds no terminal code: the `rreceive`
+//! binary (`src/bin/rreceive/`, behind the default feature `cli` with the
+//! dependencies only it needs) parses the command line and implements
+//! [`Report`] with a progress bar and messages on standard error. A
+//! library user takes `default-features = false` and gets none of them.
+//!
+//! All `unsafe` code is in the private module `ioctl`, each block with a
+//! `SAFETY:` comment; the lints below keep it there.
 
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod apply;
-pub mod closer;
-pub mod copy;
-pub mod dest;
-pub mod error;
-pub mod fake_super;
-pub mod flags;
+mod apply;
+mod closer;
+mod copy;
+mod dest;
+mod error;
+mod fake_super;
+mod flags;
 #[allow(unsafe_code)]
-pub mod ioctl;
-pub mod meta;
-pub mod overlay;
-pub mod path;
-pub mod progress;
-pub mod subvol;
-pub mod workdir;
+mod ioctl;
+mod meta;
+mod overlay;
+mod path;
+mod report;
+mod stop;
+mod subvol;
+mod workdir;
 
-use std::fmt::Arguments;
 use std::io::Read;
 use std::path::PathBuf;
 
 use btrfs_stream::{Command, Reader};
 
-pub use apply::Receiver;
-pub use dest::{Dest, Kind, Snapshot};
+use apply::Receiver;
+use report::Log;
+use stop::signal_name;
+
+pub use dest::{Dest, Kind, Listed, NoToken, NotDeleted, Snapshot};
 pub use error::{CmdError, Error};
+pub use path::PathError;
+pub use report::{Level, Report};
+pub use stop::{interruptible, StopFlag};
+pub use subvol::{Resumable, SubvolState};
 
 /// How to receive.
 #[derive(Debug, Clone)]
@@ -64,7 +102,9 @@ pub struct Options {
     pub plain: bool,
     /// How a snapshot is made off btrfs (`--in-place`, `--link`).
     pub snapshot: Snapshot,
-    /// 0 quiet, 1 normal, 2 `-v`, 3 `-vv` (every command).
+    /// What is reported (see [`receive_with`]): 0 errors only, 1 also the
+    /// normal messages and progress, 2 details too (`-v`), 3 every
+    /// command too (`-vv`).
     pub verbosity: u8,
     /// Most directories whose times are held at once until END (at least
     /// 16), with at most 128 bytes of path each on average. More are
@@ -75,28 +115,17 @@ pub struct Options {
     /// Receive as an ordinary user (`--fake-super`, as in rsync): owners,
     /// set-id bits and device numbers are recorded in the xattr
     /// `user.rreceive.stat` of each inode instead of applied; devices,
-    /// fifos and sockets become empty regular files. See [`fake_super`].
+    /// fifos and sockets become empty regular files.
     pub fake_super: bool,
     /// Set (to the signal's number) when the receive must stop: it stops
     /// after the command being applied, as when the stream is cut off, so
     /// that it can be resumed.
     pub stop: Option<StopFlag>,
-    /// Show a progress bar on a terminal (of `input_size` when known).
-    pub progress: bool,
-    /// The stream's size, when it is a file.
-    pub input_size: Option<u64>,
-    /// An rsend in the same pipeline draws its own bar (see
-    /// [`progress::sender_draws`]): rreceive then draws none.
-    pub sender_bar: bool,
     /// Durable checkpoints: the destination is synced now and then, with
     /// a record of where the stream stood, so that a receive cut by a
     /// power loss resumes (`--no-durable` turns them off).
     pub durable: bool,
 }
-
-/// The signal that asked a receive to stop (0: none), set by the caller's
-/// signal handlers (see [`Options::stop`]).
-pub type StopFlag = std::sync::Arc<std::sync::atomic::AtomicUsize>;
 
 /// The default [`Options::max_dir_times`]: about 5 MiB.
 pub const MAX_DIR_TIMES: usize = 16_384;
@@ -116,40 +145,8 @@ impl Options {
             max_dir_times: MAX_DIR_TIMES,
             fake_super: false,
             stop: None,
-            progress: false,
-            input_size: None,
-            sender_bar: false,
             durable: true,
         }
-    }
-}
-
-/// Messages on standard error, by verbosity.
-pub struct Log {
-    /// The verbosity (see [`Options::verbosity`]).
-    pub level: u8,
-    /// The progress bar they stay apart from.
-    pub meter: progress::Meter,
-}
-
-impl Log {
-    /// A normal message (`At subvol ...`), hidden by `-q`.
-    pub fn info(&mut self, args: Arguments<'_>) {
-        if self.level >= 1 {
-            self.meter.line(&args.to_string());
-        }
-    }
-
-    /// A detail shown with `-v`.
-    pub fn note(&mut self, args: Arguments<'_>) {
-        if self.level >= 2 {
-            self.meter.line(&format!("rreceive: {args}"));
-        }
-    }
-
-    /// An error that does not stop the receive (`-E`).
-    pub fn error(&mut self, e: &Error) {
-        self.meter.line(&format!("rreceive: error: {e}"));
     }
 }
 
@@ -225,15 +222,21 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// Receives the streams in `input` into `opts.dest`.
+/// Receives the streams in `input` into `opts.dest`, reporting nothing.
 pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>> {
+    receive_with(input, opts, &())
+}
+
+/// Receives the streams in `input` into `opts.dest`, telling `report` what
+/// [`Options::verbosity`] asks for and every error.
+pub fn receive_with<R: Read>(
+    input: R,
+    opts: &Options,
+    report: &dyn Report,
+) -> Result<Stats, Box<Failure>> {
     let log = Log {
         level: opts.verbosity,
-        meter: if opts.verbosity >= 1 && opts.progress {
-            progress::Meter::new(opts.input_size, opts.sender_bar)
-        } else {
-            progress::Meter::quiet()
-        },
+        report,
     };
     let dest = match Dest::open(&opts.dest, opts.plain) {
         Ok(d) => d,
@@ -331,7 +334,7 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
         };
         let end = matches!(cmd, Command::End {});
         if pos.index % 64 == 0 {
-            rx.log.meter.update(pos.offset + pos.len, pos.index);
+            rx.log.progress(pos.offset + pos.len, pos.index);
         }
         let res = rx.apply(&cmd, pos);
         failed += std::mem::take(&mut rx.extra_errors);
@@ -398,106 +401,12 @@ pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>>
         s.durable_bytes
     ));
     if rx.stats.skipped > 0 {
-        rx.log.info(format_args!(
-            "rreceive: warning: {} item(s) this filesystem cannot store were skipped (-v lists them)",
+        rx.log.warning(format_args!(
+            "{} item(s) this filesystem cannot store were skipped (-v lists them)",
             rx.stats.skipped
         ));
     }
     Ok(rx.stats)
-}
-
-/// The name of signal `n`, for messages.
-fn signal_name(n: usize) -> &'static str {
-    match i32::try_from(n).unwrap_or(0) {
-        libc::SIGINT => "SIGINT",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGPIPE => "SIGPIPE",
-        _ => "a signal",
-    }
-}
-
-/// Reads `inner` on a thread of its own, so that a read waiting for input
-/// (a pipe, a socket) gives up when `stop` is set: the receive can stop
-/// cleanly even while the sender is silent.
-pub fn interruptible<R: Read + Send + 'static>(mut inner: R, stop: StopFlag) -> impl Read {
-    use std::sync::atomic::Ordering;
-    use std::sync::mpsc;
-    const CHUNK: usize = 1 << 20;
-    let (tx, rx) = mpsc::sync_channel::<std::io::Result<Vec<u8>>>(4);
-    let (back_tx, back_rx) = mpsc::channel::<Vec<u8>>();
-    std::thread::spawn(move || loop {
-        let mut buf = back_rx.try_recv().unwrap_or_default();
-        buf.resize(CHUNK, 0);
-        let r = loop {
-            match inner.read(&mut buf) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                r => break r,
-            }
-        };
-        let last = !matches!(r, Ok(n) if n > 0);
-        let msg = r.map(|n| {
-            buf.truncate(n);
-            buf
-        });
-        if tx.send(msg).is_err() || last {
-            return;
-        }
-    });
-    struct Feed {
-        rx: mpsc::Receiver<std::io::Result<Vec<u8>>>,
-        back: mpsc::Sender<Vec<u8>>,
-        cur: Vec<u8>,
-        at: usize,
-        stop: StopFlag,
-        done: bool,
-    }
-    impl Read for Feed {
-        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-            while self.at == self.cur.len() {
-                if self.done {
-                    return Ok(0);
-                }
-                let n = self.stop.load(Ordering::Relaxed);
-                if n != 0 {
-                    return Err(std::io::Error::other(format!(
-                        "stopped by {}",
-                        signal_name(n)
-                    )));
-                }
-                match self.rx.recv_timeout(std::time::Duration::from_millis(200)) {
-                    Ok(Ok(buf)) => {
-                        if buf.is_empty() {
-                            self.done = true;
-                        }
-                        let old = std::mem::replace(&mut self.cur, buf);
-                        let _ = self.back.send(old);
-                        self.at = 0;
-                    }
-                    Ok(Err(e)) => {
-                        self.done = true;
-                        return Err(e);
-                    }
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    Err(mpsc::RecvTimeoutError::Disconnected) => {
-                        self.done = true;
-                    }
-                }
-            }
-            let n = out.len().min(self.cur.len() - self.at);
-            out[..n].copy_from_slice(&self.cur[self.at..self.at + n]);
-            self.at += n;
-            Ok(n)
-        }
-    }
-    Feed {
-        rx,
-        back: back_tx,
-        cur: Vec::new(),
-        at: 0,
-        stop,
-        done: false,
-    }
 }
 
 /// Raises the soft limit on open files to the hard limit (tree copies of

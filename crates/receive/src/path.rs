@@ -315,18 +315,6 @@ impl Resolver {
         Ok((self.dir(parent)?, name))
     }
 
-    /// Opens checked, non-empty `path` with `flags` (O_NOFOLLOW is added).
-    pub fn open(&mut self, path: &[u8], flags: OFlag, mode: Mode) -> nix::Result<OwnedFd> {
-        let (parent, name) = split(path);
-        let dir = self.dir(parent)?;
-        openat(
-            Some(base_raw(dir)),
-            name,
-            flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            mode,
-        )
-    }
-
     /// Forgets cached directories at or beneath `path` (after it was renamed
     /// or removed).
     pub fn forget(&mut self, path: &[u8]) {

@@ -764,8 +764,7 @@ fn random_chains_in_each_mode_match_btrfs_receive() {
 
 /// The inode flags of `p` (FS_IOC_GETFLAGS).
 fn flags(p: &Path) -> u32 {
-    let f = fs::File::open(p).unwrap();
-    rreceive::ioctl::get_inode_flags(std::os::fd::AsFd::as_fd(&f)).unwrap()
+    testkit::inode_flags(p).unwrap()
 }
 
 /// Its immutable and append-only flags.

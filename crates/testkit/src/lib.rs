@@ -5,9 +5,14 @@
 //! that is unmounted and detached when dropped, also when the test fails.
 //! [`fiemap`] maps a file's extents (its one `unsafe` call is the ioctl).
 //! [`powercut`] is a block device that loses what was not flushed.
+//! [`inode_flags`] reads a file's inode flags (its `unsafe` call is the
+//! ioctl).
 
 pub mod fiemap;
+mod inode_flags;
 pub mod powercut;
+
+pub use inode_flags::inode_flags;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

@@ -17,33 +17,6 @@ use super::guard::Guard;
 use super::inode::LATE_FLAGS;
 use super::{Current, Flow, Receiver, R};
 
-/// A progress bar for a tree copy, on a terminal.
-struct Bar(indicatif::ProgressBar);
-
-impl Bar {
-    fn new(level: u8, inodes: u64) -> Bar {
-        use std::io::IsTerminal;
-        if level == 0 || !std::io::stderr().is_terminal() {
-            return Bar(indicatif::ProgressBar::hidden());
-        }
-        let b = indicatif::ProgressBar::new(inodes);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "copying parent [{wide_bar}] {pos}/{len} inodes, ETA {eta}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
-        Bar(b)
-    }
-}
-
-impl Tick for Bar {
-    fn tick(&self) {
-        self.0.inc(1);
-    }
-}
-
 /// Counts what a snapshot's copy made; for the tests of a receive killed
 /// while copying, `RRECEIVE_TEST_KILL=copy:N` kills it (SIGKILL) after N.
 struct KillAfter<'a> {
@@ -73,12 +46,6 @@ impl Tick for KillAfter<'_> {
         if self.at == Some(n) {
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
         }
-    }
-}
-
-impl Drop for Bar {
-    fn drop(&mut self) {
-        self.0.finish_and_clear();
     }
 }
 
@@ -214,22 +181,22 @@ impl Receiver<'_> {
             ));
             how = Snapshot::Copy;
         }
-        let bar = if self.dest.kind() == Kind::Plain && how == Snapshot::Copy {
+        let copying = if self.dest.kind() == Kind::Plain && how == Snapshot::Copy {
             let plan = self
                 .dest
                 .plan_copy(&parent)
                 .map_err(CmdError::io("create snapshot"))?;
             if !plan.reflink && !self.told_copy {
                 self.told_copy = true;
-                self.log.info(format_args!(
-                    "rreceive: copying parent {} ({} inodes, {} bytes): this filesystem has no \
+                self.log.notice(format_args!(
+                    "copying parent {} ({} inodes, {} bytes): this filesystem has no \
                      snapshots or reflinks; --in-place or --link avoid the copy",
                     escape(&parent.name),
                     plan.usage.inodes,
                     plan.usage.bytes
                 ));
             }
-            Some(Bar::new(self.log.level, plan.usage.inodes))
+            Some(self.log.copying(plan.usage.inodes))
         } else {
             None
         };
@@ -249,9 +216,13 @@ impl Receiver<'_> {
             &state,
             how,
             work.as_ref().map(Workdir::fd),
-            &KillAfter::new(bar.as_ref().map_or(&() as &dyn Tick, |b| b as &dyn Tick)),
+            &KillAfter::new(
+                copying
+                    .as_ref()
+                    .map_or(&() as &dyn Tick, |b| b as &dyn Tick),
+            ),
         );
-        drop(bar);
+        drop(copying);
         let (root, made) = match made {
             Ok(m) => m,
             Err(e) => {

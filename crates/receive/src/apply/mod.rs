@@ -43,7 +43,6 @@ pub use resume::{forget_journal, killed_point, refusal};
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
-use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
@@ -60,15 +59,13 @@ use crate::error::{escape, CmdError, Error};
 use crate::ioctl;
 use crate::meta::At;
 use crate::path::{self, Resolver};
+use crate::report::Log;
 use crate::subvol::SubvolState;
-use crate::{Log, Options, Stats};
+use crate::{Options, Stats};
 
 use batch::{Fold, Pending};
 use create::Create;
 use dirtimes::DirTimes;
-
-pub use crate::flags::map_inode_flags;
-pub use data::MAX_UNENCODED;
 
 /// The operation named when a path does not resolve beneath the subvolume.
 const RESOLVE: &str = "resolve beneath the subvolume (no symlink is followed)";
@@ -160,7 +157,7 @@ pub struct Receiver<'o> {
     dest: Dest,
     cur: Option<Current>,
     /// Messages.
-    pub log: Log,
+    pub log: Log<'o>,
     /// Counters.
     pub stats: Stats,
     /// Failed commands already reported while applying a later one.
@@ -315,7 +312,7 @@ fn target<'a>(cur: &'a mut Current, dest: &'a Dest, path: &'a [u8]) -> R<Target<
 
 impl<'o> Receiver<'o> {
     /// A receiver writing into `dest`.
-    pub fn new(opts: &'o Options, dest: Dest, log: Log) -> Receiver<'o> {
+    pub fn new(opts: &'o Options, dest: Dest, log: Log<'o>) -> Receiver<'o> {
         Receiver {
             opts,
             dest,
@@ -532,17 +529,10 @@ impl<'o> Receiver<'o> {
         res
     }
 
-    /// Commands of the current subvolume's stream applied so far.
-    pub fn applied(&self) -> u64 {
-        self.cur.as_ref().map_or(0, |c| c.track.count)
-    }
-
     fn apply_one(&mut self, cmd: &Command<'_>, pos: Position) -> Result<Flow, Error> {
         self.stats.commands += 1;
         self.now = (cmd.kind(), pos);
-        if self.log.level >= 3 {
-            self.log.trace(cmd, pos);
-        }
+        self.log.command(cmd, pos);
         // A create held back from earlier commands comes first.
         if let Some(mut p) = self.cur.as_mut().and_then(|c| c.pending.take()) {
             let fold = self.fold(&mut p, cmd, pos);
@@ -769,17 +759,5 @@ fn test_kill(index: u64, phase: u8) {
     });
     if *at == Some((index, phase)) {
         let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
-    }
-}
-
-impl Log {
-    fn trace(&mut self, cmd: &Command<'_>, pos: Position) {
-        use rdump::Sink;
-        let mut t = rdump::TextDump::new(Vec::new());
-        if t.command(cmd, pos).is_ok() {
-            let _ = t.finish();
-            let line = t.into_inner();
-            let _ = std::io::stderr().write_all(&line);
-        }
     }
 }

@@ -2,6 +2,9 @@
 
 #![forbid(unsafe_code)]
 
+mod bar;
+mod report;
+
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::PathBuf;
@@ -239,7 +242,7 @@ fn list(dest: &std::path::Path, json: bool, plain: bool) -> ExitCode {
             };
             format!(
                 "{}\t{}\t{}\t{shown}\t{}",
-                rreceive::error::escape(&l.name),
+                l.name.escape_ascii(),
                 st.received_uuid.hyphenated(),
                 st.ctransid,
                 l.status()
@@ -306,7 +309,7 @@ fn delete_incomplete(path: &std::path::Path, plain: bool) -> ExitCode {
     };
     let res = rreceive::Dest::open(&dir, plain)
         .map_err(|e| format!("{}: {}", dir.display(), rsend_cli::plain_io(&e)))
-        .and_then(|d| d.delete_incomplete(&name));
+        .and_then(|d| d.delete_incomplete(&name).map_err(|e| e.to_string()));
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(why) => rsend_cli::exit(
@@ -340,32 +343,13 @@ fn resume_token(path: &std::path::Path, plain: bool) -> ExitCode {
             );
         }
     };
-    let why = match dest.existing(name) {
-        Err(e) => format!("{}: {}", dir.display(), rsend_cli::plain_io(&e)),
-        Ok(None) => format!("{shown} does not exist"),
-        Ok(Some(rreceive::dest::Existing::Other)) => {
-            format!("{shown} is not a subvolume rreceive received")
+    let why = match dest.resume_token(name) {
+        Ok(t) => {
+            println!("{t}");
+            return ExitCode::SUCCESS;
         }
-        Ok(Some(rreceive::dest::Existing::Received(st))) => match st.token() {
-            Some(t) => {
-                println!("{t}");
-                return ExitCode::SUCCESS;
-            }
-            None if st.complete => format!("{shown} is complete: there is nothing to resume"),
-            None => match rreceive::apply::refusal(dest.fd(), name)
-                .or_else(|| rreceive::apply::killed_point(dest.fd(), name, &st).err())
-            {
-                Some(reason) => format!(
-                    "{shown} is incomplete and not resumable: {reason}. Delete it and receive \
-                     the stream again"
-                ),
-                None => format!(
-                    "{shown} is incomplete, and its receive did not stop cleanly (killed, or \
-                     the system went down): it cannot be resumed; delete it and receive the \
-                     stream again"
-                ),
-            },
-        },
+        Err(rreceive::NoToken::Io(e)) => format!("{}: {}", dir.display(), rsend_cli::plain_io(&e)),
+        Err(e) => format!("{shown} {e}"),
     };
     rsend_cli::exit(
         "rreceive",
@@ -426,7 +410,7 @@ fn receive(args: Args) -> ExitCode {
     let sender_bar = size.is_none()
         && !args.quiet
         && std::io::IsTerminal::is_terminal(&io::stderr())
-        && rreceive::progress::sender_draws();
+        && bar::sender_draws();
     let stream = match input(args.file.as_deref(), stop.clone()) {
         Ok(r) => r,
         Err(code) => return code,
@@ -456,9 +440,6 @@ fn receive(args: Args) -> ExitCode {
     opts.fake_super = args.fake_super;
     opts.durable = !args.no_durable;
     opts.stop = stop;
-    opts.progress = true;
-    opts.input_size = size;
-    opts.sender_bar = sender_bar;
     opts.snapshot = if args.in_place {
         rreceive::Snapshot::InPlace
     } else if args.link {
@@ -467,7 +448,14 @@ fn receive(args: Args) -> ExitCode {
         rreceive::Snapshot::Copy
     };
     opts.verbosity = if args.quiet { 0 } else { 1 + args.verbose };
-    match rreceive::receive(stream, &opts) {
+    let meter = if args.quiet {
+        bar::Meter::quiet()
+    } else {
+        bar::Meter::new(size, sender_bar)
+    };
+    // The bar is gone before what a failure left is told.
+    let received = rreceive::receive_with(stream, &opts, &report::Stderr::new(meter));
+    match received {
         Ok(_) => ExitCode::SUCCESS,
         Err(f) => {
             let transient = f.error.permanent().is_none();
@@ -476,7 +464,7 @@ fn receive(args: Args) -> ExitCode {
             if let Some(p) = f.given_back {
                 eprintln!(
                     "rreceive: nothing was changed: parent {} is back as it was",
-                    rreceive::error::escape(&p)
+                    p.escape_ascii()
                 );
             }
             if let (Some(p), Some(st)) = (&f.incomplete, &f.resumable) {
@@ -503,7 +491,7 @@ fn receive(args: Args) -> ExitCode {
                         "rreceive: it was received in place onto parent {}, which is gone: \
                          remove it and receive a full stream of the same snapshot (rsend \
                          without -p) to start the chain again",
-                        rreceive::error::escape(&parent)
+                        parent.escape_ascii()
                     );
                 }
             }

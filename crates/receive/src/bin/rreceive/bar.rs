@@ -1,5 +1,7 @@
 //! Progress on a terminal: the stream bytes read (against the input's size
-//! when it is known, with an ETA), the rate, and the commands applied.
+//! when it is known, with an ETA), the rate, and the commands applied; the
+//! inodes of a parent copied (off btrfs, for a snapshot); message lines
+//! kept apart from the bars.
 //!
 //! In `rsend | rreceive` on one terminal, rsend draws its own bar: two
 //! bars on one line would overwrite each other, so rreceive then draws
@@ -12,7 +14,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Where messages and the bar go.
 #[derive(Default)]
-pub struct Meter {
+pub(crate) struct Meter {
     /// The bar, made when first needed: by then the stream's first bytes
     /// came, so a sender in the same pipeline has started and can be seen.
     bar: std::cell::OnceCell<Option<ProgressBar>>,
@@ -28,7 +30,7 @@ pub struct Meter {
 
 impl Meter {
     /// No bar, plain messages.
-    pub fn quiet() -> Meter {
+    pub(crate) fn quiet() -> Meter {
         Meter::default()
     }
 
@@ -37,7 +39,7 @@ impl Meter {
     /// `sender_seen`: an rsend of this pipeline was seen already (look with
     /// [`sender_draws`] before reading the stream: once it is read the
     /// sender may be gone).
-    pub fn new(total: Option<u64>, sender_seen: bool) -> Meter {
+    pub(crate) fn new(total: Option<u64>, sender_seen: bool) -> Meter {
         let tty = std::io::stderr().is_terminal();
         Meter {
             bar: std::cell::OnceCell::new(),
@@ -62,7 +64,7 @@ impl Meter {
     }
 
     /// Stream bytes read so far and commands applied.
-    pub fn update(&self, bytes: u64, commands: u64) {
+    pub(crate) fn update(&self, bytes: u64, commands: u64) {
         if let Some(b) = self.bar() {
             b.set_position(bytes);
             b.set_message(format!("{commands} commands"));
@@ -70,7 +72,7 @@ impl Meter {
     }
 
     /// Writes one message line, apart from any bar.
-    pub fn line(&self, text: &str) {
+    pub(crate) fn line(&self, text: &str) {
         use std::io::Write;
         match self.bar() {
             Some(b) => b.suspend(|| {
@@ -87,7 +89,7 @@ impl Meter {
     }
 
     /// Removes the bar.
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if let Some(Some(b)) = self.bar.get() {
             b.finish_and_clear();
         }
@@ -114,9 +116,24 @@ fn make_bar(total: Option<u64>) -> ProgressBar {
     bar
 }
 
+/// A bar of the `inodes` inodes of a parent being copied, when standard
+/// error is a terminal.
+pub(crate) fn copy_bar(inodes: u64) -> Option<ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let b = ProgressBar::new(inodes);
+    b.set_style(
+        ProgressStyle::with_template("copying parent [{wide_bar}] {pos}/{len} inodes, ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    Some(b)
+}
+
 /// Whether an rsend in this process group (a shell pipeline on this
 /// terminal) draws its own bar.
-pub fn sender_draws() -> bool {
+pub(crate) fn sender_draws() -> bool {
     let group = |stat: &str| -> Option<(String, i64)> {
         let open = stat.find('(')?;
         let close = stat.rfind(')')?;

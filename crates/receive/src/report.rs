@@ -1,0 +1,149 @@
+//! How a receive tells what it does: the [`Report`] it is given, to which
+//! it sends its messages and progress, and the [`Log`] through which the
+//! engine reaches it, keeping to the verbosity asked for.
+//!
+//! The engine never prints: the `rreceive` binary's report draws the
+//! progress bars and writes the messages to standard error.
+
+use std::fmt::Arguments;
+
+use btrfs_stream::{Command, Position};
+
+use crate::copy::Tick;
+use crate::Error;
+
+/// What kind of message a receive reports, each shown from the
+/// [`Options::verbosity`](crate::Options::verbosity) given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Where the receive is, such as `At subvol NAME` (verbosity 1).
+    Status,
+    /// Something worth knowing that is not a problem, such as a parent
+    /// copied for want of snapshots (verbosity 1).
+    Notice,
+    /// Something not received as it was sent (verbosity 1).
+    Warning,
+    /// A detail (verbosity 2, `-v`).
+    Detail,
+}
+
+/// Where a receive reports what it does. Every method does nothing unless
+/// implemented; `()` implements none of them, for callers that want no
+/// reports. A receive calls them on the thread that runs it.
+pub trait Report {
+    /// A message of kind `level`.
+    fn message(&self, _level: Level, _text: Arguments<'_>) {}
+
+    /// A command failed and the receive goes on
+    /// ([`Options::max_errors`](crate::Options::max_errors) above 1).
+    fn error(&self, _error: &Error) {}
+
+    /// The command about to be applied (verbosity 3, `-vv`).
+    fn command(&self, _cmd: &Command<'_>, _pos: Position) {}
+
+    /// The stream has been read up to byte `bytes`, and `commands`
+    /// commands applied (told every 64 commands).
+    fn progress(&self, _bytes: u64, _commands: u64) {}
+
+    /// A snapshot's parent of `inodes` inodes is being copied (off btrfs);
+    /// [`Report::copied`] tells each inode, [`Report::copy_done`] the end.
+    fn copying(&self, _inodes: u64) {}
+
+    /// One more inode of the parent copied.
+    fn copied(&self) {}
+
+    /// The copy [`Report::copying`] announced is over.
+    fn copy_done(&self) {}
+}
+
+/// No reports.
+impl Report for () {}
+
+/// The engine's way to its [`Report`]: only what the verbosity asks for is
+/// formatted and told.
+pub(crate) struct Log<'r> {
+    /// The verbosity (see [`Options::verbosity`](crate::Options::verbosity)).
+    pub(crate) level: u8,
+    /// Where it goes.
+    pub(crate) report: &'r dyn Report,
+}
+
+impl Log<'_> {
+    /// A normal message (`At subvol ...`), hidden by `-q`.
+    pub(crate) fn info(&self, args: Arguments<'_>) {
+        self.at(1, Level::Status, args);
+    }
+
+    /// A notice, hidden by `-q`.
+    pub(crate) fn notice(&self, args: Arguments<'_>) {
+        self.at(1, Level::Notice, args);
+    }
+
+    /// A warning, hidden by `-q`.
+    pub(crate) fn warning(&self, args: Arguments<'_>) {
+        self.at(1, Level::Warning, args);
+    }
+
+    /// A detail shown with `-v`.
+    pub(crate) fn note(&self, args: Arguments<'_>) {
+        self.at(2, Level::Detail, args);
+    }
+
+    fn at(&self, min: u8, level: Level, args: Arguments<'_>) {
+        if self.level >= min {
+            self.report.message(level, args);
+        }
+    }
+
+    /// An error that does not stop the receive (`-E`).
+    pub(crate) fn error(&self, e: &Error) {
+        self.report.error(e);
+    }
+
+    /// The command about to be applied, with `-vv`.
+    pub(crate) fn command(&self, cmd: &Command<'_>, pos: Position) {
+        if self.level >= 3 {
+            self.report.command(cmd, pos);
+        }
+    }
+}
+
+impl<'r> Log<'r> {
+    /// Stream bytes read and commands applied, hidden by `-q`.
+    pub(crate) fn progress(&self, bytes: u64, commands: u64) {
+        if self.level >= 1 {
+            self.report.progress(bytes, commands);
+        }
+    }
+
+    /// A copy of a parent of `inodes` inodes begins; it is over when the
+    /// value returned is dropped.
+    pub(crate) fn copying(&self, inodes: u64) -> Copying<'r> {
+        let report = (self.level >= 1).then_some(self.report);
+        if let Some(r) = report {
+            r.copying(inodes);
+        }
+        Copying { report }
+    }
+}
+
+/// A copy of a parent being made, told to the report (see [`Log::copying`]).
+pub(crate) struct Copying<'r> {
+    report: Option<&'r dyn Report>,
+}
+
+impl Tick for Copying<'_> {
+    fn tick(&self) {
+        if let Some(r) = self.report {
+            r.copied();
+        }
+    }
+}
+
+impl Drop for Copying<'_> {
+    fn drop(&mut self) {
+        if let Some(r) = self.report {
+            r.copy_done();
+        }
+    }
+}
