@@ -48,7 +48,7 @@ const BATCH_BYTES: usize = 1 << 20;
 const QUEUE: usize = 4;
 
 /// What is left to do to a new file after its create.
-pub struct Finish {
+pub(crate) struct Finish {
     /// Its path (for error messages).
     pub path: Vec<u8>,
     /// The MKFILE.
@@ -68,7 +68,7 @@ pub struct Finish {
 }
 
 /// A descriptor to close, maybe with a new file's remaining commands.
-pub struct Job {
+pub(crate) struct Job {
     /// The file.
     pub file: File,
     /// What to do before closing it.
@@ -101,7 +101,7 @@ struct Shared {
 
 /// Counters kept by the closing thread.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// CHOWNs skipped because the new file already had that owner.
     pub chowns_skipped: u64,
     /// CHMODs skipped because the new file already had that mode.
@@ -118,7 +118,7 @@ struct Batch {
 }
 
 /// Finishes and closes files in the background.
-pub struct Closer {
+pub(crate) struct Closer {
     tx: Option<SyncSender<Vec<Job>>>,
     batch: Mutex<Batch>,
     shared: Arc<Shared>,
@@ -128,7 +128,7 @@ pub struct Closer {
 impl Closer {
     /// Starts the closing thread; without one (or with `RRECEIVE_SYNC_CLOSE`
     /// set), jobs run in place when handed over.
-    pub fn new() -> Closer {
+    pub(crate) fn new() -> Closer {
         let shared = Arc::new(Shared::default());
         let batch = Mutex::new(Batch {
             jobs: Vec::with_capacity(BATCH),
@@ -167,7 +167,7 @@ impl Closer {
     }
 
     /// Closes `f`, later.
-    pub fn close(&self, f: File) {
+    pub(crate) fn close(&self, f: File) {
         self.submit(Job {
             file: f,
             finish: None,
@@ -175,7 +175,7 @@ impl Closer {
     }
 
     /// Hands `job` over; returns its sequence number (see [`Closer::wait_for`]).
-    pub fn submit(&self, job: Job) -> u64 {
+    pub(crate) fn submit(&self, job: Job) -> u64 {
         let Ok(mut b) = self.batch.lock() else {
             // Poisoned: nothing sensible is left to do but run it here.
             run_job(&job, &self.shared);
@@ -199,18 +199,18 @@ impl Closer {
     }
 
     /// Sequence number of the last job done: every job up to it is done.
-    pub fn done(&self) -> u64 {
+    pub(crate) fn done(&self) -> u64 {
         self.shared.done.load(Ordering::Acquire)
     }
 
     /// Waits until job `seq` and all before it are done (their files may
     /// still be open).
-    pub fn wait_for(&self, seq: u64) {
+    pub(crate) fn wait_for(&self, seq: u64) {
         self.wait_until(seq, &self.shared.done);
     }
 
     /// Waits until every job handed over so far is done and its file closed.
-    pub fn wait(&self) {
+    pub(crate) fn wait(&self) {
         let last = self.batch.lock().map(|b| b.last).unwrap_or(0);
         self.wait_until(last, &self.shared.closed);
     }
@@ -241,12 +241,12 @@ impl Closer {
     }
 
     /// Whether a job failed since the last [`Closer::take_errors`].
-    pub fn has_errors(&self) -> bool {
+    pub(crate) fn has_errors(&self) -> bool {
         self.shared.failed.load(Ordering::Acquire)
     }
 
     /// The failures of jobs done so far, in the order they were handed over.
-    pub fn take_errors(&self) -> Vec<Error> {
+    pub(crate) fn take_errors(&self) -> Vec<Error> {
         if !self.has_errors() {
             return Vec::new();
         }
@@ -260,7 +260,7 @@ impl Closer {
     }
 
     /// The counters since the last call.
-    pub fn take_counts(&self) -> Counts {
+    pub(crate) fn take_counts(&self) -> Counts {
         Counts {
             chowns_skipped: self.shared.chowns_skipped.swap(0, Ordering::Relaxed),
             chmods_skipped: self.shared.chmods_skipped.swap(0, Ordering::Relaxed),

@@ -25,7 +25,7 @@ const BUF: usize = 1 << 20;
 
 /// Which ways of copying data still look possible on this destination.
 #[derive(Debug, Clone, Copy)]
-pub struct Methods {
+pub(crate) struct Methods {
     /// Reflinks have not failed yet.
     pub reflink: bool,
     /// copy_file_range has not failed yet.
@@ -58,7 +58,7 @@ fn reflink_unsupported(e: Errno) -> bool {
 }
 
 /// Copies `len` bytes of `src` at `src_off` to `dst` at `dst_off`.
-pub fn copy_range(
+pub(crate) fn copy_range(
     dst: &File,
     dst_off: u64,
     src: &File,
@@ -149,7 +149,12 @@ fn read_write(dst: &File, dst_off: u64, src: &File, src_off: u64, len: u64) -> i
 
 /// Copies all data of `src` into the empty file `dst` of the same size or
 /// less, keeping holes.
-pub fn copy_file_data(dst: &File, src: &File, size: u64, how: &mut Methods) -> io::Result<()> {
+pub(crate) fn copy_file_data(
+    dst: &File,
+    src: &File,
+    size: u64,
+    how: &mut Methods,
+) -> io::Result<()> {
     if how.reflink {
         match crate::ioctl::clone_file(dst.as_fd(), src.as_fd()) {
             Ok(()) => return Ok(()),
@@ -198,7 +203,7 @@ fn open_at(dir: BorrowedFd<'_>, name: &[u8], flags: OFlag, mode: Mode) -> nix::R
 }
 
 /// Opens a file for reading without updating its atime where allowed.
-pub fn open_noatime(dir: BorrowedFd<'_>, name: &[u8], extra: OFlag) -> nix::Result<File> {
+pub(crate) fn open_noatime(dir: BorrowedFd<'_>, name: &[u8], extra: OFlag) -> nix::Result<File> {
     match open_at(
         dir,
         name,
@@ -219,7 +224,7 @@ fn times(st: &FileStat) -> (TimeSpec, TimeSpec) {
 
 /// Counts of what a tree copy made.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct TreeStats {
+pub(crate) struct TreeStats {
     /// Inodes created.
     pub inodes: u64,
     /// Extra hardlinks made.
@@ -235,7 +240,7 @@ pub struct TreeStats {
 
 /// How a tree copy makes files other than directories.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Share {
+pub(crate) enum Share {
     /// Copies (reflinks where the filesystem has them).
     Copy,
     /// Hard links to the source's inodes, except those with several names
@@ -245,11 +250,11 @@ pub enum Share {
 }
 
 /// A file or directory by device and inode number.
-pub type Id = (u64, u64);
+pub(crate) type Id = (u64, u64);
 
 /// What a tree holds, for a copy to check it fits.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Usage {
+pub(crate) struct Usage {
     /// Inodes (each hardlinked one once).
     pub inodes: u64,
     /// Bytes allocated to them.
@@ -263,7 +268,7 @@ pub struct Usage {
 /// `exact`, a file with several names counts once (which takes a set of
 /// every file with several links); otherwise once per name, an upper bound
 /// in constant memory.
-pub fn usage(src: BorrowedFd<'_>, exact: bool) -> io::Result<Usage> {
+pub(crate) fn usage(src: BorrowedFd<'_>, exact: bool) -> io::Result<Usage> {
     let mut u = Usage::default();
     let mut seen = exact.then(std::collections::HashSet::new);
     usage_of(src, &mut u, &mut seen)?;
@@ -307,7 +312,7 @@ fn usage_of(
 
 /// Whether files in directory `dir` can share data by reflink: tries it
 /// on two scratch files named `.rreceive-probe-*`, removed again.
-pub fn reflinks_work(dir: BorrowedFd<'_>) -> io::Result<bool> {
+pub(crate) fn reflinks_work(dir: BorrowedFd<'_>) -> io::Result<bool> {
     let names = [&b".rreceive-probe-a"[..], b".rreceive-probe-b"];
     for n in names {
         let _ = nix::unistd::unlinkat(
@@ -335,7 +340,7 @@ pub fn reflinks_work(dir: BorrowedFd<'_>) -> io::Result<bool> {
 }
 
 /// Something told of each inode a tree copy makes (a progress bar).
-pub trait Tick {
+pub(crate) trait Tick {
     /// One more inode (or link) done.
     fn tick(&self);
 }
@@ -352,7 +357,7 @@ impl Tick for () {
 /// the inodes with several names in `dst` that are its own, not `src`'s.
 /// Inode flags are copied; immutable and append-only ones are returned with
 /// the copies they belong to, to be set at END.
-pub fn copy_tree(
+pub(crate) fn copy_tree(
     src: BorrowedFd<'_>,
     dst: BorrowedFd<'_>,
     share: Share,
@@ -406,7 +411,7 @@ pub fn copy_tree(
 }
 
 /// What [`copy_tree`] made.
-pub struct Tree {
+pub(crate) struct Tree {
     /// Counts.
     pub stats: TreeStats,
     /// Inodes with several names that are the copy's own (`--link`).
@@ -417,7 +422,8 @@ pub struct Tree {
 
 /// Called with a copy before it replaces a hard link: its inode number, the
 /// file if its data was copied (not reflinked), its flags due at END.
-pub type BeforeReplace<'a> = dyn FnMut(u64, Option<&File>, Option<u32>) -> io::Result<()> + 'a;
+pub(crate) type BeforeReplace<'a> =
+    dyn FnMut(u64, Option<&File>, Option<u32>) -> io::Result<()> + 'a;
 
 /// Replaces the file at `name` in `dir` with a copy of itself: same data,
 /// type, owner, mode, xattrs, times and flags, another inode. The copy is
@@ -426,7 +432,7 @@ pub type BeforeReplace<'a> = dyn FnMut(u64, Option<&File>, Option<u32>) -> io::R
 /// the file changes. `before` is called with the copy (its inode number,
 /// the file if regular, its flags due at END) before it replaces the link.
 /// Returns the copy's immutable or append-only flags, to be set at END.
-pub fn replace_with_copy(
+pub(crate) fn replace_with_copy(
     dir: BorrowedFd<'_>,
     name: &[u8],
     scratch: BorrowedFd<'_>,

@@ -36,7 +36,7 @@ pub enum Kind {
 
 /// A subvolume under DEST that a stream may use as parent or clone source.
 #[derive(Debug, Clone)]
-pub struct Known {
+pub(crate) struct Known {
     /// Its name in DEST.
     pub name: Vec<u8>,
     /// Whether its receive finished (for btrfs: read-only).
@@ -58,7 +58,7 @@ pub enum Snapshot {
 
 /// What [`Dest::plan_copy`] found.
 #[derive(Debug, Clone, Copy)]
-pub struct CopyPlan {
+pub(crate) struct CopyPlan {
     /// What the parent's tree holds.
     pub usage: copy::Usage,
     /// Whether data is shared by reflink.
@@ -148,7 +148,7 @@ pub enum NotDeleted {
 
 /// What is already at a name a stream wants to create.
 #[derive(Debug, Clone)]
-pub enum Existing {
+pub(crate) enum Existing {
     /// A subvolume received before.
     Received(SubvolState),
     /// Something else.
@@ -157,7 +157,7 @@ pub enum Existing {
 
 /// The parent a subvolume took over in place, to give it back.
 #[derive(Debug, Clone)]
-pub struct Taken {
+pub(crate) struct Taken {
     /// The parent's name in DEST.
     pub parent: Vec<u8>,
     /// The state it had.
@@ -165,7 +165,7 @@ pub struct Taken {
 }
 
 /// How a snapshot was made.
-pub enum Made {
+pub(crate) enum Made {
     /// A btrfs snapshot.
     Snapshot,
     /// A tree copied or linked (see [`copy::copy_tree`]).
@@ -234,17 +234,21 @@ impl Dest {
     }
 
     /// The DEST directory descriptor.
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 
     /// Opens subvolume `name`'s root directory.
-    pub fn open_subvol(&self, name: &[u8]) -> nix::Result<OwnedFd> {
+    pub(crate) fn open_subvol(&self, name: &[u8]) -> nix::Result<OwnedFd> {
         open_dir_at(self.fd(), name).map(OwnedFd::from)
     }
 
     /// Creates subvolume `name` for a full stream.
-    pub fn create_subvol(&mut self, name: &[u8], state: &SubvolState) -> io::Result<OwnedFd> {
+    pub(crate) fn create_subvol(
+        &mut self,
+        name: &[u8],
+        state: &SubvolState,
+    ) -> io::Result<OwnedFd> {
         match self.kind {
             Kind::Btrfs => ioctl::subvol_create(self.fd(), name)?,
             // The mode BTRFS_IOC_SUBVOL_CREATE gives a new subvolume root.
@@ -260,7 +264,7 @@ impl Dest {
 
     /// Checks that a copy of `parent`'s tree fits in DEST (inodes, and
     /// bytes where the filesystem cannot reflink), before any is made.
-    pub fn plan_copy(&self, parent: &Known) -> io::Result<CopyPlan> {
+    pub(crate) fn plan_copy(&self, parent: &Known) -> io::Result<CopyPlan> {
         let src = self.open_subvol(&parent.name)?;
         let reflink = copy::reflinks_work(self.fd())?;
         let vfs = nix::sys::statvfs::fstatvfs(&self.fd)?;
@@ -305,7 +309,7 @@ impl Dest {
 
     /// Creates `name` as a writable snapshot of `parent` for an incremental
     /// stream: on btrfs a snapshot, elsewhere as `how` says.
-    pub fn snapshot(
+    pub(crate) fn snapshot(
         &mut self,
         name: &[u8],
         parent: &Known,
@@ -424,7 +428,7 @@ impl Dest {
 
     /// Undoes [`Dest::snapshot`] in place before anything was changed:
     /// `name` is the parent again, with the state it had.
-    pub fn give_back(&mut self, name: &[u8], taken: &Taken) -> io::Result<()> {
+    pub(crate) fn give_back(&mut self, name: &[u8], taken: &Taken) -> io::Result<()> {
         nix::fcntl::renameat2(
             Some(self.fd.as_raw_fd()),
             name,
@@ -501,7 +505,7 @@ impl Dest {
     }
 
     /// What is at `name` in DEST already, if anything.
-    pub fn existing(&self, name: &[u8]) -> io::Result<Option<Existing>> {
+    pub(crate) fn existing(&self, name: &[u8]) -> io::Result<Option<Existing>> {
         match nix::sys::stat::fstatat(
             Some(self.fd.as_raw_fd()),
             name,
@@ -615,12 +619,12 @@ impl Dest {
 
     /// Records the state of subvolume `name` (incomplete: on btrfs a
     /// complete one is marked by [`Dest::finish`]).
-    pub fn set_state(&mut self, name: &[u8], state: &SubvolState) -> io::Result<()> {
+    pub(crate) fn set_state(&mut self, name: &[u8], state: &SubvolState) -> io::Result<()> {
         self.record(name, state)
     }
 
     /// The state rreceive recorded for `name`, if any.
-    pub fn state_of(&self, name: &[u8]) -> io::Result<Option<SubvolState>> {
+    pub(crate) fn state_of(&self, name: &[u8]) -> io::Result<Option<SubvolState>> {
         subvol::lookup(self.fd(), name)
     }
 
@@ -640,7 +644,7 @@ impl Dest {
     }
 
     /// Marks subvolume `name` (root `root`) as completely received.
-    pub fn finish(
+    pub(crate) fn finish(
         &mut self,
         name: &[u8],
         root: BorrowedFd<'_>,
@@ -683,7 +687,7 @@ impl Dest {
 
     /// The subvolume under DEST that `uuid` names: by received uuid first,
     /// then (btrfs only) by its own uuid.
-    pub fn find(&mut self, uuid: Uuid) -> io::Result<Option<Known>> {
+    pub(crate) fn find(&mut self, uuid: Uuid) -> io::Result<Option<Known>> {
         if self.index.is_none() {
             self.build_index()?;
         }
@@ -774,7 +778,7 @@ impl Dest {
 }
 
 /// Whether an errno from the encoded-write ioctl means "decode instead".
-pub fn encoded_write_unsupported(e: Errno) -> bool {
+pub(crate) fn encoded_write_unsupported(e: Errno) -> bool {
     matches!(
         e,
         Errno::ENOTTY

@@ -259,7 +259,7 @@ impl CmdError {
 
 impl Error {
     /// The command-level error inside, or this error as an I/O error.
-    pub fn kind(self) -> CmdError {
+    pub(crate) fn kind(self) -> CmdError {
         match self {
             Error::Command { kind, .. } => kind,
             e => CmdError::Io {
@@ -272,12 +272,12 @@ impl Error {
 
 impl CmdError {
     /// An OS error during `op`.
-    pub fn os(op: &'static str) -> impl FnOnce(Errno) -> CmdError {
+    pub(crate) fn os(op: &'static str) -> impl FnOnce(Errno) -> CmdError {
         move |errno| CmdError::Os { op, errno }
     }
 
     /// chown's error: EPERM as an ordinary user says that this needs root.
-    pub fn chown(uid: u32, gid: u32) -> impl FnOnce(Errno) -> CmdError {
+    pub(crate) fn chown(uid: u32, gid: u32) -> impl FnOnce(Errno) -> CmdError {
         move |errno| {
             CmdError::needs_root(errno, "chown", || {
                 format!("changing the owner to {uid}:{gid}")
@@ -287,7 +287,11 @@ impl CmdError {
 
     /// `op`'s error, or [`CmdError::NeedsRoot`] for EPERM as an ordinary
     /// user.
-    pub fn needs_root(errno: Errno, op: &'static str, what: impl FnOnce() -> String) -> CmdError {
+    pub(crate) fn needs_root(
+        errno: Errno,
+        op: &'static str,
+        what: impl FnOnce() -> String,
+    ) -> CmdError {
         let euid = nix::unistd::geteuid().as_raw();
         if errno == Errno::EPERM && euid != 0 {
             CmdError::NeedsRoot {
@@ -301,7 +305,7 @@ impl CmdError {
     }
 
     /// An I/O error during `op`.
-    pub fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> CmdError {
+    pub(crate) fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> CmdError {
         move |err| match err.raw_os_error() {
             Some(n) => CmdError::Os {
                 op,
@@ -312,7 +316,7 @@ impl CmdError {
     }
 
     /// Attaches the command's identity.
-    pub fn at(self, cmd: &Command<'_>, pos: Position) -> Error {
+    pub(crate) fn at(self, cmd: &Command<'_>, pos: Position) -> Error {
         Error::Command {
             command: pos.index,
             offset: pos.offset,
@@ -340,7 +344,7 @@ pub(crate) fn plain_io(e: &std::io::Error) -> String {
 }
 
 /// Bytes as text with everything outside printable ASCII escaped.
-pub fn escape(b: &[u8]) -> String {
+pub(crate) fn escape(b: &[u8]) -> String {
     b.escape_ascii().to_string()
 }
 
@@ -353,7 +357,7 @@ fn quoted(b: &[u8]) -> String {
 /// xattr's name (`(xattr 'name')`); `-` for a command without any. The
 /// subvolume root (the empty path of a command changing an inode's own
 /// metadata) is `'.'`.
-pub fn describe(cmd: &Command<'_>) -> String {
+pub(crate) fn describe(cmd: &Command<'_>) -> String {
     use std::fmt::Write;
     let mut head = String::new();
     let mut tail = String::new();

@@ -65,11 +65,11 @@ use crate::error::{escape, CmdError};
 use crate::meta;
 
 /// The xattr holding an inode's owner, mode and device number.
-pub const XATTR: &str = "user.rreceive.stat";
+pub(crate) const XATTR: &str = "user.rreceive.stat";
 
 /// What a receive as root would have given an inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stat {
+pub(crate) struct Stat {
     /// File type and mode bits (`st_mode`).
     pub mode: u32,
     /// The device's major number (0 for anything but a device).
@@ -84,7 +84,7 @@ pub struct Stat {
 
 impl Stat {
     /// What an inode without the xattr stands for: itself.
-    pub fn of(st: &FileStat) -> Stat {
+    pub(crate) fn of(st: &FileStat) -> Stat {
         let kind = st.st_mode & libc::S_IFMT;
         let dev = kind == libc::S_IFCHR || kind == libc::S_IFBLK;
         Stat {
@@ -107,7 +107,7 @@ impl Stat {
     /// A device's, fifo's or socket's: `mode` with its type, device `rdev`
     /// as the stream encodes it (the kernel's `new_encode_dev`, which is
     /// glibc's `makedev` for 32-bit numbers).
-    pub fn special(mode: u32, rdev: u64, uid: u32, gid: u32) -> Stat {
+    pub(crate) fn special(mode: u32, rdev: u64, uid: u32, gid: u32) -> Stat {
         let kind = mode & libc::S_IFMT;
         let dev = kind == libc::S_IFCHR || kind == libc::S_IFBLK;
         Stat {
@@ -120,12 +120,12 @@ impl Stat {
     }
 
     /// The file type bits.
-    pub fn kind(&self) -> u32 {
+    pub(crate) fn kind(&self) -> u32 {
         self.mode & libc::S_IFMT
     }
 
     /// CHOWN, as root would do it.
-    pub fn chown(&mut self, uid: u32, gid: u32) {
+    pub(crate) fn chown(&mut self, uid: u32, gid: u32) {
         self.uid = uid;
         self.gid = gid;
         if self.kind() != libc::S_IFDIR {
@@ -137,12 +137,12 @@ impl Stat {
     }
 
     /// CHMOD to `perms` (the low 12 bits are kept).
-    pub fn chmod(&mut self, perms: u32) {
+    pub(crate) fn chmod(&mut self, perms: u32) {
         self.mode = self.kind() | (perms & 0o7777);
     }
 
     /// The xattr value.
-    pub fn to_xattr(self) -> Vec<u8> {
+    pub(crate) fn to_xattr(self) -> Vec<u8> {
         format!(
             "{:o} {},{} {}:{}",
             self.mode, self.major, self.minor, self.uid, self.gid
@@ -151,7 +151,7 @@ impl Stat {
     }
 
     /// Parses an xattr value; `None` if it is not one rreceive writes.
-    pub fn from_xattr(v: &[u8]) -> Option<Stat> {
+    pub(crate) fn from_xattr(v: &[u8]) -> Option<Stat> {
         let s = std::str::from_utf8(v).ok()?;
         let mut it = s.split(' ');
         let mode = u32::from_str_radix(it.next()?, 8).ok()?;
@@ -173,7 +173,7 @@ impl Stat {
 
 /// The permission bits an inode recorded with `mode` gets on disk: no
 /// setuid or setgid, and u+rw (u+rwx for a directory).
-pub fn applied_mode(mode: u32) -> u32 {
+pub(crate) fn applied_mode(mode: u32) -> u32 {
     let perms = mode & 0o1777;
     if mode & libc::S_IFMT == libc::S_IFDIR {
         perms | 0o700
@@ -183,7 +183,7 @@ pub fn applied_mode(mode: u32) -> u32 {
 }
 
 /// Maps an xattr error: no user xattrs here is [`CmdError::NoUserXattrs`].
-pub fn xattr_error(op: &'static str) -> impl FnOnce(io::Error) -> CmdError {
+pub(crate) fn xattr_error(op: &'static str) -> impl FnOnce(io::Error) -> CmdError {
     move |e| match meta::errno(&e) {
         Some(Errno::EOPNOTSUPP) => CmdError::NoUserXattrs {
             op,
@@ -194,7 +194,7 @@ pub fn xattr_error(op: &'static str) -> impl FnOnce(io::Error) -> CmdError {
 }
 
 /// The record read back (`get` is the xattr read of [`XATTR`]).
-pub fn parse(got: io::Result<Option<Vec<u8>>>) -> Result<Option<Stat>, CmdError> {
+pub(crate) fn parse(got: io::Result<Option<Vec<u8>>>) -> Result<Option<Stat>, CmdError> {
     match got.map_err(xattr_error("get xattr user.rreceive.stat"))? {
         None => Ok(None),
         Some(v) => Stat::from_xattr(&v)
@@ -204,7 +204,7 @@ pub fn parse(got: io::Result<Option<Vec<u8>>>) -> Result<Option<Stat>, CmdError>
 }
 
 /// Writes `st` into the xattr of `file`.
-pub fn write(file: &File, st: &Stat) -> Result<(), CmdError> {
+pub(crate) fn write(file: &File, st: &Stat) -> Result<(), CmdError> {
     use xattr::FileExt;
     file.set_xattr(XATTR, &st.to_xattr())
         .map_err(xattr_error("set xattr user.rreceive.stat"))
@@ -213,7 +213,7 @@ pub fn write(file: &File, st: &Stat) -> Result<(), CmdError> {
 /// The CHOWN and CHMOD folded into a new regular file's create, which `st`
 /// describes: records them in its xattr and applies [`applied_mode`].
 /// On failure, the command that failed.
-pub fn finish_new(
+pub(crate) fn finish_new(
     file: &File,
     st: &FileStat,
     owner: Option<(u32, u32, Position)>,

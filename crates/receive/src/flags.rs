@@ -4,9 +4,9 @@
 
 /// Inode flags set only at the subvolume's END (they would block the
 /// stream's own later changes).
-pub const LATE_FLAGS: u32 = FS_IMMUTABLE_FL | FS_APPEND_FL;
+pub(crate) const LATE_FLAGS: u32 = FS_IMMUTABLE_FL | FS_APPEND_FL;
 /// Most descriptors held for flags applied at END.
-pub const MAX_DEFERRED: usize = 4096;
+pub(crate) const MAX_DEFERRED: usize = 4096;
 
 const FS_SYNC_FL: u32 = 0x8;
 const FS_IMMUTABLE_FL: u32 = 0x10;
@@ -32,7 +32,7 @@ const FLAG_MAP: &[(u64, u32)] = &[
 ];
 
 /// FS_*_FL bits for btrfs inode flags.
-pub fn map_inode_flags(btrfs: u64) -> u32 {
+pub(crate) fn map_inode_flags(btrfs: u64) -> u32 {
     FLAG_MAP
         .iter()
         .filter(|(b, _)| btrfs & b != 0)
@@ -40,6 +40,6 @@ pub fn map_inode_flags(btrfs: u64) -> u32 {
 }
 
 /// The FS_*_FL bits rreceive sets (those a FILEATTR can carry).
-pub fn managed_flags() -> u32 {
+pub(crate) fn managed_flags() -> u32 {
     FLAG_MAP.iter().fold(0, |acc, (_, f)| acc | f)
 }

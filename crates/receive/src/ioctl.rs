@@ -16,7 +16,7 @@ use nix::sys::stat::Mode;
 use nix::NixPath;
 
 /// `openat(2)` as [`nix::fcntl::openat`] makes it, owning what it returns.
-pub fn openat<P: ?Sized + NixPath>(
+pub(crate) fn openat<P: ?Sized + NixPath>(
     dir: Option<RawFd>,
     path: &P,
     flags: OFlag,
@@ -29,7 +29,11 @@ pub fn openat<P: ?Sized + NixPath>(
 }
 
 /// `openat2(2)` as [`nix::fcntl::openat2`] makes it, owning what it returns.
-pub fn openat2<P: ?Sized + NixPath>(dir: RawFd, path: &P, how: OpenHow) -> nix::Result<OwnedFd> {
+pub(crate) fn openat2<P: ?Sized + NixPath>(
+    dir: RawFd,
+    path: &P,
+    how: OpenHow,
+) -> nix::Result<OwnedFd> {
     let fd = nix::fcntl::openat2(dir, path, how)?;
     // SAFETY: a successful openat2 returns a new descriptor, open and owned
     // by nothing else; it is closed only through the OwnedFd.
@@ -38,7 +42,7 @@ pub fn openat2<P: ?Sized + NixPath>(dir: RawFd, path: &P, how: OpenHow) -> nix::
 
 /// `sync_file_range(SYNC_FILE_RANGE_WRITE)` of the whole file: starts
 /// writeback of its dirty pages, waits for nothing, changes nothing.
-pub fn start_writeback(fd: BorrowedFd<'_>) -> nix::Result<()> {
+pub(crate) fn start_writeback(fd: BorrowedFd<'_>) -> nix::Result<()> {
     // SAFETY: a plain system call on an open descriptor, no memory passed.
     let r = unsafe { libc::sync_file_range(fd.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
     Errno::result(r).map(drop)
@@ -47,7 +51,7 @@ pub fn start_writeback(fd: BorrowedFd<'_>) -> nix::Result<()> {
 /// `sync_file_range` of the whole file, waiting: its dirty pages written
 /// (not its metadata, not the disk's cache: a journal commit after it does
 /// that, see [`crate::workdir::WriteAhead::barrier`]).
-pub fn write_out(fd: BorrowedFd<'_>) -> nix::Result<()> {
+pub(crate) fn write_out(fd: BorrowedFd<'_>) -> nix::Result<()> {
     let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
         | libc::SYNC_FILE_RANGE_WRITE
         | libc::SYNC_FILE_RANGE_WAIT_AFTER;
@@ -62,9 +66,9 @@ const PATH_NAME_MAX: usize = 4087;
 const SUBVOL_NAME_MAX: usize = 4039;
 
 /// `BTRFS_SUBVOL_RDONLY`, for SUBVOL_GETFLAGS/SETFLAGS.
-pub const SUBVOL_RDONLY: u64 = 1 << 1;
+pub(crate) const SUBVOL_RDONLY: u64 = 1 << 1;
 /// `BTRFS_ROOT_SUBVOL_RDONLY`, in [`SubvolInfo::flags`] (the root item's).
-pub const ROOT_SUBVOL_RDONLY: u64 = 1 << 0;
+pub(crate) const ROOT_SUBVOL_RDONLY: u64 = 1 << 0;
 
 #[repr(C)]
 struct VolArgs {
@@ -198,7 +202,7 @@ fn name_buf<const N: usize>(name: &[u8]) -> nix::Result<[u8; N]> {
 }
 
 /// Creates subvolume `name` in directory `dir` (BTRFS_IOC_SUBVOL_CREATE).
-pub fn subvol_create(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<()> {
+pub(crate) fn subvol_create(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<()> {
     let args = VolArgs {
         fd: 0,
         name: name_buf(name)?,
@@ -210,7 +214,11 @@ pub fn subvol_create(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<()> {
 
 /// Creates a writable snapshot of subvolume `src` as `name` in `dir`
 /// (BTRFS_IOC_SNAP_CREATE_V2).
-pub fn snap_create(src: BorrowedFd<'_>, dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<()> {
+pub(crate) fn snap_create(
+    src: BorrowedFd<'_>,
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+) -> nix::Result<()> {
     let args = VolArgsV2 {
         fd: i64::from(src.as_raw_fd()),
         transid: 0,
@@ -223,7 +231,7 @@ pub fn snap_create(src: BorrowedFd<'_>, dir: BorrowedFd<'_>, name: &[u8]) -> nix
 }
 
 /// The subvolume flags of the subvolume containing `fd`.
-pub fn subvol_getflags(fd: BorrowedFd<'_>) -> nix::Result<u64> {
+pub(crate) fn subvol_getflags(fd: BorrowedFd<'_>) -> nix::Result<u64> {
     let mut flags = 0u64;
     // SAFETY: the kernel writes one u64 into `flags`, which outlives the call.
     unsafe { btrfs_subvol_getflags(fd.as_raw_fd(), &mut flags) }?;
@@ -231,14 +239,18 @@ pub fn subvol_getflags(fd: BorrowedFd<'_>) -> nix::Result<u64> {
 }
 
 /// Sets the subvolume flags of the subvolume whose root is `fd`.
-pub fn subvol_setflags(fd: BorrowedFd<'_>, flags: u64) -> nix::Result<()> {
+pub(crate) fn subvol_setflags(fd: BorrowedFd<'_>, flags: u64) -> nix::Result<()> {
     // SAFETY: the kernel reads one u64 from `flags`, which outlives the call.
     unsafe { btrfs_subvol_setflags(fd.as_raw_fd(), &flags) }.map(drop)
 }
 
 /// Records that the subvolume at `fd` was received from `uuid` at `stransid`
 /// (BTRFS_IOC_SET_RECEIVED_SUBVOL).
-pub fn set_received_subvol(fd: BorrowedFd<'_>, uuid: [u8; 16], stransid: u64) -> nix::Result<()> {
+pub(crate) fn set_received_subvol(
+    fd: BorrowedFd<'_>,
+    uuid: [u8; 16],
+    stransid: u64,
+) -> nix::Result<()> {
     let mut args = ReceivedSubvolArgs {
         uuid,
         stransid,
@@ -254,7 +266,7 @@ pub fn set_received_subvol(fd: BorrowedFd<'_>, uuid: [u8; 16], stransid: u64) ->
 
 /// Identity of one btrfs subvolume.
 #[derive(Debug, Clone, Copy)]
-pub struct SubvolInfo {
+pub(crate) struct SubvolInfo {
     /// The subvolume's own uuid.
     pub uuid: [u8; 16],
     /// The uuid it was received from, all zero when not received.
@@ -268,7 +280,7 @@ pub struct SubvolInfo {
 }
 
 /// Identity of the subvolume containing `fd` (BTRFS_IOC_GET_SUBVOL_INFO).
-pub fn get_subvol_info(fd: BorrowedFd<'_>) -> nix::Result<SubvolInfo> {
+pub(crate) fn get_subvol_info(fd: BorrowedFd<'_>) -> nix::Result<SubvolInfo> {
     let mut args = std::mem::MaybeUninit::<GetSubvolInfoArgs>::zeroed();
     // SAFETY: the kernel fills the whole struct; zeroed is a valid bit
     // pattern for it (integers and byte arrays only).
@@ -285,7 +297,7 @@ pub fn get_subvol_info(fd: BorrowedFd<'_>) -> nix::Result<SubvolInfo> {
 }
 
 /// Parameters of one encoded (compressed) write.
-pub struct EncodedWrite<'a> {
+pub(crate) struct EncodedWrite<'a> {
     /// File offset.
     pub offset: u64,
     /// Bytes of file the write covers.
@@ -303,7 +315,7 @@ pub struct EncodedWrite<'a> {
 }
 
 /// Writes still-compressed data (BTRFS_IOC_ENCODED_WRITE).
-pub fn encoded_write(fd: BorrowedFd<'_>, w: &EncodedWrite<'_>) -> nix::Result<()> {
+pub(crate) fn encoded_write(fd: BorrowedFd<'_>, w: &EncodedWrite<'_>) -> nix::Result<()> {
     let offset = i64::try_from(w.offset).map_err(|_| Errno::EINVAL)?;
     let iov = libc::iovec {
         iov_base: w.data.as_ptr() as *mut libc::c_void,
@@ -328,14 +340,14 @@ pub fn encoded_write(fd: BorrowedFd<'_>, w: &EncodedWrite<'_>) -> nix::Result<()
 }
 
 /// Shares all of `src`'s data with `dst` (FICLONE).
-pub fn clone_file(dst: BorrowedFd<'_>, src: BorrowedFd<'_>) -> nix::Result<()> {
+pub(crate) fn clone_file(dst: BorrowedFd<'_>, src: BorrowedFd<'_>) -> nix::Result<()> {
     // SAFETY: FICLONE takes the source descriptor by value.
     unsafe { ficlone(dst.as_raw_fd(), src.as_raw_fd() as libc::c_ulong) }.map(drop)
 }
 
 /// Shares `len` bytes of `src` at `src_offset` with `dst` at `dst_offset`
 /// (FICLONERANGE, the same number as BTRFS_IOC_CLONE_RANGE).
-pub fn clone_range(
+pub(crate) fn clone_range(
     dst: BorrowedFd<'_>,
     dst_offset: u64,
     src: BorrowedFd<'_>,
@@ -353,7 +365,7 @@ pub fn clone_range(
 }
 
 /// Turns on fs-verity for the file open (read-only) at `fd`.
-pub fn enable_verity(
+pub(crate) fn enable_verity(
     fd: BorrowedFd<'_>,
     algorithm: u8,
     block_size: u32,
@@ -385,7 +397,7 @@ pub fn enable_verity(
 }
 
 /// The inode flags (`FS_*_FL`) of the file open at `fd`.
-pub fn get_inode_flags(fd: BorrowedFd<'_>) -> nix::Result<u32> {
+pub(crate) fn get_inode_flags(fd: BorrowedFd<'_>) -> nix::Result<u32> {
     let mut flags: libc::c_int = 0;
     // SAFETY: the kernel writes one int into `flags`, which outlives the call.
     unsafe { fs_ioc_getflags(fd.as_raw_fd(), &mut flags) }?;
@@ -393,14 +405,14 @@ pub fn get_inode_flags(fd: BorrowedFd<'_>) -> nix::Result<u32> {
 }
 
 /// Sets the inode flags (`FS_*_FL`) of the file open at `fd`.
-pub fn set_inode_flags(fd: BorrowedFd<'_>, flags: u32) -> nix::Result<()> {
+pub(crate) fn set_inode_flags(fd: BorrowedFd<'_>, flags: u32) -> nix::Result<()> {
     let v = flags as libc::c_int;
     // SAFETY: the kernel reads one int from `v`, which outlives the call.
     unsafe { fs_ioc_setflags(fd.as_raw_fd(), &v) }.map(drop)
 }
 
 /// Maps `file` shared, to read and write (the journal of a receive).
-pub fn map_shared(file: &std::fs::File) -> std::io::Result<memmap2::MmapMut> {
+pub(crate) fn map_shared(file: &std::fs::File) -> std::io::Result<memmap2::MmapMut> {
     // SAFETY: the journal is this receive's own file, locked with flock;
     // another process writing it would only change what is read back.
     unsafe { memmap2::MmapMut::map_mut(file) }
@@ -408,7 +420,7 @@ pub fn map_shared(file: &std::fs::File) -> std::io::Result<memmap2::MmapMut> {
 
 /// The mount `fd` is on, by a number the kernel never gives another mount
 /// (STATX_MNT_ID_UNIQUE; the reusable STATX_MNT_ID on kernels before 6.8).
-pub fn mount_id(fd: BorrowedFd<'_>) -> Option<u64> {
+pub(crate) fn mount_id(fd: BorrowedFd<'_>) -> Option<u64> {
     const STATX_MNT_ID: u32 = 0x1000;
     const STATX_MNT_ID_UNIQUE: u32 = 0x4000;
     for mask in [STATX_MNT_ID_UNIQUE, STATX_MNT_ID] {

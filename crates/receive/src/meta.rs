@@ -23,7 +23,7 @@ use crate::ioctl;
 
 /// An object in a directory: `dir` + single-component `name`.
 #[derive(Clone, Copy)]
-pub struct At<'a> {
+pub(crate) struct At<'a> {
     /// The parent directory.
     pub dir: BorrowedFd<'a>,
     /// The final component.
@@ -36,12 +36,12 @@ impl At<'_> {
     }
 
     /// lstat.
-    pub fn stat(&self) -> nix::Result<FileStat> {
+    pub(crate) fn stat(&self) -> nix::Result<FileStat> {
         fstatat(self.raw(), self.name, AtFlags::AT_SYMLINK_NOFOLLOW)
     }
 
     /// lchown.
-    pub fn chown(&self, uid: u32, gid: u32) -> nix::Result<()> {
+    pub(crate) fn chown(&self, uid: u32, gid: u32) -> nix::Result<()> {
         fchownat(
             self.raw(),
             self.name,
@@ -52,7 +52,7 @@ impl At<'_> {
     }
 
     /// chmod that refuses a symlink (`EOPNOTSUPP`).
-    pub fn chmod(&self, mode: u32) -> nix::Result<()> {
+    pub(crate) fn chmod(&self, mode: u32) -> nix::Result<()> {
         fchmodat(
             self.raw(),
             self.name,
@@ -62,7 +62,7 @@ impl At<'_> {
     }
 
     /// utimensat(AT_SYMLINK_NOFOLLOW) of atime and mtime.
-    pub fn utimes(&self, atime: Timespec, mtime: Timespec) -> nix::Result<()> {
+    pub(crate) fn utimes(&self, atime: Timespec, mtime: Timespec) -> nix::Result<()> {
         utimensat(
             self.raw(),
             self.name,
@@ -73,7 +73,7 @@ impl At<'_> {
     }
 
     /// An `O_PATH` handle on the object itself.
-    pub fn handle(&self) -> nix::Result<Handle> {
+    pub(crate) fn handle(&self) -> nix::Result<Handle> {
         let fd = ioctl::openat(
             self.raw(),
             self.name,
@@ -89,7 +89,7 @@ impl At<'_> {
 }
 
 /// A kernel-valid timespec (nanoseconds below 10^9; UTIME_NOW/OMIT refused).
-pub fn timespec(t: Timespec) -> nix::Result<TimeSpec> {
+pub(crate) fn timespec(t: Timespec) -> nix::Result<TimeSpec> {
     if t.nsec >= 1_000_000_000 {
         return Err(Errno::EINVAL);
     }
@@ -97,7 +97,7 @@ pub fn timespec(t: Timespec) -> nix::Result<TimeSpec> {
 }
 
 /// An `O_PATH` descriptor on one object, for its xattrs.
-pub struct Handle {
+pub(crate) struct Handle {
     at_dir: Option<OwnedFd>,
     name: Vec<u8>,
     fd: OwnedFd,
@@ -119,7 +119,7 @@ fn name_os(n: &[u8]) -> &std::ffi::OsStr {
 
 impl Handle {
     /// The descriptor.
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 
@@ -147,7 +147,7 @@ impl Handle {
     }
 
     /// Sets xattr `name`.
-    pub fn set_xattr(&self, name: &[u8], value: &[u8]) -> io::Result<()> {
+    pub(crate) fn set_xattr(&self, name: &[u8], value: &[u8]) -> io::Result<()> {
         if proc_available() {
             xattr::set_deref(proc_path(self.fd()), name_os(name), value)
         } else {
@@ -157,7 +157,7 @@ impl Handle {
     }
 
     /// Xattr `name`, if it is set.
-    pub fn get_xattr(&self, name: &[u8]) -> io::Result<Option<Vec<u8>>> {
+    pub(crate) fn get_xattr(&self, name: &[u8]) -> io::Result<Option<Vec<u8>>> {
         if proc_available() {
             xattr::get_deref(proc_path(self.fd()), name_os(name))
         } else {
@@ -167,7 +167,7 @@ impl Handle {
     }
 
     /// Removes xattr `name`.
-    pub fn remove_xattr(&self, name: &[u8]) -> io::Result<()> {
+    pub(crate) fn remove_xattr(&self, name: &[u8]) -> io::Result<()> {
         if proc_available() {
             xattr::remove_deref(proc_path(self.fd()), name_os(name))
         } else {
@@ -177,7 +177,7 @@ impl Handle {
     }
 
     /// Every xattr name and value.
-    pub fn xattrs(&self) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    pub(crate) fn xattrs(&self) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
         use std::os::unix::ffi::OsStrExt;
         let mut out = Vec::new();
         if proc_available() {
@@ -205,6 +205,6 @@ impl Handle {
 }
 
 /// The errno of an io::Error, if it has one.
-pub fn errno(e: &io::Error) -> Option<Errno> {
+pub(crate) fn errno(e: &io::Error) -> Option<Errno> {
     e.raw_os_error().map(Errno::from_raw)
 }

@@ -91,7 +91,7 @@ impl Saved {
 }
 
 /// The parent's view while it is changed in place.
-pub struct Overlay {
+pub(crate) struct Overlay {
     parent: Uuid,
     stash: OwnedFd,
     next: u64,
@@ -190,7 +190,7 @@ pub(crate) fn find_inodes(
 
 impl Overlay {
     /// An overlay for parent `parent`, keeping what it needs in `work`.
-    pub fn new(work: BorrowedFd<'_>, parent: Uuid) -> io::Result<Overlay> {
+    pub(crate) fn new(work: BorrowedFd<'_>, parent: Uuid) -> io::Result<Overlay> {
         let log = File::from(ioctl::openat(
             Some(work.as_raw_fd()),
             LOG,
@@ -218,7 +218,11 @@ impl Overlay {
     /// `root` (changed in place from parent `parent`), rebuilt from its
     /// log: what was kept is found again; directories displaced by a
     /// rename, by their inode number beneath `root`.
-    pub fn reopen(work: BorrowedFd<'_>, parent: Uuid, root: BorrowedFd<'_>) -> io::Result<Overlay> {
+    pub(crate) fn reopen(
+        work: BorrowedFd<'_>,
+        parent: Uuid,
+        root: BorrowedFd<'_>,
+    ) -> io::Result<Overlay> {
         let bad = || io::Error::other("the work directory's overlay log is malformed");
         let dev = fstat(root.as_raw_fd())?.st_dev;
         let mut text = String::new();
@@ -335,12 +339,17 @@ impl Overlay {
     }
 
     /// The parent's uuid: clones from it are served here.
-    pub fn parent(&self) -> Uuid {
+    pub(crate) fn parent(&self) -> Uuid {
         self.parent
     }
 
     /// Before `name` in `dir` is taken away: keeps what stands there.
-    pub fn displace(&mut self, dir: BorrowedFd<'_>, name: &[u8], rmdir: bool) -> io::Result<()> {
+    pub(crate) fn displace(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        rmdir: bool,
+    ) -> io::Result<()> {
         let key = (id_of(dir)?, name.to_vec());
         if self.displaced.contains_key(&key) {
             return Ok(());
@@ -412,7 +421,7 @@ impl Overlay {
     /// Before bytes `off..off + len` of `file` are replaced (`len` of
     /// `u64::MAX`: everything from `off`, for a truncate): saves those the
     /// file had when first changed and that are not saved yet.
-    pub fn before_data(&mut self, file: &File, off: u64, len: u64) -> io::Result<()> {
+    pub(crate) fn before_data(&mut self, file: &File, off: u64, len: u64) -> io::Result<()> {
         let st = fstat(file.as_raw_fd())?;
         let saved = self.files.entry((st.st_dev, st.st_ino)).or_insert_with(|| {
             let _ = (&self.log).write_all(format!("s {} {}\n", st.st_ino, st.st_size).as_bytes());
@@ -462,7 +471,7 @@ impl Overlay {
 
     /// Before the immutable or append-only flags `bits` of inode `ino` are
     /// lifted: logs them, to be given back at END.
-    pub fn lifting(&mut self, ino: u64, bits: u32) -> io::Result<()> {
+    pub(crate) fn lifting(&mut self, ino: u64, bits: u32) -> io::Result<()> {
         (&self.log).write_all(format!("l {ino} {bits}\n").as_bytes())?;
         self.dirty = true;
         Ok(())
@@ -471,7 +480,7 @@ impl Overlay {
     /// Before the change what was kept is for: makes what was kept since
     /// the last barrier durable as `ahead` says (the saved bytes and copies
     /// before the log that describes them).
-    pub fn barrier(&mut self, ahead: crate::workdir::WriteAhead) -> io::Result<()> {
+    pub(crate) fn barrier(&mut self, ahead: crate::workdir::WriteAhead) -> io::Result<()> {
         if !self.dirty || ahead == crate::workdir::WriteAhead::Off {
             return Ok(());
         }
@@ -488,7 +497,7 @@ impl Overlay {
     /// Opens regular file `path` as it was in the parent, beneath `root`
     /// (the subvolume being changed); `None` if the parent had no regular
     /// file there.
-    pub fn open(&self, root: BorrowedFd<'_>, path: &[u8]) -> io::Result<Option<File>> {
+    pub(crate) fn open(&self, root: BorrowedFd<'_>, path: &[u8]) -> io::Result<Option<File>> {
         let comps: Vec<&[u8]> = path.split(|&b| b == b'/').collect();
         let mut dir: Option<OwnedFd> = Some(root.try_clone_to_owned()?);
         let mut id = id_of(root)?;
@@ -543,7 +552,7 @@ impl Overlay {
     /// Copies `len` bytes at `src_off` of `src` as the parent had them
     /// into `dst` at `dst_off`. Call [`Overlay::before_data`] for the
     /// destination range first.
-    pub fn copy_from_parent(
+    pub(crate) fn copy_from_parent(
         &self,
         dst: &File,
         dst_off: u64,

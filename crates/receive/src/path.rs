@@ -26,7 +26,7 @@ use crate::error::CmdError;
 use crate::ioctl::{openat, openat2};
 
 /// Longest path the kernel sends (PATH_MAX).
-pub const PATH_MAX: usize = 4096;
+pub(crate) const PATH_MAX: usize = 4096;
 
 /// What is wrong with a path from the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -61,7 +61,7 @@ pub enum PathError {
 }
 
 /// Checks a path naming a file inside the subvolume (never the root).
-pub fn check(path: &[u8]) -> Result<(), PathError> {
+pub(crate) fn check(path: &[u8]) -> Result<(), PathError> {
     if path.is_empty() {
         return Err(PathError::Empty);
     }
@@ -69,7 +69,7 @@ pub fn check(path: &[u8]) -> Result<(), PathError> {
 }
 
 /// Checks a path that may also be empty, meaning the subvolume root.
-pub fn check_root_or(path: &[u8]) -> Result<(), PathError> {
+pub(crate) fn check_root_or(path: &[u8]) -> Result<(), PathError> {
     if path.is_empty() {
         return Ok(());
     }
@@ -94,7 +94,7 @@ pub fn check_root_or(path: &[u8]) -> Result<(), PathError> {
 }
 
 /// Checks a subvolume name: exactly one component.
-pub fn check_subvol_name(name: &[u8]) -> Result<(), PathError> {
+pub(crate) fn check_subvol_name(name: &[u8]) -> Result<(), PathError> {
     check(name)?;
     if name.contains(&b'/') {
         return Err(PathError::NotSingle);
@@ -107,7 +107,7 @@ pub fn check_subvol_name(name: &[u8]) -> Result<(), PathError> {
 
 /// Checks a symlink's contents: stored as given, never resolved, so only
 /// empty and NUL-holding ones are refused.
-pub fn check_symlink_target(target: &[u8]) -> Result<(), PathError> {
+pub(crate) fn check_symlink_target(target: &[u8]) -> Result<(), PathError> {
     if target.is_empty() {
         return Err(PathError::Empty);
     }
@@ -130,7 +130,7 @@ pub fn check_symlink_target(target: &[u8]) -> Result<(), PathError> {
 ///
 /// A command added to the stream crate later gets its paths checked here
 /// the strict way without being listed.
-pub fn confine(cmd: &Command<'_>) -> Result<(), CmdError> {
+pub(crate) fn confine(cmd: &Command<'_>) -> Result<(), CmdError> {
     let refused = |which| move |err| CmdError::Path { which, err };
     for (role, p) in cmd.paths() {
         match role {
@@ -157,7 +157,7 @@ pub fn confine(cmd: &Command<'_>) -> Result<(), CmdError> {
 
 /// Splits a checked, non-empty path into its parent (maybe empty) and final
 /// component.
-pub fn split(path: &[u8]) -> (&[u8], &[u8]) {
+pub(crate) fn split(path: &[u8]) -> (&[u8], &[u8]) {
     match path.iter().rposition(|&b| b == b'/') {
         Some(i) => (&path[..i], &path[i + 1..]),
         None => (b"", path),
@@ -165,7 +165,7 @@ pub fn split(path: &[u8]) -> (&[u8], &[u8]) {
 }
 
 /// Whether `path` is `dir` or lies beneath it.
-pub fn is_within(path: &[u8], dir: &[u8]) -> bool {
+pub(crate) fn is_within(path: &[u8], dir: &[u8]) -> bool {
     path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/')
 }
 
@@ -173,7 +173,7 @@ const MAX_CACHED_DIRS: usize = 4096;
 
 /// Opens paths beneath one directory without following symlinks, keeping
 /// descriptors of the directories it has opened.
-pub struct Resolver {
+pub(crate) struct Resolver {
     root: OwnedFd,
     dirs: HashMap<Vec<u8>, OwnedFd>,
     /// Whether a directory has a default ACL (new entries inherit it).
@@ -194,7 +194,7 @@ fn beneath() -> ResolveFlag {
 
 /// Opens `path` (checked, non-empty) beneath `base` with `flags`, following
 /// no symlink on the way or at the end.
-pub fn open_beneath(
+pub(crate) fn open_beneath(
     base: BorrowedFd<'_>,
     path: &[u8],
     flags: OFlag,
@@ -252,7 +252,7 @@ fn base_raw(fd: BorrowedFd<'_>) -> RawFd {
 
 impl Resolver {
     /// A resolver for paths beneath `root` (a directory descriptor).
-    pub fn new(root: OwnedFd) -> Resolver {
+    pub(crate) fn new(root: OwnedFd) -> Resolver {
         Resolver {
             root,
             dirs: HashMap::new(),
@@ -262,12 +262,12 @@ impl Resolver {
     }
 
     /// The root directory.
-    pub fn root(&self) -> BorrowedFd<'_> {
+    pub(crate) fn root(&self) -> BorrowedFd<'_> {
         self.root.as_fd()
     }
 
     /// A descriptor of directory `path` (checked; empty = root).
-    pub fn dir(&mut self, path: &[u8]) -> nix::Result<BorrowedFd<'_>> {
+    pub(crate) fn dir(&mut self, path: &[u8]) -> nix::Result<BorrowedFd<'_>> {
         if path.is_empty() {
             return Ok(self.root.as_fd());
         }
@@ -289,7 +289,7 @@ impl Resolver {
 
     /// Raw descriptors of two directories at once (for rename and link);
     /// valid until the resolver is next used.
-    pub fn dirs2(&mut self, a: &[u8], b: &[u8]) -> nix::Result<(RawFd, RawFd)> {
+    pub(crate) fn dirs2(&mut self, a: &[u8], b: &[u8]) -> nix::Result<(RawFd, RawFd)> {
         self.dir(a)?;
         self.dir(b)?;
         // Opening `b` may have emptied a full cache: open `a` again.
@@ -305,19 +305,19 @@ impl Resolver {
     }
 
     /// Whether `path` is known to be a directory (the root, or cached).
-    pub fn is_cached_dir(&self, path: &[u8]) -> bool {
+    pub(crate) fn is_cached_dir(&self, path: &[u8]) -> bool {
         path.is_empty() || self.dirs.contains_key(path)
     }
 
     /// The parent directory of checked, non-empty `path` and its final name.
-    pub fn parent<'p>(&mut self, path: &'p [u8]) -> nix::Result<(BorrowedFd<'_>, &'p [u8])> {
+    pub(crate) fn parent<'p>(&mut self, path: &'p [u8]) -> nix::Result<(BorrowedFd<'_>, &'p [u8])> {
         let (parent, name) = split(path);
         Ok((self.dir(parent)?, name))
     }
 
     /// Forgets cached directories at or beneath `path` (after it was renamed
     /// or removed).
-    pub fn forget(&mut self, path: &[u8]) {
+    pub(crate) fn forget(&mut self, path: &[u8]) {
         if !self.dirs.is_empty() {
             self.dirs.retain(|k, _| !is_within(k, path));
         }
@@ -328,7 +328,7 @@ impl Resolver {
 
     /// Whether entries created in directory `path` inherit a default ACL
     /// (assumed yes when that cannot be told).
-    pub fn has_default_acl(&mut self, path: &[u8]) -> bool {
+    pub(crate) fn has_default_acl(&mut self, path: &[u8]) -> bool {
         if let Some(&b) = self.acl.get(path) {
             return b;
         }
@@ -350,7 +350,7 @@ impl Resolver {
     }
 
     /// Forgets what is known about the default ACL of directory `path`.
-    pub fn forget_acl(&mut self, path: &[u8]) {
+    pub(crate) fn forget_acl(&mut self, path: &[u8]) {
         self.acl.remove(path);
     }
 }

@@ -33,15 +33,15 @@ use uuid::Uuid;
 use crate::ioctl;
 
 /// Names starting with this are rreceive's own in DEST.
-pub const RESERVED_PREFIX: &[u8] = b".rreceive";
+pub(crate) const RESERVED_PREFIX: &[u8] = b".rreceive";
 /// The fallback state file in DEST.
-pub const STATE_FILE: &str = ".rreceive-state";
+pub(crate) const STATE_FILE: &str = ".rreceive-state";
 const STATE_TMP: &str = ".rreceive-state.tmp";
 /// The xattr holding a received directory's state.
-pub const XATTR_NAME: &str = "user.rreceive.subvol";
+pub(crate) const XATTR_NAME: &str = "user.rreceive.subvol";
 /// Xattr names the stream may not touch, on any inode (rreceive's own:
 /// this state on a subvolume root, [`crate::fake_super::XATTR`] anywhere).
-pub const XATTR_RESERVED_PREFIX: &[u8] = b"user.rreceive.";
+pub(crate) const XATTR_RESERVED_PREFIX: &[u8] = b"user.rreceive.";
 
 /// Identity and completeness of one received subvolume.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,7 @@ pub struct Resumable {
 
 impl Resumable {
     /// As written in the state (`VERSION:COMMANDS:OFFSET:DIGEST`).
-    pub fn to_field(self) -> String {
+    pub(crate) fn to_field(self) -> String {
         format!(
             "{}:{}:{}:{:032x}",
             self.version, self.point.commands, self.point.offset, self.point.digest
@@ -81,7 +81,7 @@ impl Resumable {
     }
 
     /// Parses [`Resumable::to_field`].
-    pub fn from_field(s: &str) -> Option<Resumable> {
+    pub(crate) fn from_field(s: &str) -> Option<Resumable> {
         let mut it = s.split(':');
         let r = Resumable {
             version: it.next()?.parse().ok()?,
@@ -97,7 +97,7 @@ impl Resumable {
 
 impl SubvolState {
     /// The xattr value.
-    pub fn to_xattr(&self) -> Vec<u8> {
+    pub(crate) fn to_xattr(&self) -> Vec<u8> {
         format!(
             "v1 received_uuid={} ctransid={} parent_uuid={} parent_ctransid={} complete={}{}\n",
             self.received_uuid.hyphenated(),
@@ -125,7 +125,7 @@ impl SubvolState {
     }
 
     /// Parses an xattr value; `None` if it is not one rreceive wrote.
-    pub fn from_xattr(v: &[u8]) -> Option<SubvolState> {
+    pub(crate) fn from_xattr(v: &[u8]) -> Option<SubvolState> {
         let s = std::str::from_utf8(v).ok()?.trim_end();
         let mut it = s.split(' ');
         if it.next()? != "v1" {
@@ -220,7 +220,7 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 
 /// Where a destination keeps subvolume states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Store {
+pub(crate) enum Store {
     /// In `user.rreceive.subvol` on each directory.
     Xattr,
     /// In `DEST/.rreceive-state`.
@@ -250,7 +250,7 @@ fn open_dir(dest: BorrowedFd<'_>, name: &[u8]) -> nix::Result<File> {
 
 /// Records `state` for directory `name` in `dest`, in its xattr if the
 /// filesystem allows it, else in the state file. Returns where it went.
-pub fn record(
+pub(crate) fn record(
     dest: BorrowedFd<'_>,
     name: &[u8],
     state: &SubvolState,
@@ -335,7 +335,7 @@ fn update_file(dest: BorrowedFd<'_>, name: &[u8], state: Option<&SubvolState>) -
 
 /// Drops the state-file line of `name`, if there is one (its xattr goes
 /// with the directory).
-pub fn forget(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
+pub(crate) fn forget(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
     update_file(dest, name, None)
 }
 
@@ -343,7 +343,7 @@ pub fn forget(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
 /// hex>`): what a stopped receive kept for the one that resumes it,
 /// including where it stopped (the `point` line), which counts even when
 /// the state could not be written (a full filesystem).
-pub fn side_file(name: &[u8]) -> Vec<u8> {
+pub(crate) fn side_file(name: &[u8]) -> Vec<u8> {
     let mut v = RESERVED_PREFIX.to_vec();
     v.extend_from_slice(b"-resume-");
     for b in name {
@@ -394,7 +394,7 @@ fn with_side(dest: BorrowedFd<'_>, name: &[u8], mut st: SubvolState) -> SubvolSt
 }
 
 /// The state of directory `name` in `dest`, from its xattr or the state file.
-pub fn lookup(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<Option<SubvolState>> {
+pub(crate) fn lookup(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<Option<SubvolState>> {
     use xattr::FileExt;
     if let Ok(dir) = open_dir(dest, name) {
         if let Ok(Some(v)) = dir.get_xattr(XATTR_NAME) {
@@ -411,7 +411,7 @@ pub fn lookup(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<Option<SubvolStat
 
 /// Every received directory in `dest` with its state: xattrs first, then
 /// state-file lines for directories without one.
-pub fn scan(dest: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, SubvolState)>> {
+pub(crate) fn scan(dest: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, SubvolState)>> {
     use xattr::FileExt;
     let mut out = Vec::new();
     let mut dir = nix::dir::Dir::openat(

@@ -18,7 +18,7 @@ use crate::ioctl;
 const MODE: &str = "mode";
 
 /// What the mode file of a work directory says.
-pub struct Recorded {
+pub(crate) struct Recorded {
     /// `link` or `in-place`.
     pub mode: String,
     /// Linked: inode numbers of the new tree's own files with several names.
@@ -32,7 +32,7 @@ pub struct Recorded {
 /// disk before the change can: with durable checkpoints, a receive cut by
 /// a power loss must find it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteAhead {
+pub(crate) enum WriteAhead {
     /// No durable checkpoints: nothing is flushed.
     Off,
     /// Each file flushed (`fdatasync`; ext4 and xfs commit the changes to
@@ -52,7 +52,7 @@ impl WriteAhead {
     /// sizes and extents of the others with the journal that flush commits
     /// (one journal commit, not one per file), and flush the disk's cache
     /// after their data.
-    pub fn barrier(self, files: &[&std::fs::File]) -> io::Result<()> {
+    pub(crate) fn barrier(self, files: &[&std::fs::File]) -> io::Result<()> {
         match self {
             WriteAhead::Off => Ok(()),
             WriteAhead::Flush { .. } => {
@@ -75,7 +75,7 @@ impl WriteAhead {
 /// Whether the ext4 filesystem of `fd` keeps a file's data before a rename
 /// over another file is committed: `auto_da_alloc` (the default) and
 /// ordered (or journalled) data, as its mount's super options say.
-pub fn ext4_renames_keep_data(fd: BorrowedFd<'_>) -> bool {
+pub(crate) fn ext4_renames_keep_data(fd: BorrowedFd<'_>) -> bool {
     let Ok(st) = nix::sys::stat::fstat(fd.as_raw_fd()) else {
         return false;
     };
@@ -104,19 +104,19 @@ pub fn ext4_renames_keep_data(fd: BorrowedFd<'_>) -> bool {
 
 /// The lines of `text` that end with a newline: one cut short by a power
 /// loss, or the zeros a filesystem may show past the last flush, are not.
-pub fn whole_lines(text: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn whole_lines(text: &str) -> impl Iterator<Item = &str> {
     let end = text.rfind('\n').map_or(0, |i| i + 1);
     text[..end].lines().take_while(|l| !l.contains('\0'))
 }
 
 /// The work directory of one subvolume.
-pub struct Workdir {
+pub(crate) struct Workdir {
     fd: OwnedFd,
     name: Vec<u8>,
 }
 
 /// Its name in DEST for subvolume `name`.
-pub fn name_for(name: &[u8]) -> Vec<u8> {
+pub(crate) fn name_for(name: &[u8]) -> Vec<u8> {
     let mut s = b".rreceive-work-".to_vec();
     s.extend(name.iter().flat_map(|b| format!("{b:02x}").into_bytes()));
     s
@@ -134,7 +134,7 @@ fn open_dir(dest: BorrowedFd<'_>, name: &[u8]) -> nix::Result<OwnedFd> {
 impl Workdir {
     /// Makes the work directory of subvolume `name` in `dest` (one left
     /// by an earlier run is removed first: nothing in it is needed now).
-    pub fn create(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<Workdir> {
+    pub(crate) fn create(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<Workdir> {
         let name = name_for(name);
         remove(dest, &name)?;
         nix::sys::stat::mkdirat(
@@ -149,13 +149,13 @@ impl Workdir {
     }
 
     /// Its descriptor.
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 
     /// The work directory of subvolume `name` left by a receive that
     /// stopped, if any.
-    pub fn open(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<Option<Workdir>> {
+    pub(crate) fn open(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<Option<Workdir>> {
         let name = name_for(name);
         match open_dir(dest, &name) {
             Ok(fd) => Ok(Some(Workdir { fd, name })),
@@ -168,7 +168,11 @@ impl Workdir {
     /// `in-place`), so that a resumed receive keeps to it whatever its
     /// options; and, linked, the inodes with several names that are the
     /// new tree's own.
-    pub fn record_mode(&self, mode: &str, own: impl IntoIterator<Item = u64>) -> io::Result<()> {
+    pub(crate) fn record_mode(
+        &self,
+        mode: &str,
+        own: impl IntoIterator<Item = u64>,
+    ) -> io::Result<()> {
         let mut body = format!("{mode}\n");
         for ino in own {
             body.push_str(&format!("{ino}\n"));
@@ -201,7 +205,7 @@ impl Workdir {
     }
 
     /// The mode file, to be flushed.
-    pub fn mode_file(&self) -> io::Result<std::fs::File> {
+    pub(crate) fn mode_file(&self) -> io::Result<std::fs::File> {
         let fd = ioctl::openat(
             Some(self.fd.as_raw_fd()),
             MODE,
@@ -213,7 +217,7 @@ impl Workdir {
 
     /// One more inode of the new tree's own (linked): recorded before the
     /// name that gives it a second link is made.
-    pub fn record_own(&self, ino: u64, ahead: WriteAhead) -> io::Result<()> {
+    pub(crate) fn record_own(&self, ino: u64, ahead: WriteAhead) -> io::Result<()> {
         self.append_mode(&format!("{ino}\n"), ahead)
     }
 
@@ -221,14 +225,14 @@ impl Workdir {
     /// append-only flags `bits` are due at END: recorded before it replaces
     /// the parent's link, so that a receive cut by a power loss still sets
     /// them.
-    pub fn record_late(&self, ino: u64, bits: u32, ahead: WriteAhead) -> io::Result<()> {
+    pub(crate) fn record_late(&self, ino: u64, bits: u32, ahead: WriteAhead) -> io::Result<()> {
         self.append_mode(&format!("late {ino} {bits}\n"), ahead)
     }
 
     /// What [`Workdir::record_mode`], [`Workdir::record_own`] and
     /// [`Workdir::record_late`] recorded. A last line cut short (a power
     /// loss while it was written) is not read.
-    pub fn mode(&self) -> io::Result<Option<Recorded>> {
+    pub(crate) fn mode(&self) -> io::Result<Option<Recorded>> {
         let fd = match ioctl::openat(
             Some(self.fd.as_raw_fd()),
             MODE,
@@ -267,7 +271,7 @@ impl Workdir {
     }
 
     /// Removes it and what it holds.
-    pub fn remove(self, dest: BorrowedFd<'_>) -> io::Result<()> {
+    pub(crate) fn remove(self, dest: BorrowedFd<'_>) -> io::Result<()> {
         drop(self.fd);
         remove(dest, &self.name)
     }
@@ -280,7 +284,7 @@ fn remove(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
 /// Removes `name` in directory `dir` and everything beneath it, following
 /// no symlink; immutable and append-only flags in the way are cleared.
 /// Nothing there is not an error.
-pub fn remove_tree(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
+pub(crate) fn remove_tree(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
     let sub = match open_dir(dir, name) {
         Ok(d) => d,
         Err(Errno::ENOENT) => return Ok(()),

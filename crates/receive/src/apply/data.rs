@@ -19,7 +19,7 @@ use super::{open_regular, to_i64, Flow, Receiver, R};
 
 /// Largest decoded extent accepted from ENCODED_WRITE (btrfs itself never
 /// exceeds 128 KiB).
-pub const MAX_UNENCODED: u64 = 16 << 20;
+pub(crate) const MAX_UNENCODED: u64 = 16 << 20;
 
 impl Receiver<'_> {
     /// UPDATE_EXTENT, a `--no-data` stream's stand-in for data, changes

@@ -39,7 +39,7 @@ mod resume;
 mod schedule;
 
 pub(crate) use durable::record_files as durable_record_files;
-pub use resume::{forget_journal, killed_point, refusal};
+pub(crate) use resume::{forget_journal, killed_point, refusal};
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -72,7 +72,7 @@ const RESOLVE: &str = "resolve beneath the subvolume (no symlink is followed)";
 
 /// What to do after a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
+pub(crate) enum Flow {
     /// Go on.
     Continue,
     /// An END was applied.
@@ -101,7 +101,7 @@ fn err_at(cmd: CommandKind, pos: Position, path: &[u8], kind: CmdError) -> Error
 }
 
 /// The subvolume being received.
-pub struct Current {
+pub(crate) struct Current {
     name: Vec<u8>,
     state: SubvolState,
     res: Resolver,
@@ -152,7 +152,7 @@ pub struct Current {
 }
 
 /// Applies commands to a destination.
-pub struct Receiver<'o> {
+pub(crate) struct Receiver<'o> {
     opts: &'o Options,
     dest: Dest,
     cur: Option<Current>,
@@ -312,7 +312,7 @@ fn target<'a>(cur: &'a mut Current, dest: &'a Dest, path: &'a [u8]) -> R<Target<
 
 impl<'o> Receiver<'o> {
     /// A receiver writing into `dest`.
-    pub fn new(opts: &'o Options, dest: Dest, log: Log<'o>) -> Receiver<'o> {
+    pub(crate) fn new(opts: &'o Options, dest: Dest, log: Log<'o>) -> Receiver<'o> {
         Receiver {
             opts,
             dest,
@@ -341,7 +341,7 @@ impl<'o> Receiver<'o> {
     }
 
     /// DEST/<name> of the subvolume being received, if any.
-    pub fn current_path(&self) -> Option<std::path::PathBuf> {
+    pub(crate) fn current_path(&self) -> Option<std::path::PathBuf> {
         use std::os::unix::ffi::OsStrExt;
         self.cur
             .as_ref()
@@ -349,12 +349,12 @@ impl<'o> Receiver<'o> {
     }
 
     /// The name in DEST of the subvolume being received, if any.
-    pub fn current_name(&self) -> Option<Vec<u8>> {
+    pub(crate) fn current_name(&self) -> Option<Vec<u8>> {
         self.cur.as_ref().map(|c| c.name.clone())
     }
 
     /// Counts a failed command against the current subvolume.
-    pub fn note_error(&mut self) {
+    pub(crate) fn note_error(&mut self) {
         if let Some(c) = self.cur.as_mut() {
             c.errors += 1;
         }
@@ -363,7 +363,7 @@ impl<'o> Receiver<'o> {
     /// Closes everything after a failure; the subvolume stays incomplete.
     /// A parent taken over in place and not changed yet is given back:
     /// then its name in DEST is returned.
-    pub fn abort(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn abort(&mut self) -> Option<Vec<u8>> {
         if let Some(c) = self.cur.as_mut() {
             c.retire();
             c.pending = None;
@@ -404,7 +404,7 @@ impl<'o> Receiver<'o> {
     }
 
     /// The parent the subvolume being received took over in place.
-    pub fn in_place_of(&self) -> Option<&[u8]> {
+    pub(crate) fn in_place_of(&self) -> Option<&[u8]> {
         self.cur
             .as_ref()?
             .taken
@@ -414,7 +414,7 @@ impl<'o> Receiver<'o> {
 
     /// Waits for the files handed to the closing thread and reports their
     /// failures (call after the last command).
-    pub fn finish(&mut self) -> Result<(), Error> {
+    pub(crate) fn finish(&mut self) -> Result<(), Error> {
         self.flush_batch()?;
         if let Some(c) = self.cur.as_mut() {
             c.settle_all();
@@ -456,7 +456,7 @@ impl<'o> Receiver<'o> {
     }
 
     /// Applies one command.
-    pub fn apply(&mut self, cmd: &Command<'_>, pos: Position) -> Result<Flow, Error> {
+    pub(crate) fn apply(&mut self, cmd: &Command<'_>, pos: Position) -> Result<Flow, Error> {
         // Failures of earlier commands, finished on the closing thread,
         // come first.
         if self.closer.has_errors() {

@@ -844,7 +844,7 @@ impl Receiver<'_> {
     /// ENOSPC) are made again by the resumed receive: it resumes before the
     /// first of them, and the side file says which of the commands after
     /// that were applied.
-    pub fn suspend(&mut self) -> Result<SubvolState, String> {
+    pub(crate) fn suspend(&mut self) -> Result<SubvolState, String> {
         let Some(c) = self.cur.as_ref() else {
             return Err("no subvolume was being received".into());
         };
@@ -981,7 +981,7 @@ impl Receiver<'_> {
 
     /// Records in the side file of the subvolume being received why it
     /// cannot be resumed (for `rreceive --resume-token`).
-    pub fn record_refusal(&self, name: &[u8], why: &str) {
+    pub(crate) fn record_refusal(&self, name: &[u8], why: &str) {
         let _ = self.write_side(name, &format!("why\t{}\n", hex(why.as_bytes())));
     }
 
@@ -1064,7 +1064,7 @@ struct Window {
 
 /// Why the incomplete subvolume `name` in `dest` cannot be resumed, as
 /// recorded when its receive stopped.
-pub fn refusal(dest: BorrowedFd<'_>, name: &[u8]) -> Option<String> {
+pub(crate) fn refusal(dest: BorrowedFd<'_>, name: &[u8]) -> Option<String> {
     crate::subvol::side_text(dest, name)?
         .lines()
         .find_map(|l| l.strip_prefix("why\t"))
@@ -1084,7 +1084,7 @@ pub(super) fn forget_side(dest: BorrowedFd<'_>, name: &[u8]) {
 /// Where the receive of `name` in `dest` (with state `st`), killed
 /// outright, can be resumed from its journal; or why not (`Err`), or
 /// `Ok(None)` when it has none.
-pub fn killed_point(
+pub(crate) fn killed_point(
     dest: BorrowedFd<'_>,
     name: &[u8],
     st: &SubvolState,
@@ -1110,7 +1110,7 @@ pub fn killed_point(
 
 /// Removes the journal of subvolume `name` in `dest` (see
 /// [`Dest::delete_incomplete`](crate::Dest::delete_incomplete)).
-pub fn forget_journal(dest: BorrowedFd<'_>, name: &[u8]) {
+pub(crate) fn forget_journal(dest: BorrowedFd<'_>, name: &[u8]) {
     let id = dest_id_of(dest);
     journal::forget(id, name);
 }
