@@ -5,9 +5,11 @@
 //! that is unmounted and detached when dropped, also when the test fails.
 //! [`fiemap`] maps a file's extents (its one `unsafe` call is the ioctl).
 //! [`powercut`] is a block device that loses what was not flushed.
+//! [`engine`] checks that an engine library never prints.
 //! [`inode_flags`] reads a file's inode flags (its `unsafe` call is the
 //! ioctl).
 
+pub mod engine;
 pub mod fiemap;
 mod inode_flags;
 pub mod powercut;
