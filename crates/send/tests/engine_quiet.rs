@@ -3,17 +3,8 @@
 //! `println!`, clap, anyhow or indicatif, and the manifest makes those
 //! crates optional, for the `cli` feature the binary requires.
 
-use std::path::Path;
-
 #[test]
-fn the_library_never_prints_nor_names_the_command_line_crates() {
-    testkit::engine::assert_never_prints(Path::new(env!("CARGO_MANIFEST_DIR")));
-}
-
-#[test]
-fn the_command_line_crates_are_optional() {
-    testkit::engine::assert_cli_optional(
-        Path::new(env!("CARGO_MANIFEST_DIR")),
-        &["rsend-cli", "anyhow", "clap", "indicatif"],
-    );
+fn the_library_never_prints_and_the_command_line_crates_are_optional() {
+    let deps = ["rsend-cli", "anyhow", "clap", "indicatif"];
+    testkit::engine::assert_quiet_library(env!("CARGO_MANIFEST_DIR").as_ref(), &deps);
 }

@@ -20,10 +20,19 @@ fn library_sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Panics, naming each place, unless the engine library of the crate at
+/// `manifest_dir` never prints nor names clap, anyhow or indicatif outside
+/// a comment, and each of `cli_deps` is an optional dependency, for the
+/// `cli` feature its binary requires.
+pub fn assert_quiet_library(manifest_dir: &Path, cli_deps: &[&str]) {
+    assert_never_prints(manifest_dir);
+    assert_cli_optional(manifest_dir, cli_deps);
+}
+
 /// Panics, naming each place, when a library source of the crate at
 /// `manifest_dir` prints or names clap, anyhow or indicatif outside a
 /// comment.
-pub fn assert_never_prints(manifest_dir: &Path) {
+fn assert_never_prints(manifest_dir: &Path) {
     let mut files = Vec::new();
     library_sources(&manifest_dir.join("src"), &mut files);
     assert!(files.len() >= 10, "found only {files:?}");
@@ -54,7 +63,7 @@ pub fn assert_never_prints(manifest_dir: &Path) {
 
 /// Panics unless each of `deps` is an optional dependency of the crate at
 /// `manifest_dir`, whose binary requires the `cli` feature.
-pub fn assert_cli_optional(manifest_dir: &Path, deps: &[&str]) {
+fn assert_cli_optional(manifest_dir: &Path, deps: &[&str]) {
     let manifest = manifest_dir.join("Cargo.toml");
     let text = std::fs::read_to_string(manifest).expect("read Cargo.toml");
     for dep in deps {

@@ -330,20 +330,10 @@ fn resume_token(path: &std::path::Path, plain: bool) -> ExitCode {
     };
     let (dir, name) = (dir.as_path(), name.as_slice());
     let shown = path.display();
-    let dest = match rreceive::Dest::open(dir, plain) {
-        Ok(d) => d,
-        Err(e) => {
-            return rsend_cli::exit(
-                "rreceive",
-                Err(Failure::msg(format!(
-                    "no resume token: {}: {}",
-                    dir.display(),
-                    rsend_cli::plain_io(&e)
-                ))),
-            );
-        }
-    };
-    let why = match dest.resume_token(name) {
+    let token = rreceive::Dest::open(dir, plain)
+        .map_err(rreceive::NoToken::Io)
+        .and_then(|dest| dest.resume_token(name));
+    let why = match token {
         Ok(t) => {
             println!("{t}");
             return ExitCode::SUCCESS;
