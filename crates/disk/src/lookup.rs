@@ -1,7 +1,7 @@
 //! Lookups in one snapshot's fs tree, as a send asks them: inode facts,
 //! first references, directory entries by name.
 //!
-//! The walk asks the same questions many times (the generation of a parent
+//! A send's walk asks the same questions many times (the generation of a parent
 //! directory, the first name of an inode on every path it builds), so the
 //! answers are kept in small LRU caches. The trees are read-only, so an
 //! answer never goes stale.
