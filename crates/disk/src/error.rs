@@ -377,26 +377,6 @@ impl std::fmt::Display for SubvolWanted {
 /// Result with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
-mod size_probe {
-    #[test]
-    fn sizes() {
-        use super::*;
-        eprintln!(
-            "Error {} Item {} Chunk {} Sys {} Sb {} Feat {} Block {} TB {} NSR {}",
-            size_of::<Error>(),
-            size_of::<ItemError>(),
-            size_of::<ChunkError>(),
-            size_of::<SysChunkArrayError>(),
-            size_of::<SuperblockError>(),
-            size_of::<FeatureError>(),
-            size_of::<BlockError>(),
-            size_of::<TreeBlockError>(),
-            size_of::<NoSuperblockReason>()
-        );
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use super::*;
     use crate::chunk::RebuildError;
