@@ -31,8 +31,9 @@ pub fn assert_quiet_library(manifest_dir: &Path, cli_deps: &[&str]) {
 
 /// Panics, naming each place, when a library source of the crate at
 /// `manifest_dir` prints or names clap, anyhow or indicatif outside a
-/// comment.
-fn assert_never_prints(manifest_dir: &Path) {
+/// comment. For a library without a binary (the on-disk reader); one with
+/// a binary calls [`assert_quiet_library`].
+pub fn assert_never_prints(manifest_dir: &Path) {
     let mut files = Vec::new();
     library_sources(&manifest_dir.join("src"), &mut files);
     assert!(files.len() >= 10, "found only {files:?}");
