@@ -147,3 +147,64 @@ impl Drop for Copying<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// Keeps what it is told.
+    #[derive(Default)]
+    struct Kept(RefCell<Vec<String>>);
+
+    impl Report for Kept {
+        fn message(&self, level: Level, text: Arguments<'_>) {
+            self.0.borrow_mut().push(format!("{level:?} {text}"));
+        }
+        fn progress(&self, bytes: u64, commands: u64) {
+            self.0.borrow_mut().push(format!("at {bytes} {commands}"));
+        }
+        fn copying(&self, inodes: u64) {
+            self.0.borrow_mut().push(format!("copying {inodes}"));
+        }
+        fn copied(&self) {
+            self.0.borrow_mut().push("copied".into());
+        }
+        fn copy_done(&self) {
+            self.0.borrow_mut().push("copy done".into());
+        }
+    }
+
+    fn told(level: u8) -> Vec<String> {
+        let kept = Kept::default();
+        let log = Log {
+            level,
+            report: &kept,
+        };
+        log.info(format_args!("At subvol a"));
+        log.notice(format_args!("copying"));
+        log.warning(format_args!("skipped"));
+        log.note(format_args!("detail"));
+        log.progress(10, 1);
+        log.copying(2).tick();
+        kept.0.into_inner()
+    }
+
+    #[test]
+    fn the_verbosity_decides_what_is_told() {
+        assert_eq!(told(0), Vec::<String>::new());
+        let normal = [
+            "Status At subvol a",
+            "Notice copying",
+            "Warning skipped",
+            "at 10 1",
+            "copying 2",
+            "copied",
+            "copy done",
+        ];
+        assert_eq!(told(1), normal);
+        let mut verbose = normal.to_vec();
+        verbose.insert(3, "Detail detail");
+        assert_eq!(told(2), verbose);
+    }
+}
