@@ -9,23 +9,10 @@
 use std::io::{self, Write};
 
 use btrfs_stream::{Attr, Command, FieldValue, Position, Timespec};
+use btrfs_text::json::bytes_value;
 use serde_json::{json, Map, Value};
 
 use crate::{Sink, SinkError};
-
-/// Lossless JSON form of a byte string.
-pub fn bytes_value(b: &[u8]) -> Value {
-    match std::str::from_utf8(b) {
-        Ok(s) => Value::String(s.to_owned()),
-        Err(_) => {
-            let mut hex = String::with_capacity(b.len() * 2);
-            for byte in b {
-                hex.push_str(&format!("{byte:02x}"));
-            }
-            json!({ "hex": hex })
-        }
-    }
-}
 
 fn time_value(t: Timespec) -> Value {
     json!({ "sec": t.sec, "nsec": t.nsec })

@@ -5,7 +5,6 @@
 //! [`Sink`]. On a broken stream everything valid before the fault has been
 //! written when the error is returned.
 
-pub mod escape;
 pub mod input;
 pub mod json;
 pub mod summary;

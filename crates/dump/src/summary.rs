@@ -5,8 +5,8 @@ use std::io::{self, Write};
 
 use btrfs_stream::{Command, CommandKind, Position};
 
-use crate::escape::escape_into;
 use crate::{Ending, Sink, SinkError};
+use btrfs_text::escape::escape_into;
 
 /// One stream's identity: its SUBVOL or SNAPSHOT command.
 #[derive(Debug, Clone, Default)]

@@ -9,9 +9,9 @@ use std::io::{self, Write};
 
 use btrfs_stream::{Command, Position, Timespec};
 
-use crate::escape::{c_str, escape_into};
 use crate::time::LocalTime;
 use crate::{Sink, SinkError};
+use btrfs_text::escape::{c_str, escape_into};
 
 /// btrfs-progs refuses joined paths of PATH_MAX or more.
 const PATH_MAX: usize = 4096;

@@ -70,7 +70,7 @@ pub(crate) struct CopyPlan {
 fn copy_name(name: &[u8]) -> Vec<u8> {
     let mut v = subvol::RESERVED_PREFIX.to_vec();
     v.extend_from_slice(b"-copy-");
-    v.extend(name.iter().flat_map(|b| format!("{b:02x}").into_bytes()));
+    v.extend_from_slice(btrfs_text::hex::encode(name).as_bytes());
     v
 }
 

@@ -245,9 +245,7 @@ impl Overlay {
             match f.first().copied() {
                 Some("d") => {
                     let hex = f.get(2).ok_or_else(bad)?;
-                    let name: Vec<u8> = (0..hex.len() / 2)
-                        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad()))
-                        .collect::<io::Result<_>>()?;
+                    let name = btrfs_text::hex::decode(hex).map_err(|_| bad())?;
                     let kind = f.get(3).and_then(|k| k.chars().next()).ok_or_else(bad)?;
                     let v = if kind == 'o' { 0 } else { num(4)? };
                     if kind == 'f' {
@@ -411,7 +409,7 @@ impl Overlay {
             Was::File(n) => format!("f {n}"),
             Was::Other => "o".to_string(),
         };
-        let hex: String = name.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = btrfs_text::hex::encode(name);
         (&self.log).write_all(format!("d {} {hex} {what}\n", key.0 .1).as_bytes())?;
         self.dirty = true;
         self.displaced.insert(key, was);

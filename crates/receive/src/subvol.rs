@@ -154,7 +154,7 @@ impl SubvolState {
     }
 
     fn to_line(&self, name: &[u8]) -> String {
-        let hex: String = name.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = btrfs_text::hex::encode(name);
         let resume = self
             .resume
             .map_or_else(String::new, |r| format!("\t{}", r.to_field()));
@@ -178,7 +178,10 @@ impl SubvolState {
         if f.len() != 6 && f.len() != 7 {
             return None;
         }
-        let name = unhex(f[5])?;
+        // A subvolume always has a name.
+        let name = btrfs_text::hex::decode(f[5])
+            .ok()
+            .filter(|n| !n.is_empty())?;
         Some((
             name,
             SubvolState {
@@ -206,16 +209,6 @@ fn parse_opt_uuid(s: &str) -> Option<Option<Uuid>> {
     } else {
         Uuid::parse_str(s).ok().map(Some)
     }
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) || s.is_empty() {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// Where a destination keeps subvolume states.
@@ -346,9 +339,7 @@ pub(crate) fn forget(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
 pub(crate) fn side_file(name: &[u8]) -> Vec<u8> {
     let mut v = RESERVED_PREFIX.to_vec();
     v.extend_from_slice(b"-resume-");
-    for b in name {
-        v.extend_from_slice(format!("{b:02x}").as_bytes());
-    }
+    v.extend_from_slice(btrfs_text::hex::encode(name).as_bytes());
     v
 }
 

@@ -118,7 +118,7 @@ pub(crate) struct Workdir {
 /// Its name in DEST for subvolume `name`.
 pub(crate) fn name_for(name: &[u8]) -> Vec<u8> {
     let mut s = b".rreceive-work-".to_vec();
-    s.extend(name.iter().flat_map(|b| format!("{b:02x}").into_bytes()));
+    s.extend_from_slice(btrfs_text::hex::encode(name).as_bytes());
     s
 }
 

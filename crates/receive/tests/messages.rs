@@ -391,7 +391,7 @@ fn list_shows_each_received_subvolume_and_its_status() {
     // name as shown, stream, status; by name (bytes), as listed
     let mut want = [
         ("c1".to_string(), head(&cut_full), "resumable"),
-        ("odd\\xff".to_string(), head(&odd), "complete"),
+        ("odd\\377".to_string(), head(&odd), "complete"),
         ("s1".to_string(), s1, "complete"),
         ("s2".to_string(), s2, "complete"),
         ("s3".to_string(), head(&killed), "incomplete"),

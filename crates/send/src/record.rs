@@ -3,13 +3,16 @@
 //! -H`) or as JSON lines.
 //!
 //! Text: `+ PATH`, `- PATH`, `R FROM TO`, `M PATH what,...`, `L PATH`, `U
-//! PATH` (names escaped as `rdump` escapes them, so a tab or newline in a
-//! name cannot split a record). JSON: `change`, `path`, `from` (renamed),
-//! `type`, `what` (modified, differs); a name that is not UTF-8 is
-//! `{"hex": ...}` as `rdump --json` writes it.
+//! PATH` (names escaped as `btrfs receive --dump` and `rdump` escape them,
+//! [`btrfs_text::escape`], so a tab or newline in a name cannot split a
+//! record). JSON: `change`, `path`, `from` (renamed), `type`, `what`
+//! (modified, differs); a name that is not UTF-8 is `{"hex": ...}` as
+//! `rdump --json` writes it ([`btrfs_text::json`]).
 
 use std::io::{self, Write};
 
+use btrfs_text::escape::escape_into;
+use btrfs_text::json::bytes_value;
 use serde_json::{Map, Value};
 
 /// An inode's file type, as records name it.
@@ -288,10 +291,10 @@ fn text_line(line: &mut Vec<u8>, r: &Record) {
     line.extend_from_slice(r.change.mark().as_bytes());
     line.push(b'\t');
     if let Some(from) = &r.from {
-        rdump::escape::escape_into(line, shown(from));
+        escape_into(line, shown(from));
         line.push(b'\t');
     }
-    rdump::escape::escape_into(line, shown(&r.path));
+    escape_into(line, shown(&r.path));
     if !r.what.is_empty() {
         line.push(b'\t');
         for (i, w) in r.what.iter().enumerate() {
@@ -307,9 +310,9 @@ fn text_line(line: &mut Vec<u8>, r: &Record) {
 pub fn json_value(r: &Record) -> Value {
     let mut m = Map::new();
     m.insert("change".into(), r.change.name().into());
-    m.insert("path".into(), rdump::json::bytes_value(shown(&r.path)));
+    m.insert("path".into(), bytes_value(shown(&r.path)));
     if let Some(from) = &r.from {
-        m.insert("from".into(), rdump::json::bytes_value(shown(from)));
+        m.insert("from".into(), bytes_value(shown(from)));
     }
     m.insert("type".into(), r.file_type.name().into());
     if matches!(r.change, Change::Modified | Change::Differs) {

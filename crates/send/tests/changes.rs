@@ -141,7 +141,7 @@ fn text_form_is_the_json_form_tab_separated_and_escaped() {
         };
         let esc = |b: Vec<u8>| {
             let mut out = Vec::new();
-            rdump::escape::escape_into(&mut out, &b);
+            btrfs_text::escape::escape_into(&mut out, &b);
             String::from_utf8(out).unwrap()
         };
         let mark = match v["change"].as_str().unwrap() {

@@ -443,6 +443,72 @@ impl Drop for Attached {
     }
 }
 
+/// The workspace binary `bin` of package `package`, for a test of another
+/// package (Cargo gives a test only its own package's binaries): `$<BIN>_BIN`
+/// (`RRECEIVE_BIN` for rreceive) when set, else
+/// target/<profile>/`bin` next to the test's own directory, built first with
+/// this test's cargo and profile when it is missing or older than the
+/// workspace directories in `sources` (such as `crates/receive`) or
+/// Cargo.lock.
+pub fn workspace_bin(package: &str, bin: &str, sources: &[&str]) -> PathBuf {
+    if let Some(p) = std::env::var_os(format!("{}_BIN", bin.to_uppercase())) {
+        return PathBuf::from(p);
+    }
+    // A test runs from <target>/<profile>/deps/.
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary in <target>/<profile>/deps")
+        .to_owned();
+    let path = profile_dir.join(bin);
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let built = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+    let newest_source = sources
+        .iter()
+        .chain(&["Cargo.lock"])
+        .filter_map(|c| newest_mtime(&ws.join(c)))
+        .max();
+    if built.is_none() || newest_source > built {
+        let cargo = std::env::var_os("CARGO")
+            .or_else(|| option_env!("CARGO").map(Into::into))
+            .unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-q", "-p", package, "--bin", bin])
+            .current_dir(&ws)
+            .env(
+                "CARGO_TARGET_DIR",
+                profile_dir.parent().unwrap_or(&profile_dir),
+            );
+        if profile_dir.file_name() == Some(OsStr::new("release")) {
+            cmd.arg("--release");
+        }
+        let ok = cmd.status().is_ok_and(|s| s.success());
+        assert!(
+            ok && path.exists(),
+            "cannot build {} ({cmd:?}); build it with `cargo build --release -p {package}` \
+             or point {}_BIN at one",
+            path.display(),
+            bin.to_uppercase()
+        );
+    }
+    path
+}
+
+/// The newest modification time of any file under `p` (`target/` left out).
+fn newest_mtime(p: &Path) -> Option<std::time::SystemTime> {
+    let md = std::fs::symlink_metadata(p).ok()?;
+    if !md.is_dir() {
+        return md.modified().ok();
+    }
+    std::fs::read_dir(p)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name() != "target")
+        .filter_map(|e| newest_mtime(&e.path()))
+        .max()
+}
+
 /// `s` quoted for `sh`.
 pub fn sh_quote(s: &OsStr) -> String {
     format!("'{}'", s.to_string_lossy().replace('\'', r"'\''"))

@@ -47,6 +47,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::fs::FileExt;
 
 use btrfs_stream::{Command, Position, Timespec};
+use btrfs_text::hex;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, Mode};
@@ -71,9 +72,7 @@ const MAX_SECONDS: u64 = 30;
 pub(crate) fn record_file(name: &[u8]) -> Vec<u8> {
     let mut v = crate::subvol::RESERVED_PREFIX.to_vec();
     v.extend_from_slice(b"-durable-");
-    for b in name {
-        v.extend_from_slice(format!("{b:02x}").as_bytes());
-    }
+    v.extend_from_slice(hex::encode(name).as_bytes());
     v
 }
 
@@ -439,10 +438,6 @@ const HEAD: usize = 32;
 /// The largest record (flags of many files due at END, say).
 const MAX_RECORD: u64 = 64 << 20;
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 impl Record {
     fn to_text(&self) -> String {
         let mut t = String::new();
@@ -450,10 +445,10 @@ impl Record {
             t.push_str(&format!("point\t{}\n", at.to_field()));
         }
         for (p, bits) in &self.flags {
-            t.push_str(&format!("flags\t{bits}\t{}\n", hex(p)));
+            t.push_str(&format!("flags\t{bits}\t{}\n", hex::encode(p)));
         }
         if let Some((p, v)) = &self.caps {
-            t.push_str(&format!("caps\t{}\t{}\n", hex(p), hex(v)));
+            t.push_str(&format!("caps\t{}\t{}\n", hex::encode(p), hex::encode(v)));
         }
         if let Some(n) = self.window {
             t.push_str(&format!("window\t{n}\n"));
@@ -464,7 +459,7 @@ impl Record {
         for (p, a, m) in &self.times {
             t.push_str(&format!(
                 "times\t{}\t{}\t{}\t{}\t{}\n",
-                hex(p),
+                hex::encode(p),
                 a.sec,
                 a.nsec,
                 m.sec,
@@ -480,14 +475,14 @@ impl Record {
             let f: Vec<&str> = line.split('\t').collect();
             match f.as_slice() {
                 ["point", at] => r.at = Some(Resumable::from_field(at)?),
-                ["flags", bits, p] => r.flags.push((super::resume::unhex(p)?, bits.parse().ok()?)),
+                ["flags", bits, p] => r.flags.push((hex::decode(p).ok()?, bits.parse().ok()?)),
                 ["caps", p, v] => {
-                    r.caps = Some((super::resume::unhex(p)?, super::resume::unhex(v)?));
+                    r.caps = Some((hex::decode(p).ok()?, hex::decode(v).ok()?));
                 }
                 ["window", n] => r.window = Some(n.parse().ok()?),
                 ["journal", n] => r.journal = Some(n.parse().ok()?),
                 ["times", p, a, an, m, mn] => r.times.push((
-                    super::resume::unhex(p)?,
+                    hex::decode(p).ok()?,
                     Timespec {
                         sec: a.parse().ok()?,
                         nsec: an.parse().ok()?,

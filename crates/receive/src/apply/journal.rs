@@ -97,7 +97,7 @@ fn path_for(dest: (u64, u64), name: &[u8]) -> PathBuf {
                 nix::unistd::geteuid().as_raw()
             ))
         });
-    let hex: String = name.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = btrfs_text::hex::encode(name);
     dir.join(format!("{:x}-{:x}-{hex}", dest.0, dest.1))
 }
 

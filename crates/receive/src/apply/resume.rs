@@ -24,6 +24,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use btrfs_stream::resume::{Digest, Point};
 use btrfs_stream::{Command, Position};
+use btrfs_text::hex;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
@@ -251,20 +252,6 @@ impl Redo {
 }
 
 use crate::subvol::side_file;
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-pub(super) fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
 
 /// Where `f` is, beneath the directory at `root` (`root/...`), if it still
 /// has a name there.
@@ -776,7 +763,7 @@ impl Receiver<'_> {
             match f.as_slice() {
                 ["flags", bits, path] => {
                     let bits: u32 = bits.parse().map_err(|_| bad())?;
-                    let path = unhex(path).ok_or_else(bad)?;
+                    let path = hex::decode(path).map_err(|_| bad())?;
                     if !path.is_empty() {
                         crate::path::check(&path).map_err(|_| bad())?;
                     }
@@ -788,7 +775,10 @@ impl Receiver<'_> {
                     }
                 }
                 ["caps", path, value] => {
-                    let caps = (unhex(path).ok_or_else(bad)?, unhex(value).ok_or_else(bad)?);
+                    let caps = (
+                        hex::decode(path).map_err(|_| bad())?,
+                        hex::decode(value).map_err(|_| bad())?,
+                    );
                     if let Some(c) = self.cur.as_mut() {
                         c.caps = Some(caps);
                     }
@@ -982,7 +972,7 @@ impl Receiver<'_> {
     /// Records in the side file of the subvolume being received why it
     /// cannot be resumed (for `rreceive --resume-token`).
     pub(crate) fn record_refusal(&self, name: &[u8], why: &str) {
-        let _ = self.write_side(name, &format!("why\t{}\n", hex(why.as_bytes())));
+        let _ = self.write_side(name, &format!("why\t{}\n", hex::encode(why.as_bytes())));
     }
 
     /// Writes the side file of `c`: what END still needs and what the
@@ -990,10 +980,10 @@ impl Receiver<'_> {
     fn save_side(&self, c: &Current, window: &Window, at: Resumable) -> std::io::Result<()> {
         let mut text = format!("point\t{}\n", at.to_field());
         for (p, bits) in c.deferred_paths()? {
-            text.push_str(&format!("flags\t{bits}\t{}\n", hex(&p)));
+            text.push_str(&format!("flags\t{bits}\t{}\n", hex::encode(&p)));
         }
         if let Some((p, v)) = &c.caps {
-            text.push_str(&format!("caps\t{}\t{}\n", hex(p), hex(v)));
+            text.push_str(&format!("caps\t{}\t{}\n", hex::encode(p), hex::encode(v)));
         }
         if let Some(until) = window.until {
             text.push_str(&format!("applied\t{until}\n"));
@@ -1068,7 +1058,7 @@ pub(crate) fn refusal(dest: BorrowedFd<'_>, name: &[u8]) -> Option<String> {
     crate::subvol::side_text(dest, name)?
         .lines()
         .find_map(|l| l.strip_prefix("why\t"))
-        .and_then(unhex)
+        .and_then(|h| hex::decode(h).ok())
         .map(|b| String::from_utf8_lossy(&b).into_owned())
 }
 

@@ -2,7 +2,6 @@
 //! with rreceive: the receivers, the rreceive binary, manifests of received
 //! trees and comparing them, running a sender into a file.
 
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -102,69 +101,21 @@ impl Receiver {
     }
 }
 
-/// The rreceive binary: `$RRECEIVE_BIN`, else the workspace's
-/// target/<profile>/rreceive next to this test's own directory, built
-/// first with this test's cargo and profile when it is missing or older
-/// than the sources it is made of.
+/// The rreceive binary: `$RRECEIVE_BIN`, else the workspace's, built
+/// first when it is older than its sources ([`testkit::workspace_bin`]).
 pub fn rreceive_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("RRECEIVE_BIN") {
-        return PathBuf::from(p);
-    }
-    // This test runs from <target>/<profile>/deps/.
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test binary in <target>/<profile>/deps")
-        .to_owned();
-    let bin = profile_dir.join("rreceive");
-    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
-    let newest_source = [
-        "crates/receive",
-        "crates/stream",
-        "crates/compress",
-        "crates/dump",
-    ]
-    .iter()
-    .map(|c| newest_mtime(&ws.join(c)))
-    .chain([newest_mtime(&ws.join("Cargo.lock"))])
-    .max()
-    .flatten();
-    if built.is_none() || newest_source > built {
-        let cargo = std::env::var_os("CARGO")
-            .or_else(|| option_env!("CARGO").map(Into::into))
-            .unwrap_or_else(|| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-q", "-p", "rreceive", "--bin", "rreceive"])
-            .current_dir(&ws)
-            .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap());
-        if profile_dir.file_name() == Some(OsStr::new("release")) {
-            cmd.arg("--release");
-        }
-        let ok = cmd.status().is_ok_and(|s| s.success());
-        assert!(
-            ok && bin.exists(),
-            "cannot build {} ({cmd:?}); build it with `cargo build --release -p rreceive` \
-             or point RRECEIVE_BIN at one",
-            bin.display()
-        );
-    }
-    bin
-}
-
-/// The newest modification time of any file under `p`.
-fn newest_mtime(p: &Path) -> Option<std::time::SystemTime> {
-    let md = std::fs::symlink_metadata(p).ok()?;
-    if !md.is_dir() {
-        return md.modified().ok();
-    }
-    std::fs::read_dir(p)
-        .ok()?
-        .flatten()
-        .filter(|e| e.file_name() != "target")
-        .filter_map(|e| newest_mtime(&e.path()))
-        .max()
+    testkit::workspace_bin(
+        "rreceive",
+        "rreceive",
+        &[
+            "crates/receive",
+            "crates/stream",
+            "crates/compress",
+            "crates/dump",
+            "crates/text",
+            "crates/cli",
+        ],
+    )
 }
 
 /// testdata/manifest.py.

@@ -107,7 +107,8 @@ struct Args {
     verbose: u8,
     /// Print the subvolumes received in DEST, one per line: name,
     /// received uuid, ctransid, parent uuid and status (complete,
-    /// resumable or incomplete), tab-separated; names escaped as rdump does
+    /// resumable or incomplete), tab-separated; names escaped as rdump and
+    /// `btrfs receive --dump` escape them (`a b\xff` is `a\ b\377`)
     ///
     /// `rsend --parent-from` reads this to pick the parent of the next
     /// incremental send.
@@ -217,14 +218,8 @@ fn list(dest: &std::path::Path, json: bool, plain: bool) -> ExitCode {
         // "incremental": true).
         let parent = st.parent_uuid.map(|u| u.hyphenated().to_string());
         lines.push(if json {
-            let name = match std::str::from_utf8(&l.name) {
-                Ok(s) => serde_json::json!(s),
-                Err(_) => serde_json::json!({
-                    "hex": l.name.iter().map(|b| format!("{b:02x}")).collect::<String>()
-                }),
-            };
             serde_json::json!({
-                "name": name,
+                "name": btrfs_text::json::bytes_value(&l.name),
                 "received_uuid": st.received_uuid.hyphenated().to_string(),
                 "ctransid": st.ctransid,
                 "incremental": parent.is_some() || l.parent_unknown,
@@ -242,7 +237,7 @@ fn list(dest: &std::path::Path, json: bool, plain: bool) -> ExitCode {
             };
             format!(
                 "{}\t{}\t{}\t{shown}\t{}",
-                l.name.escape_ascii(),
+                btrfs_text::escape::escape(&l.name),
                 st.received_uuid.hyphenated(),
                 st.ctransid,
                 l.status()

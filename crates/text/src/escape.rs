@@ -1,8 +1,10 @@
-//! The escaping btrfs-progs applies to paths and names in `--dump` output.
+//! The escaping btrfs-progs applies to paths and names in `--dump` output
+//! (btrfs-progs cmds/receive-dump.c): `a b\xff` is `a\ b\377`.
 //!
 //! C escapes for `\a \b \e \f \n \r \t \v`, a backslash before space and
 //! backslash, and three octal digits for every other byte that is not
-//! printable ASCII (all bytes from 0x7f up).
+//! printable ASCII (all bytes from 0x7f up). The result is printable ASCII
+//! without tabs or newlines, so it fits in a tab-separated line.
 
 /// How each byte is printed: 0 as itself, 1 as octal, else a backslash and
 /// this letter.
@@ -52,6 +54,14 @@ pub fn escape_into(out: &mut Vec<u8>, s: &[u8]) -> usize {
     out.len() - before
 }
 
+/// The escaped form of `s`, as a string.
+pub fn escape(s: &[u8]) -> String {
+    let mut out = Vec::with_capacity(s.len());
+    escape_into(&mut out, s);
+    // Every byte written is printable ASCII.
+    out.into_iter().map(char::from).collect()
+}
+
 /// The bytes of `s` up to its first NUL, as C string functions see them.
 pub fn c_str(s: &[u8]) -> &[u8] {
     match s.iter().position(|&b| b == 0) {
@@ -82,5 +92,17 @@ mod tests {
             esc(&[0x07, 0x08, 0x1b, 0x0c, 0x0d, 0x0b]),
             "\\a\\b\\e\\f\\r\\v"
         );
+    }
+
+    #[test]
+    fn as_a_string() {
+        assert_eq!(escape(b"a b\xff"), "a\\ b\\377");
+        assert_eq!(escape(b""), "");
+    }
+
+    #[test]
+    fn c_str_stops_at_the_first_nul() {
+        assert_eq!(c_str(b"ab\0cd"), b"ab");
+        assert_eq!(c_str(b"ab"), b"ab");
     }
 }

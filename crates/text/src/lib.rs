@@ -1,0 +1,16 @@
+//! The text forms of btrfs names and byte strings that rdump, rreceive and
+//! rsend print or store, written in one place so that they agree:
+//!
+//! - [`escape`]: names and paths escaped as `btrfs receive --dump` prints
+//!   them (rdump's text, `rreceive --list`, `rsend --changes`);
+//! - [`hex`]: lowercase hex and its inverse (rreceive's state, journals and
+//!   reserved names);
+//! - [`json`]: a byte string as a JSON value, losslessly (the `--json` forms
+//!   of the three tools).
+//!
+//! A layer of its own beneath the tools: it knows nothing of streams,
+//! filesystems or terminals.
+
+pub mod escape;
+pub mod hex;
+pub mod json;
