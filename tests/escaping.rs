@@ -7,53 +7,14 @@
 
 use std::ffi::OsStr;
 use std::fs;
-use std::path::PathBuf;
 use std::process::Command;
 
-use testkit::{kernel_available, os, run, workspace_bin, BtrfsImage};
+use testkit::{kernel_available, os, rdump_bin, rreceive_bin, rsend_bin, run, BtrfsImage};
 
 /// The name of the snapshot and of the file in it.
 const NAME: &[u8] = b"a b\xff";
 /// `NAME` as `btrfs receive --dump` prints it.
 const ESCAPED: &str = r"a\ b\377";
-
-fn rsend() -> PathBuf {
-    workspace_bin(
-        "rsend",
-        "rsend",
-        &[
-            "crates/send",
-            "crates/disk",
-            "crates/stream",
-            "crates/compress",
-            "crates/text",
-            "crates/cli",
-        ],
-    )
-}
-
-fn rreceive() -> PathBuf {
-    workspace_bin(
-        "rreceive",
-        "rreceive",
-        &[
-            "crates/receive",
-            "crates/stream",
-            "crates/compress",
-            "crates/dump",
-            "crates/text",
-            "crates/cli",
-        ],
-    )
-}
-
-fn rdump() -> PathBuf {
-    workspace_bin(
-        "rsend-dump",
-        "rdump",
-        &["crates/dump", "crates/stream", "crates/text", "crates/cli"],
-    )
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8(b.to_vec()).expect("escaped output is ASCII")
@@ -94,7 +55,7 @@ fn rdump_rreceive_list_and_rsend_changes_escape_names_as_btrfs_receive_dump() {
     let dev = fs.loop_device();
 
     let stream = fs.scratch().join("stream");
-    run(Command::new(rsend())
+    run(Command::new(rsend_bin())
         .args(["-q", "-d", dev, "--subvolid", &id, "-f"])
         .arg(&stream));
 
@@ -117,17 +78,17 @@ fn rdump_rreceive_list_and_rsend_changes_escape_names_as_btrfs_receive_dump() {
             && progs.lines().any(|l| l.contains(&file)),
         "btrfs receive --dump does not show {subvol:?} and {file:?}:\n{progs}"
     );
-    let ours = text(&run(Command::new(rdump()).arg(&stream)).stdout);
+    let ours = text(&run(Command::new(rdump_bin()).arg(&stream)).stdout);
     assert_eq!(ours, progs, "rdump differs from btrfs receive --dump");
 
     // rreceive --list: the name is the first field.
     let dest = fs.scratch().join("dest");
     fs::create_dir(&dest).unwrap();
-    run(Command::new(rreceive())
+    run(Command::new(rreceive_bin())
         .arg("-q")
         .arg(&dest)
         .stdin(fs::File::open(&stream).unwrap()));
-    let list = text(&run(Command::new(rreceive()).arg("--list").arg(&dest)).stdout);
+    let list = text(&run(Command::new(rreceive_bin()).arg("--list").arg(&dest)).stdout);
     let names: Vec<&str> = list
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -137,7 +98,7 @@ fn rdump_rreceive_list_and_rsend_changes_escape_names_as_btrfs_receive_dump() {
 
     // rsend --changes: the file created since the parent.
     let changes = text(
-        &run(Command::new(rsend()).args([
+        &run(Command::new(rsend_bin()).args([
             "-q",
             "-d",
             dev,

@@ -1,5 +1,7 @@
 //! Formatting of btrfs send streams: the `btrfs receive --dump` text, JSON
-//! lines, and a summary table.
+//! lines, and a summary table. Names and byte strings in them take their
+//! text form from [`btrfs_text`] (escaped, JSON), as rreceive's and rsend's
+//! listings do.
 //!
 //! [`dump`] drives a [`btrfs_stream::Reader`] and hands each command to a
 //! [`Sink`]. On a broken stream everything valid before the fault has been

@@ -8,6 +8,8 @@
 //! [`engine`] checks that an engine library never prints.
 //! [`inode_flags`] reads a file's inode flags (its `unsafe` call is the
 //! ioctl).
+//! [`workspace_bin`] finds (and builds when stale) a binary of another
+//! package of the workspace.
 
 pub mod engine;
 pub mod fiemap;
@@ -493,6 +495,47 @@ pub fn workspace_bin(package: &str, bin: &str, sources: &[&str]) -> PathBuf {
         );
     }
     path
+}
+
+/// The rsend binary, for tests of other packages ([`workspace_bin`]).
+pub fn rsend_bin() -> PathBuf {
+    workspace_bin(
+        "rsend",
+        "rsend",
+        &[
+            "crates/send",
+            "crates/disk",
+            "crates/stream",
+            "crates/compress",
+            "crates/text",
+            "crates/cli",
+        ],
+    )
+}
+
+/// The rreceive binary, for tests of other packages ([`workspace_bin`]).
+pub fn rreceive_bin() -> PathBuf {
+    workspace_bin(
+        "rreceive",
+        "rreceive",
+        &[
+            "crates/receive",
+            "crates/stream",
+            "crates/compress",
+            "crates/dump",
+            "crates/text",
+            "crates/cli",
+        ],
+    )
+}
+
+/// The rdump binary, for tests of other packages ([`workspace_bin`]).
+pub fn rdump_bin() -> PathBuf {
+    workspace_bin(
+        "rsend-dump",
+        "rdump",
+        &["crates/dump", "crates/stream", "crates/text", "crates/cli"],
+    )
 }
 
 /// The newest modification time of any file under `p` (`target/` left out).

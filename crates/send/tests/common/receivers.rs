@@ -102,20 +102,9 @@ impl Receiver {
 }
 
 /// The rreceive binary: `$RRECEIVE_BIN`, else the workspace's, built
-/// first when it is older than its sources ([`testkit::workspace_bin`]).
+/// first when it is older than its sources ([`testkit::rreceive_bin`]).
 pub fn rreceive_bin() -> PathBuf {
-    testkit::workspace_bin(
-        "rreceive",
-        "rreceive",
-        &[
-            "crates/receive",
-            "crates/stream",
-            "crates/compress",
-            "crates/dump",
-            "crates/text",
-            "crates/cli",
-        ],
-    )
+    testkit::rreceive_bin()
 }
 
 /// testdata/manifest.py.

@@ -107,9 +107,10 @@ struct Args {
     verbose: u8,
     /// Print the subvolumes received in DEST, one per line: name,
     /// received uuid, ctransid, parent uuid and status (complete,
-    /// resumable or incomplete), tab-separated; names escaped as rdump and
-    /// `btrfs receive --dump` escape them (`a b\xff` is `a\ b\377`)
+    /// resumable or incomplete), tab-separated; names escaped as rdump does
     ///
+    /// A name is escaped as `btrfs receive --dump` and rdump print it
+    /// (`a b\xff` is `a\ b\377`), so it never holds a tab or a newline.
     /// `rsend --parent-from` reads this to pick the parent of the next
     /// incremental send.
     #[arg(long, conflicts_with_all = ["dump", "resume_token"])]
