@@ -5,12 +5,13 @@
 //!   them (rdump's text, `rreceive --list`, `rsend --changes`);
 //! - [`hex`]: lowercase hex and its inverse (rreceive's state, journals and
 //!   reserved names);
-//! - [`json`]: a byte string as a JSON value, losslessly (the `--json` forms
-//!   of the three tools).
+//! - `json` (feature `json`): a byte string as a JSON value, losslessly (the
+//!   `--json` forms of the three tools).
 //!
 //! A layer of its own beneath the tools: it knows nothing of streams,
 //! filesystems or terminals.
 
 pub mod escape;
 pub mod hex;
+#[cfg(feature = "json")]
 pub mod json;
