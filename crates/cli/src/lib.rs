@@ -254,22 +254,6 @@ fn said_once(e: &anyhow::Error) -> String {
     msg
 }
 
-/// An I/O error as words, without the OS's "(os error N)".
-pub fn plain_io(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file or directory".into(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
-        std::io::ErrorKind::IsADirectory => "is a directory".into(),
-        _ => {
-            let s = e.to_string();
-            match s.find(" (os error") {
-                Some(i) => s[..i].to_string(),
-                None => s,
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -403,13 +387,5 @@ mod tests {
             panic!("an unknown flag parsed");
         };
         assert_eq!(code(Err(usage.into())), format!("{:?}", ExitCode::from(2)));
-    }
-
-    #[test]
-    fn io_errors_in_words() {
-        let e = std::io::Error::from_raw_os_error(2);
-        assert_eq!(super::plain_io(&e), "no such file or directory");
-        let e = std::io::Error::from_raw_os_error(28);
-        assert_eq!(super::plain_io(&e), "No space left on device");
     }
 }

@@ -105,7 +105,7 @@ impl Listed {
 #[derive(Debug, thiserror::Error)]
 pub enum NoToken {
     /// DEST could not be read.
-    #[error("{}", crate::error::plain_io(.0))]
+    #[error("{}", btrfs_text::plain_io(.0))]
     Io(#[from] io::Error),
     /// There is nothing at that name.
     #[error("does not exist")]
@@ -133,7 +133,7 @@ pub enum NoToken {
 #[derive(Debug, thiserror::Error)]
 pub enum NotDeleted {
     /// DEST could not be read or changed.
-    #[error("{}", crate::error::plain_io(.0))]
+    #[error("{}", btrfs_text::plain_io(.0))]
     Io(#[from] io::Error),
     /// There is nothing at that name.
     #[error("{0} does not exist")]

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use btrfs_stream::{Attr, Command, CommandKind, FieldValue, PathRole, Position};
+use btrfs_text::plain_io;
 use nix::errno::Errno;
 use std::ops::Not;
 
@@ -323,22 +324,6 @@ impl CmdError {
             cmd: cmd.kind(),
             path: describe(cmd),
             kind: self,
-        }
-    }
-}
-
-/// An I/O error as words, without the OS's "(os error N)".
-pub(crate) fn plain_io(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file or directory".into(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
-        std::io::ErrorKind::IsADirectory => "is a directory".into(),
-        _ => {
-            let s = e.to_string();
-            match s.find(" (os error") {
-                Some(i) => s[..i].to_string(),
-                None => s,
-            }
         }
     }
 }

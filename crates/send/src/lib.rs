@@ -17,9 +17,9 @@
 //!   parents an incremental send may use);
 //! - [`snapshot_error`]: a failed read of a snapshot, told at the inode
 //!   and path it happened, as all three report it;
-//! - [`progress`], [`output`], [`io_text`]: the small pieces the binary
-//!   shares with the engines (progress reports, where a stream may go,
-//!   I/O errors in words).
+//! - [`progress`], [`output`]: the small pieces the binary shares with
+//!   the engines (progress reports, where a stream may go); I/O errors
+//!   in words come from `btrfs_text::plain_io`.
 //!
 //! The `rsend` binary (`src/bin/rsend/`, built with the default `cli`
 //! feature) is the command line: flags, choosing parents, reading
@@ -31,7 +31,6 @@
 #![warn(missing_docs)]
 
 pub mod changes;
-pub mod io_text;
 pub mod lineage;
 pub mod output;
 pub mod progress;

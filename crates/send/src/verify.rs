@@ -121,7 +121,7 @@ pub enum VerifyError {
         reason: String,
     },
     /// Reading the copy failed.
-    #[error("reading the copy at {}: {}", .path.display(), crate::io_text::plain_io(.source))]
+    #[error("reading the copy at {}: {}", .path.display(), btrfs_text::plain_io(.source))]
     Copy {
         /// The path in the copy.
         path: PathBuf,
@@ -160,14 +160,14 @@ pub fn verify(
         dir: dir.to_path_buf(),
         reason,
     };
-    let md = std::fs::metadata(dir).map_err(|e| bad_dir(crate::io_text::plain_io(&e)))?;
+    let md = std::fs::metadata(dir).map_err(|e| bad_dir(btrfs_text::plain_io(&e)))?;
     if !md.is_dir() {
         return Err(bad_dir("not a directory".into()));
     }
     // DIR itself may be reached through a symlink; nothing below it is.
-    let dir = &std::fs::canonicalize(dir).map_err(|e| bad_dir(crate::io_text::plain_io(&e)))?;
+    let dir = &std::fs::canonicalize(dir).map_err(|e| bad_dir(btrfs_text::plain_io(&e)))?;
     let root_fd =
-        open_copy(Place::path(dir), true).map_err(|e| bad_dir(crate::io_text::plain_io(&e)))?;
+        open_copy(Place::path(dir), true).map_err(|e| bad_dir(btrfs_text::plain_io(&e)))?;
     let fs_type = nix::sys::statfs::statfs(dir).map(|s| s.filesystem_type());
     let on_btrfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::BTRFS_SUPER_MAGIC);
     let on_xfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::XFS_SUPER_MAGIC);

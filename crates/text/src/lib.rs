@@ -5,6 +5,8 @@
 //!   them (rdump's text, `rreceive --list`, `rsend --changes`);
 //! - [`hex`]: lowercase hex and its inverse (rreceive's state, journals and
 //!   reserved names);
+//! - [`plain_io`]: an I/O error in words, without the OS's "(os error N)"
+//!   (every tool's messages and its library's errors);
 //! - `json` (feature `json`): a byte string as a JSON value, losslessly (the
 //!   `--json` forms of the three tools).
 //!
@@ -13,5 +15,8 @@
 
 pub mod escape;
 pub mod hex;
+mod io_error;
 #[cfg(feature = "json")]
 pub mod json;
+
+pub use io_error::plain_io;

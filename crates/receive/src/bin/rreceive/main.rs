@@ -206,7 +206,7 @@ fn list(dest: &std::path::Path, json: bool, plain: bool) -> ExitCode {
                 Err(Failure::msg(format!(
                     "destination {}: {}",
                     dest.display(),
-                    rsend_cli::plain_io(&e)
+                    btrfs_text::plain_io(&e)
                 ))),
             );
         }
@@ -268,7 +268,7 @@ fn list(dest: &std::path::Path, json: bool, plain: bool) -> ExitCode {
             Err(Failure::msg(format!(
                 "writing the list of {}: {}",
                 dest.display(),
-                rsend_cli::plain_io(&e)
+                btrfs_text::plain_io(&e)
             ))),
         ),
     }
@@ -304,7 +304,7 @@ fn delete_incomplete(path: &std::path::Path, plain: bool) -> ExitCode {
         Err(code) => return code,
     };
     let res = rreceive::Dest::open(&dir, plain)
-        .map_err(|e| format!("{}: {}", dir.display(), rsend_cli::plain_io(&e)))
+        .map_err(|e| format!("{}: {}", dir.display(), btrfs_text::plain_io(&e)))
         .and_then(|d| d.delete_incomplete(&name).map_err(|e| e.to_string()));
     match res {
         Ok(()) => ExitCode::SUCCESS,
@@ -334,7 +334,7 @@ fn resume_token(path: &std::path::Path, plain: bool) -> ExitCode {
             println!("{t}");
             return ExitCode::SUCCESS;
         }
-        Err(rreceive::NoToken::Io(e)) => format!("{}: {}", dir.display(), rsend_cli::plain_io(&e)),
+        Err(rreceive::NoToken::Io(e)) => format!("{}: {}", dir.display(), btrfs_text::plain_io(&e)),
         Err(e) => format!("{shown} {e}"),
     };
     rsend_cli::exit(

@@ -10,7 +10,7 @@ use btrfs_disk::fs::Filesystem;
 use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::SubvolSelector;
 use btrfs_stream::resume::Token;
-use rsend::io_text::plain_io;
+use btrfs_text::plain_io;
 use rsend::lineage::Lineage;
 use rsend::send::{check_clone_source, check_parent, list_or_none, stream_uuid_of};
 

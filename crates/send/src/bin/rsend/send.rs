@@ -12,7 +12,7 @@ use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::SubvolSelector;
 use btrfs_stream::resume::Token;
 use btrfs_stream::Writer;
-use rsend::io_text::plain_io;
+use btrfs_text::plain_io;
 use rsend::output::refuse_terminal;
 use rsend::progress::{NoProgress, Progress};
 use rsend::send::{

@@ -1,4 +1,4 @@
-//! I/O errors in words, as the tools say them.
+//! I/O errors in words, as the tools and their libraries say them.
 
 use std::io;
 
