@@ -24,7 +24,6 @@ use std::sync::Arc;
 use lru::LruCache;
 
 use super::cmd::Bytes;
-use super::stream_uuid;
 use btrfs_disk::block::{Expect, Generation};
 use btrfs_disk::error::{Error, Result};
 use btrfs_disk::fs::Filesystem;
@@ -665,6 +664,16 @@ fn push_if_ours(
         len: fe.num_bytes(),
     });
     Ok(true)
+}
+
+/// The uuid a receiver knows a subvolume by: its received uuid when set.
+pub(crate) fn stream_uuid(sv: &Subvolume) -> Uuid {
+    let u = if sv.received_uuid.is_nil() {
+        sv.uuid
+    } else {
+        sv.received_uuid
+    };
+    Uuid::from_bytes(*u.as_bytes())
 }
 
 #[cfg(test)]

@@ -1,4 +1,6 @@
-//! Owned commands: what the walk produces and the stream writer encodes.
+//! Owned commands: what the walk produces and the stream writer encodes
+//! (what send.c builds with begin_cmd, the TLV_PUT macros and send_cmd, as
+//! data).
 //!
 //! The walk runs on one thread and the encoder on another, so commands
 //! travel between them owned. Paths are shared (`Arc<[u8]>`): one inode's

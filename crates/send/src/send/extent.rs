@@ -9,7 +9,8 @@
 
 use super::clone::{Query, Source, MAX_SECTOR};
 use super::cmd::Cmd;
-use super::inode::{Walk, S_IFLNK, S_IFREG};
+use super::inode::Walk;
+use super::mode::{S_IFLNK, S_IFREG};
 use super::stop::Result;
 use btrfs_disk::data::encoded_len;
 use btrfs_disk::error::Error;
@@ -26,7 +27,7 @@ const PAGE: u64 = 4096;
 const MAX_COMPRESSED: u64 = 128 << 10;
 
 /// fallocate(2) mode of a punched hole: FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE.
-pub(crate) const PUNCH_HOLE: u32 = 0x2 | 0x1;
+const PUNCH_HOLE: u32 = 0x2 | 0x1;
 
 impl Walk<'_, '_> {
     fn parse_extent<'i>(&self, tree: u64, item: &'i Item) -> Result<FileExtentItem<'i>> {
@@ -46,7 +47,7 @@ impl Walk<'_, '_> {
     }
 
     /// need_send_hole.
-    pub(crate) fn need_send_hole(&self) -> bool {
+    pub(super) fn need_send_hole(&self) -> bool {
         self.parent.is_some()
             && !self.cur.new
             && !self.cur.new_gen
@@ -55,7 +56,7 @@ impl Walk<'_, '_> {
     }
 
     /// process_extent for the EXTENT_DATA `item` (at `slot` of its leaf).
-    pub(crate) fn process_extent(&mut self, item: &Item, slot: usize) -> Result<()> {
+    pub(super) fn process_extent(&mut self, item: &Item, slot: usize) -> Result<()> {
         if self.cur.kind() == S_IFLNK {
             return Ok(());
         }
@@ -468,7 +469,7 @@ impl Walk<'_, '_> {
 
     /// get_last_extent: the end of the current inode's last extent at or
     /// before `offset` in the send snapshot (0 when there is none).
-    pub(crate) fn get_last_extent(&mut self, offset: u64) -> Result<()> {
+    pub(super) fn get_last_extent(&mut self, offset: u64) -> Result<()> {
         self.cur.last_extent = 0;
         let ino = self.cur.ino;
         let key = Key::new(ino, key_type::EXTENT_DATA, offset);
@@ -488,7 +489,7 @@ impl Walk<'_, '_> {
     }
 
     /// range_is_hole_in_parent: whether the parent has no data in `[start, end)`.
-    pub(crate) fn range_is_hole_in_parent(&mut self, start: u64, end: u64) -> Result<bool> {
+    pub(super) fn range_is_hole_in_parent(&mut self, start: u64, end: u64) -> Result<bool> {
         let ino = self.cur.ino;
         let Some(parent) = self.parent.as_ref() else {
             return Ok(true);
@@ -525,7 +526,7 @@ impl Walk<'_, '_> {
     }
 
     /// maybe_send_hole: zeros for a gap before this extent where the parent had data.
-    pub(crate) fn maybe_send_hole(&mut self, item: &Item, slot: usize) -> Result<()> {
+    pub(super) fn maybe_send_hole(&mut self, item: &Item, slot: usize) -> Result<()> {
         let key = item.key;
         if self.cur.ino != key.objectid || !self.need_send_hole() {
             return Ok(());
@@ -550,7 +551,7 @@ impl Walk<'_, '_> {
     /// v2 on (one FALLOCATE, as the kernel sends it: neither cut at i_size
     /// nor counted as written, `--no-data` or not); in v1 zeros within
     /// i_size, or UPDATE_EXTENT under `--no-data`.
-    pub(crate) fn send_hole(&mut self, end: u64) -> Result<()> {
+    pub(super) fn send_hole(&mut self, end: u64) -> Result<()> {
         let mut offset = self.cur.last_extent;
         if self.flavor.proto >= 2 {
             let path = self.cur_path(self.cur.ino, self.cur.gen)?;

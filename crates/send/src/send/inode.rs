@@ -1,5 +1,10 @@
 //! The send walk: changes between the parent and the send snapshot, turned
-//! into commands in the order the kernel's send.c emits them.
+//! into commands in the order the kernel's send.c emits them. Mirrors
+//! send.c's send_ctx (as [`Walk`], which owns the parts: [`super::names`],
+//! [`super::moves`], [`super::current`]), changed_cb, changed_inode,
+//! finish_inode_if_needed, send_create_inode, the xattr callbacks
+//! (process_new_xattr, process_deleted_xattr, process_changed_xattr),
+//! send_capabilities, process_verity and send_utimes.
 //!
 //! A full send is the case without a parent, where every item of the send
 //! snapshot is new. An incremental send consumes the output of
@@ -22,14 +27,15 @@
 //!    directories that waited for this one, then UTIMES (deferred for
 //!    non-empty directories, see [`super::utimes`]).
 
-use std::collections::{BTreeMap, HashSet};
-use std::num::NonZeroUsize;
-
-use lru::LruCache;
-
 use super::clone::Clones;
 use super::cmd::{ts, Bytes, Cmd};
-use super::refs::{NameEntry, OrphanDir, PendingMove, Ref, WaitingMove};
+use super::current::{Cur, Recorded};
+use super::flavor::Flavor;
+use super::mode::{
+    new_encode_dev, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK,
+};
+use super::moves::Moves;
+use super::names::Names;
 use super::sink::Emitter;
 use super::stop::{Result, Stop};
 use super::utimes::DirUtimes;
@@ -49,124 +55,47 @@ use btrfs_disk::{Key, Tree};
 const FREE_INO: u64 = -12i64 as u64;
 const FREE_SPACE: u64 = -11i64 as u64;
 
-pub(crate) const XATTR_CAPS: &[u8] = b"security.capability";
+const XATTR_CAPS: &[u8] = b"security.capability";
 const ACL_ACCESS: &[u8] = b"system.posix_acl_access";
 const ACL_DEFAULT: &[u8] = b"system.posix_acl_default";
 /// posix_acl_xattr_header with POSIX_ACL_XATTR_VERSION (2) and no entries.
 const EMPTY_ACL: [u8; 4] = [2, 0, 0, 0];
 
-pub(crate) const S_IFMT: u32 = 0o170000;
-pub(crate) const S_IFREG: u32 = 0o100000;
-pub(crate) const S_IFDIR: u32 = 0o040000;
-pub(crate) const S_IFLNK: u32 = 0o120000;
-const S_IFCHR: u32 = 0o020000;
-const S_IFBLK: u32 = 0o060000;
-const S_IFIFO: u32 = 0o010000;
-const S_IFSOCK: u32 = 0o140000;
-
-/// Names kept in the name cache (the kernel keeps 256; more only saves lookups).
-const NAME_CACHE: usize = 16384;
-/// Whole paths kept (mostly directories, asked for every entry they get).
-const PATH_CACHE: usize = 4096;
-
-/// The kernel's new_encode_dev of a dev_t stored as major << 20 | minor.
-pub(crate) fn new_encode_dev(rdev: u64) -> u64 {
-    let major = (rdev >> 20) & 0xfff;
-    let minor = rdev & 0xfffff;
-    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
-}
-
-/// The inode being processed (for a deleted inode, the parent's facts).
-#[derive(Default)]
-pub(crate) struct Cur {
-    pub(crate) ino: u64,
-    pub(crate) gen: u64,
-    pub(crate) new: bool,
-    pub(crate) new_gen: bool,
-    pub(crate) deleted: bool,
-    pub(crate) size: u64,
-    pub(crate) mode: u32,
-    pub(crate) rdev: u64,
-    /// End of the last extent seen (u64::MAX: not known yet).
-    pub(crate) last_extent: u64,
-    /// End of the last extent written or cloned.
-    pub(crate) next_write_offset: u64,
-    pub(crate) ignore: bool,
-    /// The send snapshot's inode item (not for a deleted inode).
-    pub(crate) inode: Option<Inode>,
-    /// Its `security.capability`, when every xattr of the inode is walked.
-    pub(crate) caps: Option<Vec<u8>>,
-    /// Whether its names were processed (a new inode must get one).
-    pub(crate) placed: bool,
-    /// Its last path, for error messages.
-    pub(crate) path: Option<Bytes>,
-    /// Its fs-verity descriptor is new or changed (ENABLE_VERITY in v3).
-    pub(crate) needs_verity: bool,
-}
-
-impl Cur {
-    pub(crate) fn kind(&self) -> u32 {
-        self.mode & S_IFMT
-    }
-    pub(crate) fn is_dir(&self) -> bool {
-        self.kind() == S_IFDIR
-    }
-}
-
 /// One send of one subvolume, full or incremental.
-pub(crate) struct Walk<'a, 'fs> {
-    pub(crate) fs: &'fs Filesystem,
-    pub(crate) send: Lookup<'fs>,
-    pub(crate) parent: Option<Lookup<'fs>>,
-    pub(crate) out: &'a mut Emitter,
-    pub(crate) clones: Clones<'fs>,
-    pub(crate) utimes: DirUtimes,
+pub(super) struct Walk<'a, 'fs> {
+    pub(super) fs: &'fs Filesystem,
+    pub(super) send: Lookup<'fs>,
+    pub(super) parent: Option<Lookup<'fs>>,
+    pub(super) out: &'a mut Emitter,
+    pub(super) clones: Clones<'fs>,
+    utimes: DirUtimes,
     /// Inodes below this have their names in place.
-    pub(crate) send_progress: u64,
-    pub(crate) cur: Cur,
-    pub(crate) new_refs: Vec<Ref>,
-    pub(crate) deleted_refs: Vec<Ref>,
-    pub(crate) names: LruCache<(u64, u64), NameEntry>,
-    /// Whole paths of inodes other than the current one, valid while
-    /// `path_version` stays what it was when they were made.
-    pub(crate) paths: LruCache<(u64, u64), (u64, Bytes)>,
-    /// Advances whenever a directory may have moved (a rename of anything
-    /// but the current file, an rmdir, a move put off or done).
-    pub(crate) path_version: u64,
-    /// The next RENAME moves the current file only: no other path changes.
-    pub(crate) file_rename: bool,
-    pub(crate) unique: LruCache<(u64, u64), Bytes>,
-    pub(crate) waiting: BTreeMap<u64, WaitingMove>,
-    pub(crate) pending: BTreeMap<u64, Vec<PendingMove>>,
-    pub(crate) orphan_dirs: BTreeMap<(u64, u64), OrphanDir>,
-    /// Directories created ahead of their turn, until their turn comes.
-    pub(crate) created_dirs: HashSet<u64>,
-    /// In a full send, the orphan-shaped names of the root (seen while
-    /// walking its entries); an incremental send looks names up instead.
-    pub(crate) root_orphans: Option<HashSet<Vec<u8>>>,
+    pub(super) send_progress: u64,
+    pub(super) cur: Cur,
+    pub(super) recorded: Recorded,
+    pub(super) names: Names,
+    pub(super) moves: Moves,
     /// Bytes read per WRITE batch: a multiple of the protocol's WRITE size,
     /// so the writer's cuts fall where the kernel's do.
-    pub(crate) read_chunk: u64,
-    pub(crate) write_size: u64,
+    pub(super) read_chunk: u64,
+    pub(super) write_size: u64,
     /// The stream's protocol version and flags.
-    pub(crate) flavor: super::Flavor,
-    pub(crate) sectorsize: u64,
+    pub(super) flavor: Flavor,
+    pub(super) sectorsize: u64,
     /// Whether the root directory changed after its last UTIMES.
-    pub(crate) root_dirty: bool,
-}
-
-fn cap(n: usize) -> NonZeroUsize {
-    NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN)
+    root_dirty: bool,
 }
 
 impl<'a, 'fs> Walk<'a, 'fs> {
-    pub(crate) fn new(
+    /// A walk of `send` (against `parent` for an incremental send) that
+    /// gives its commands to `out`.
+    pub(super) fn new(
         fs: &'fs Filesystem,
         send: Tree<'fs>,
         parent: Option<Tree<'fs>>,
         out: &'a mut Emitter,
         clones: Clones<'fs>,
-        flavor: super::Flavor,
+        flavor: Flavor,
     ) -> Walk<'a, 'fs> {
         let write_chunk = flavor.write_size().max(1) as u64;
         let full = parent.is_none();
@@ -179,18 +108,9 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             utimes: DirUtimes::default(),
             send_progress: objectid::FIRST_FREE,
             cur: Cur::default(),
-            new_refs: Vec::new(),
-            deleted_refs: Vec::new(),
-            names: LruCache::new(cap(NAME_CACHE)),
-            paths: LruCache::new(cap(PATH_CACHE)),
-            path_version: 0,
-            file_rename: false,
-            unique: LruCache::new(cap(NAME_CACHE)),
-            waiting: BTreeMap::new(),
-            pending: BTreeMap::new(),
-            orphan_dirs: BTreeMap::new(),
-            created_dirs: HashSet::new(),
-            root_orphans: full.then(HashSet::new),
+            recorded: Recorded::default(),
+            names: Names::new(full),
+            moves: Moves::default(),
             read_chunk: write_chunk * (1u64 << 20).div_ceil(write_chunk),
             write_size: write_chunk,
             flavor,
@@ -200,7 +120,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
     }
 
     /// The inode being processed and its last known path, for error messages.
-    pub(crate) fn position(&self) -> Option<(u64, Bytes)> {
+    pub(super) fn position(&self) -> Option<(u64, Bytes)> {
         (self.cur.ino != 0).then(|| {
             (
                 self.cur.ino,
@@ -214,7 +134,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
 
     /// Sends everything after the SUBVOL or SNAPSHOT command: the changed
     /// inodes, the pending directory times, END.
-    pub(crate) fn run(&mut self) -> Result<()> {
+    pub(super) fn run(&mut self) -> Result<()> {
         let first = Key::new(objectid::FIRST_FREE, key_type::INODE_ITEM, 0);
         if self.send.tree.search(&first)?.is_none() {
             return Err(Stop::Bad(
@@ -242,7 +162,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             }
         }
         self.finish_if_needed(None)?;
-        if let Some((dir, _)) = self.waiting.iter().next() {
+        if let Some(dir) = self.moves.first_waiting() {
             return Err(Stop::Bad(format!(
                 "directory inode {dir} still waits for its move at the end of the send"
             )));
@@ -256,21 +176,17 @@ impl<'a, 'fs> Walk<'a, 'fs> {
 
     /// Ends the stream (after [`Walk::run`], once the subvolumes read are
     /// known to be intact).
-    pub(crate) fn end(&mut self) -> Result<()> {
+    pub(super) fn end(&mut self) -> Result<()> {
         self.out.push(Cmd::End)?;
         self.out.flush()?;
         Ok(())
     }
 
-    pub(crate) fn push(&mut self, c: Cmd) -> Result<()> {
+    pub(super) fn push(&mut self, c: Cmd) -> Result<()> {
         if !self.root_dirty && changes_root_entries(&c) {
             self.root_dirty = true;
         }
-        match c {
-            Cmd::Rename { .. } if std::mem::take(&mut self.file_rename) => {}
-            Cmd::Rename { .. } | Cmd::Rmdir { .. } => self.path_version += 1,
-            _ => {}
-        }
+        self.names.sending(&c);
         Ok(self.out.push(c)?)
     }
 
@@ -309,15 +225,10 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             return Ok(());
         }
         if key.objectid == objectid::FIRST_FREE && key.item_type == key_type::DIR_ITEM {
-            if let (Some(set), Some(s)) = (self.root_orphans.as_mut(), &left) {
+            if let (true, Some(s)) = (self.names.wants_root_entries(), &left) {
                 let entries =
                     dir_entries(s.item.data()).map_err(Error::bad_item(self.send.tree.id, key))?;
-                set.extend(
-                    entries
-                        .iter()
-                        .filter(|e| super::refs::looks_orphan(e.name))
-                        .map(|e| e.name.to_vec()),
-                );
+                self.names.root_entries(entries.iter().map(|e| e.name));
             }
         }
         let l = left.as_ref().map(|s| s.item);
@@ -398,7 +309,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
         Ok(false)
     }
 
-    pub(crate) fn parent_mut(&mut self) -> Result<&mut Lookup<'fs>> {
+    pub(super) fn parent_mut(&mut self) -> Result<&mut Lookup<'fs>> {
         self.parent
             .as_mut()
             .ok_or_else(|| Stop::Bad("no parent snapshot".into()))
@@ -417,7 +328,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             None => true,
             Some(k) => !(k.objectid == ino && k.item_type <= key_type::INODE_EXTREF),
         };
-        if ino != 0 && refs_now && (!self.new_refs.is_empty() || !self.deleted_refs.is_empty()) {
+        if ino != 0 && refs_now && !self.recorded.is_empty() {
             pending_move = self.process_recorded_refs()?;
             refs_processed = true;
         }
@@ -518,7 +429,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             self.send_verity()?;
         }
         self.send_capabilities()?;
-        if !self.waiting.contains_key(&ino) {
+        if !self.moves.is_waiting(ino) {
             self.apply_children_dir_moves()?;
             self.send_progress = ino + 1;
             if kind == S_IFDIR && self.cur.size > 0 {
@@ -586,31 +497,8 @@ impl<'a, 'fs> Walk<'a, 'fs> {
 
     /// Starts a new current inode.
     fn start(&mut self, ino: u64) {
-        self.cur = Cur {
-            ino,
-            last_extent: u64::MAX,
-            ..Cur::default()
-        };
+        self.cur = Cur::start(ino);
         self.send_progress = ino;
-    }
-
-    fn set_left(&mut self, inode: Inode) {
-        self.cur.gen = inode.generation;
-        self.cur.new = true;
-        self.cur.deleted = false;
-        self.cur.size = inode.size;
-        self.cur.mode = inode.mode;
-        self.cur.rdev = inode.rdev;
-        self.cur.inode = Some(inode);
-    }
-
-    fn set_right(&mut self, inode: &Inode) {
-        self.cur.gen = inode.generation;
-        self.cur.new = false;
-        self.cur.deleted = true;
-        self.cur.size = inode.size;
-        self.cur.mode = inode.mode;
-        self.cur.inode = None;
     }
 
     fn parse_inode(&self, tree: u64, item: &Item) -> Result<Inode> {
@@ -643,12 +531,12 @@ impl<'a, 'fs> Walk<'a, 'fs> {
                     self.cur.ignore = true;
                     return Ok(());
                 }
-                self.set_left(l);
+                self.cur.set_left(l);
                 if ino != objectid::FIRST_FREE {
                     self.create_if_needed()?;
                 }
             }
-            (Change::Deleted, _, Some(r)) => self.set_right(&r),
+            (Change::Deleted, _, Some(r)) => self.cur.set_right(&r),
             (Change::Changed, Some(l), Some(r)) => {
                 let mut new_gen = l.generation != r.generation && ino != objectid::FIRST_FREE;
                 if l.nlink == 0 && r.nlink == 0 {
@@ -659,16 +547,16 @@ impl<'a, 'fs> Walk<'a, 'fs> {
                 }
                 self.cur.new_gen = new_gen;
                 if !new_gen {
-                    self.set_left(l);
+                    self.cur.set_left(l);
                     self.cur.new = false;
                     return Ok(());
                 }
                 if r.nlink > 0 {
-                    self.set_right(&r);
+                    self.cur.set_right(&r);
                     self.process_all_refs(false)?;
                 }
                 if l.nlink > 0 {
-                    self.set_left(l);
+                    self.cur.set_left(l);
                     self.create_if_needed()?;
                     self.process_all_refs(true)?;
                     self.send_progress = ino + 1;
@@ -691,7 +579,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
         let ino = self.cur.ino;
         if self.cur.is_dir() && self.did_create_dir(ino)? {
             // Its turn has come: nobody asks again.
-            self.created_dirs.remove(&ino);
+            self.moves.turn_came(ino);
             return Ok(());
         }
         let Some(inode) = self.cur.inode else {
@@ -701,7 +589,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
     }
 
     /// The kernel's send_create_inode: the inode at its orphan name.
-    pub(crate) fn send_create_inode(&mut self, inode: &Inode) -> Result<()> {
+    pub(super) fn send_create_inode(&mut self, inode: &Inode) -> Result<()> {
         let ino = inode.ino;
         let path = self.orphan_name(ino, inode.generation)?;
         let mode = u64::from(inode.mode);
@@ -869,12 +757,12 @@ impl<'a, 'fs> Walk<'a, 'fs> {
     }
 
     /// The kernel's cache_dir_utimes.
-    pub(crate) fn cache_dir_utimes(&mut self, dir: u64, gen: u64) {
+    pub(super) fn cache_dir_utimes(&mut self, dir: u64, gen: u64) {
         self.utimes.touch(dir, gen);
     }
 
     /// UTIMES of `ino` from the send snapshot's inode item.
-    pub(crate) fn send_utimes(&mut self, ino: u64, gen: u64) -> Result<()> {
+    fn send_utimes(&mut self, ino: u64, gen: u64) -> Result<()> {
         let inode = match self.cur.inode {
             Some(i) if i.ino == ino && i.generation == gen => i,
             _ => self.fs.inode_in(&self.send.tree, ino)?,
@@ -896,7 +784,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
     /// The UTIMES a receiver needs for the root directory's times when the
     /// stream changed the root after its last UTIMES (orphans come and go
     /// there); sent just before END.
-    pub(crate) fn root_times_if_needed(&mut self) -> Result<()> {
+    fn root_times_if_needed(&mut self) -> Result<()> {
         if self.root_dirty {
             let gen = self.send.gen(objectid::FIRST_FREE)?;
             self.send_utimes(objectid::FIRST_FREE, gen)?;
@@ -915,15 +803,6 @@ fn changes_root_entries(c: &Cmd) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rdev_is_encoded_as_the_kernel_does() {
-        let dev = |ma: u64, mi: u64| (ma << 20) | mi;
-        assert_eq!(new_encode_dev(dev(1, 3)), 0x103);
-        assert_eq!(new_encode_dev(dev(7, 200)), 0x7c8);
-        assert_eq!(new_encode_dev(dev(250, 300)), 0x10fa2c);
-        assert_eq!(new_encode_dev(dev(259, 70000)), 0x11110370);
-    }
 
     #[test]
     fn root_entries_are_recognised() {

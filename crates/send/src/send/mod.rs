@@ -23,8 +23,14 @@
 
 mod clone;
 mod cmd;
+mod current;
+mod error;
 mod extent;
+mod flavor;
 mod inode;
+mod mode;
+mod moves;
+mod names;
 mod refs;
 mod sink;
 mod stop;
@@ -34,9 +40,11 @@ mod verity;
 use std::io::Write;
 use std::sync::{mpsc, Arc};
 
-use btrfs_stream::{Uuid, WriteError, Writer};
+use btrfs_stream::{WriteError, Writer};
 
 pub use clone::CloneStats;
+pub use error::{list_or_none, Change, SendError};
+pub use flavor::{DEFAULT_HIGHEST_PROTO, MAX_PROTO, V1_WRITE_SIZE, V2_WRITE_SIZE};
 pub use sink::StreamStats;
 
 use crate::progress::{NoProgress, Progress};
@@ -44,161 +52,12 @@ use crate::snapshot_error::{Fault, SnapshotError};
 use btrfs_disk::error::Error;
 use btrfs_disk::fs::Filesystem;
 use btrfs_disk::subvol::{SubvolSelector, Subvolume};
-use clone::Clones;
+use clone::{stream_uuid, Clones};
 use cmd::{Bytes, Cmd};
+use flavor::Flavor;
 use inode::Walk;
 use sink::{Emitter, Msg, Sink};
 use stop::Stop;
-
-/// Largest WRITE payload of protocol v1 (BTRFS_SEND_BUF_SIZE_V1 - 16 KiB).
-pub const V1_WRITE_SIZE: usize = 48 << 10;
-
-/// Largest WRITE payload from protocol v2 on (the v2 send buffer, 16 KiB +
-/// 128 KiB, less 16 KiB), as the kernel cuts its writes.
-pub const V2_WRITE_SIZE: usize = 128 << 10;
-
-/// The highest protocol version rsend writes.
-pub const MAX_PROTO: u32 = 3;
-
-/// The version `--proto 0` means: the highest a standard build of the
-/// kernel sends and of btrfs-progs receives (v3 is experimental in both).
-pub const DEFAULT_HIGHEST_PROTO: u32 = 2;
-
-/// What a stream may carry: its protocol version and the send flags.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Flavor {
-    /// 1, 2 or 3.
-    pub(crate) proto: u32,
-    /// Compressed extents as ENCODED_WRITE (v2 and later).
-    pub(crate) compressed: bool,
-    /// UPDATE_EXTENT instead of file data.
-    pub(crate) no_data: bool,
-}
-
-impl Flavor {
-    /// The largest WRITE of the protocol.
-    pub(crate) fn write_size(&self) -> usize {
-        if self.proto >= 2 {
-            V2_WRITE_SIZE
-        } else {
-            V1_WRITE_SIZE
-        }
-    }
-}
-
-/// Everything that can stop a send.
-#[derive(Debug, thiserror::Error)]
-pub enum SendError {
-    /// Reading the filesystem failed before any inode was involved.
-    #[error(transparent)]
-    Read(#[from] Error),
-    /// No subvolume matches what was asked for.
-    #[error(
-        "no subvolume {asked}; the filesystem has: {}",
-        list_or_none(available)
-    )]
-    NoSubvolume {
-        /// What was asked for (`at path X`, `id N`).
-        asked: btrfs_disk::error::SubvolWanted,
-        /// The subvolumes there are, as `path (id N[, read-only])`.
-        available: Vec<String>,
-    },
-    /// The subvolume is writable; only read-only snapshots can be sent.
-    #[error("subvolume {name} (id {id}) is not read-only; send needs a read-only snapshot (btrfs subvolume snapshot -r, or btrfs property set ro true)")]
-    NotReadOnly {
-        /// Its path.
-        name: String,
-        /// Its id.
-        id: u64,
-    },
-    /// The subvolume is being deleted.
-    #[error("subvolume {name} (id {id}) is being deleted")]
-    Dead {
-        /// Its path.
-        name: String,
-        /// Its id.
-        id: u64,
-    },
-    /// The top level (subvolume 5) was asked for.
-    #[error("the top level (subvolume 5) cannot be sent: it has no name to receive it as, and it is not a read-only snapshot; send a read-only snapshot of it (btrfs subvolume snapshot -r MNT MNT/snap) instead")]
-    TopLevel,
-    /// The subvolume has no ROOT_BACKREF (the top level), so SUBVOL has no name.
-    #[error("subvolume id {id} has no name in a parent (the top level cannot be sent)")]
-    Unnamed {
-        /// Its id.
-        id: u64,
-    },
-    /// The parent snapshot is not one the receiver can start from.
-    #[error("parent {name} (id {id}) is not read-only; an incremental send needs a read-only parent snapshot")]
-    ParentNotReadOnly {
-        /// Its path.
-        name: String,
-        /// Its id.
-        id: u64,
-    },
-    /// A clone source that could change under the send.
-    #[error(
-        "clone source {name} (id {id}) is not read-only; clone sources must be read-only snapshots"
-    )]
-    CloneSourceNotReadOnly {
-        /// Its path.
-        name: String,
-        /// Its id.
-        id: u64,
-    },
-    /// A parent chosen by `-c` that is not in this filesystem.
-    #[error("no parent: {0}")]
-    NoParent(String),
-    /// A protocol version this build does not send.
-    #[error("protocol version {0} is not supported (rsend sends versions 1 to 3; 0 means 2, the highest btrfs-progs receives without experimental features)")]
-    Proto(u32),
-    /// Compressed data asked for in a protocol that cannot carry it.
-    #[error("--compressed-data needs protocol version 2 or later (asked for version {0}); use --proto 2")]
-    CompressedNeedsV2(u32),
-    /// Reading the subvolume failed, or its fs tree holds something a
-    /// snapshot cannot (with the inode and its path in the stream so far:
-    /// an orphan name until it is placed).
-    #[error(transparent)]
-    Snapshot(#[from] SnapshotError),
-    /// A command cannot be encoded (too large for the protocol version).
-    #[error("{subvol}: {path}: cannot encode the command")]
-    Encode {
-        /// The subvolume, as `path (subvolume id)`.
-        subvol: String,
-        /// The path the command acts on.
-        path: String,
-        /// Why.
-        #[source]
-        source: WriteError,
-    },
-    /// A subvolume being read changed on disk during the send.
-    #[error("{role}{name} (subvolume {id}) {change} during the send; the stream stops without END, so no receiver takes it as complete")]
-    Changed {
-        /// `""`, `"parent "` or `"clone source "`.
-        role: &'static str,
-        /// Its path.
-        name: String,
-        /// Its id.
-        id: u64,
-        /// What happened to it.
-        change: Change,
-        /// The read error it caused, if it caused one.
-        #[source]
-        cause: Option<Box<SendError>>,
-    },
-    /// Writing the stream failed.
-    #[error("writing the stream")]
-    Output(#[source] std::io::Error),
-    /// A resumed send cannot go on from the point its token gives.
-    #[error("cannot resume: {0}")]
-    Resume(String),
-    /// The walk thread died.
-    #[error("{subvol}: the walk stopped unexpectedly")]
-    Walk {
-        /// The subvolume, as `path (subvolume id)`.
-        subvol: String,
-    },
-}
 
 /// The root blocks of the trees a send reads, kept in memory while it
 /// runs (see [`Filesystem::pin_root`]) and let go when it ends.
@@ -235,35 +94,6 @@ impl Pins<'_> {
 impl Drop for Pins<'_> {
     fn drop(&mut self) {
         self.release();
-    }
-}
-
-/// How a read-only subvolume changed while it was being sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Change {
-    /// It is gone, or it was unlinked.
-    Deleted,
-    /// It is being deleted (the kernel is freeing its tree).
-    BeingDeleted,
-    /// It is writable now.
-    Writable,
-    /// Its contents changed (it was made writable, changed, and made read-only again).
-    Modified,
-    /// Its tree moved to other blocks (a balance, or a snapshot taken of it).
-    Moved,
-}
-
-impl std::fmt::Display for Change {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Change::Deleted => "was deleted",
-            Change::BeingDeleted => "was deleted (the kernel is freeing it)",
-            Change::Writable => "was made writable",
-            Change::Modified => "was changed (made writable, modified and made read-only again)",
-            Change::Moved => {
-                "moved to other blocks (relocated by a balance, or its root copied by a snapshot of it)"
-            }
-        })
     }
 }
 
@@ -353,21 +183,6 @@ fn explain(fs: &Filesystem, reads: &[(&'static str, &Subvolume)], failed: SendEr
         }
     }
     failed
-}
-
-/// The subvolumes of a message: "no subvolumes", or the first 20 of
-/// them and how many more there are.
-pub fn list_or_none(v: &[String]) -> String {
-    const SHOWN: usize = 20;
-    match v.len() {
-        0 => "no subvolumes".into(),
-        n if n <= SHOWN => v.join(", "),
-        n => format!(
-            "{}, and {} more (rsend --list shows them all)",
-            v[..SHOWN].join(", "),
-            n - SHOWN
-        ),
-    }
 }
 
 /// How to send; the default is what `btrfs send` does by default
@@ -505,16 +320,6 @@ pub fn send_incremental<W: Write>(
 /// own): what a receiver knows it by.
 pub fn stream_uuid_of(sv: &Subvolume) -> uuid::Uuid {
     uuid::Uuid::from_bytes(*stream_uuid(sv).as_bytes())
-}
-
-/// The uuid a receiver knows a subvolume by: its received uuid when set.
-pub(crate) fn stream_uuid(sv: &Subvolume) -> Uuid {
-    let u = if sv.received_uuid.is_nil() {
-        sv.uuid
-    } else {
-        sv.received_uuid
-    };
-    Uuid::from_bytes(*u.as_bytes())
 }
 
 /// Whether `parent` can be the parent of an incremental send.

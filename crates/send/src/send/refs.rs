@@ -1,7 +1,13 @@
 //! Names: where every inode is on the receiver while the stream is being
 //! replayed, and the renames, links, unlinks and rmdirs that move the tree
-//! from the parent's names to the send snapshot's (the kernel's
-//! get_cur_path and process_recorded_refs, with their helpers).
+//! from the parent's names to the send snapshot's. Mirrors send.c's
+//! get_cur_path, __get_cur_name_and_parent, get_cur_inode_state,
+//! did_overwrite_ref, will_overwrite_ref, process_recorded_refs,
+//! can_rmdir, add_pending_dir_move, apply_children_dir_moves,
+//! apply_dir_move, path_loop, wait_for_dest_dir_move and
+//! wait_for_parent_move: the work on [`Walk`] that needs several of its
+//! parts at once (the caches of [`super::names`], the waits of
+//! [`super::moves`], the current inode of [`super::current`]).
 //!
 //! Inodes are processed in ascending number. An inode not processed yet
 //! (`ino >= send_progress`) is still where the parent had it, or at its
@@ -9,15 +15,19 @@
 //! a processed inode took its name; a processed one is at its first name
 //! in the send snapshot. Directories that cannot move yet (an ancestor
 //! with a higher number has to move first, or their new name is still
-//! taken by a directory waiting too) wait in `pending`, keyed by the
-//! directory they wait for, and move when it has been processed.
-//! Directories to delete that still hold entries of unprocessed inodes
-//! wait in `orphan_dirs` under their orphan name until they are empty.
+//! taken by a directory waiting too) wait, keyed by the directory they
+//! wait for, and move when it has been processed. Directories to delete
+//! that still hold entries of unprocessed inodes wait under their orphan
+//! name until they are empty.
 
 use std::collections::VecDeque;
 
 use super::cmd::{Bytes, Cmd};
-use super::inode::{Walk, S_IFDIR};
+use super::current::{update_dirs, Ref, Side};
+use super::inode::Walk;
+use super::mode::{S_IFDIR, S_IFMT};
+use super::moves::{PendingMove, WaitingMove};
+use super::names::NameEntry;
 use super::stop::{Result, Stop};
 use btrfs_disk::items::{key_type, objectid};
 use btrfs_disk::lookup::{item_refs, FirstRef};
@@ -27,56 +37,9 @@ use btrfs_disk::tree::Item;
 /// at most PATH_MAX = 4096 bytes, so at most 2048 components).
 const MAX_DEPTH: usize = 4096;
 
-/// A name gained or lost by the current inode.
-#[derive(Clone, Debug)]
-pub(crate) struct Ref {
-    pub(crate) dir: u64,
-    pub(crate) dir_gen: u64,
-    pub(crate) name: Bytes,
-    /// Its path on the receiver when it was recorded.
-    pub(crate) full_path: Bytes,
-}
-
-/// A name cache entry: one path component of an inode.
-#[derive(Clone, Debug)]
-pub(crate) struct NameEntry {
-    parent: u64,
-    parent_gen: u64,
-    name: Bytes,
-    /// The name is an orphan name (the path stops here).
-    orphan: bool,
-    /// Computed before the inode was processed: invalid once it is.
-    need_later_update: bool,
-}
-
-/// A directory whose move waits (the kernel's waiting_dir_move).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct WaitingMove {
-    /// A directory to remove once this one has moved out of it.
-    rmdir: Option<(u64, u64)>,
-    /// It was renamed to its orphan name meanwhile.
-    orphanized: bool,
-}
-
-/// A delayed move (the kernel's pending_dir_move).
-#[derive(Clone, Debug)]
-pub(crate) struct PendingMove {
-    ino: u64,
-    gen: u64,
-    /// Directories (dir, gen) whose times change with the move.
-    update: Vec<(u64, u64)>,
-}
-
-/// A directory to delete that still has entries (the kernel's orphan_dir_info).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct OrphanDir {
-    last_dir_index_offset: u64,
-    dir_high_seq_ino: u64,
-}
-
 /// Where an inode is in the replay (the kernel's inode_state).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum State {
+pub(super) enum State {
     NoChange,
     WillCreate,
     DidCreate,
@@ -103,21 +66,6 @@ fn join(dir: &[u8], name: &[u8]) -> Bytes {
     Bytes::from(v)
 }
 
-/// Whether `name` has the shape of an orphan name (`o<digits>-<digits>-<digits>`).
-pub(crate) fn looks_orphan(name: &[u8]) -> bool {
-    let Some(rest) = name.strip_prefix(b"o") else {
-        return false;
-    };
-    let mut parts = 0;
-    for p in rest.split(|&b| b == b'-') {
-        if p.is_empty() || !p.iter().all(u8::is_ascii_digit) {
-            return false;
-        }
-        parts += 1;
-    }
-    parts == 3
-}
-
 /// Adds a directory the current inode left or entered, once.
 fn add_check_dir(dirs: &mut Vec<(u64, u64)>, dir: u64, gen: u64) {
     if !dirs.contains(&(dir, gen)) {
@@ -134,36 +82,15 @@ fn loop_error(ino: u64) -> Stop {
 impl<'fs> Walk<'_, 'fs> {
     /// gen_unique_name: `o<ino>-<gen>-<n>` with the smallest `n` no entry
     /// of either snapshot's root has.
-    pub(crate) fn orphan_name(&mut self, ino: u64, gen: u64) -> Result<Bytes> {
-        if let Some(set) = &self.root_orphans {
-            // A full send knows the root's orphan-shaped names: no lookups to save.
-            let mut n = 0u64;
-            loop {
-                let name = format!("o{ino}-{gen}-{n}").into_bytes();
-                if !set.contains(&name) {
-                    return Ok(Bytes::from(name));
-                }
-                n += 1;
-            }
-        }
-        if let Some(n) = self.unique.get(&(ino, gen)) {
-            return Ok(n.clone());
-        }
-        let mut n = 0u64;
-        let name = loop {
-            let name = format!("o{ino}-{gen}-{n}").into_bytes();
-            let taken = self.send.dir_lookup(objectid::FIRST_FREE, &name)?.is_some()
-                || match &self.parent {
-                    Some(p) => p.dir_lookup(objectid::FIRST_FREE, &name)?.is_some(),
+    pub(super) fn orphan_name(&mut self, ino: u64, gen: u64) -> Result<Bytes> {
+        let (send, parent) = (&self.send, &self.parent);
+        self.names.orphan_name(ino, gen, |name| {
+            Ok(send.dir_lookup(objectid::FIRST_FREE, name)?.is_some()
+                || match parent {
+                    Some(p) => p.dir_lookup(objectid::FIRST_FREE, name)?.is_some(),
                     None => false,
-                };
-            if !taken {
-                break Bytes::from(name);
-            }
-            n += 1;
-        };
-        self.unique.put((ino, gen), name.clone());
-        Ok(name)
+                })
+        })
     }
 
     /// get_cur_inode_state.
@@ -207,7 +134,7 @@ impl<'fs> Walk<'_, 'fs> {
         })
     }
 
-    pub(crate) fn state(&mut self, ino: u64, gen: u64) -> Result<State> {
+    fn state(&mut self, ino: u64, gen: u64) -> Result<State> {
         self.seen(ino, gen)?.state.ok_or_else(|| {
             Stop::Bad(format!(
                 "inode {ino} generation {gen} is in neither snapshot"
@@ -245,17 +172,15 @@ impl<'fs> Walk<'_, 'fs> {
     }
 
     /// get_cur_path: where `ino` is on the receiver now.
-    pub(crate) fn cur_path(&mut self, mut ino: u64, mut gen: u64) -> Result<Bytes> {
+    pub(super) fn cur_path(&mut self, mut ino: u64, mut gen: u64) -> Result<Bytes> {
         let start = (ino, gen);
         let is_cur = ino == self.cur.ino && gen == self.cur.gen;
         if is_cur {
             if let Some(p) = &self.cur.path {
                 return Ok(p.clone());
             }
-        } else if let Some((v, p)) = self.paths.get(&(ino, gen)) {
-            if *v == self.path_version {
-                return Ok(p.clone());
-            }
+        } else if let Some(p) = self.names.path(ino, gen) {
+            return Ok(p);
         }
         let mut parts: Vec<Bytes> = Vec::new();
         let mut depth = 0usize;
@@ -264,12 +189,12 @@ impl<'fs> Walk<'_, 'fs> {
             if depth > MAX_DEPTH {
                 return Err(loop_error(start.0));
             }
-            if self.orphan_dirs.contains_key(&(ino, gen)) {
+            if self.moves.is_orphan_dir(ino, gen) {
                 parts.push(self.orphan_name(ino, gen)?);
                 break;
             }
             let mut stop = false;
-            let (name, parent, parent_gen) = match self.waiting.get(&ino).copied() {
+            let (name, parent, parent_gen) = match self.moves.waiting(ino) {
                 Some(w) if w.orphanized => {
                     stop = true;
                     (self.orphan_name(ino, gen)?, 0, 0)
@@ -303,19 +228,15 @@ impl<'fs> Walk<'_, 'fs> {
         if is_cur {
             self.cur.path = Some(path.clone());
         } else {
-            self.paths.put(start, (self.path_version, path.clone()));
+            self.names.put_path(start.0, start.1, path.clone());
         }
         Ok(path)
     }
 
     /// __get_cur_name_and_parent, through the name cache.
     fn name_and_parent(&mut self, ino: u64, gen: u64) -> Result<NameEntry> {
-        if let Some(e) = self.names.get(&(ino, gen)) {
-            if !(ino < self.send_progress && e.need_later_update) {
-                return Ok(e.clone());
-            }
-            self.names.pop(&(ino, gen));
-            self.path_version += 1;
+        if let Some(e) = self.names.name(ino, gen, self.send_progress) {
+            return Ok(e);
         }
         let need_later_update = ino >= self.send_progress;
         let entry = match self.existent(ino, gen)?.0 {
@@ -353,7 +274,7 @@ impl<'fs> Walk<'_, 'fs> {
                 }
             }
         };
-        self.names.put((ino, gen), entry.clone());
+        self.names.put_name(ino, gen, entry.clone());
         Ok(entry)
     }
 
@@ -437,7 +358,7 @@ impl<'fs> Walk<'_, 'fs> {
         let Some(other) = self.parent_mut()?.dir_lookup_inode(dir, name)? else {
             return Ok(None);
         };
-        if other > self.send_progress || self.waiting.contains_key(&other) {
+        if other > self.send_progress || self.moves.is_waiting(other) {
             let info = self.parent_mut()?.need_inode(other)?;
             return Ok(Some((other, info.gen, info.mode)));
         }
@@ -452,81 +373,61 @@ impl<'fs> Walk<'_, 'fs> {
 
     /// Records the names of one INODE_REF/EXTREF item of the send snapshot
     /// as gained, unless the parent had the same name (then neither).
-    pub(crate) fn record_new(&mut self, item: Option<&Item>) -> Result<()> {
+    pub(super) fn record_new(&mut self, item: Option<&Item>) -> Result<()> {
         let Some(item) = item else { return Ok(()) };
         for (dir, name) in item_refs(self.send.id(), item)? {
-            self.record_new_ref(dir, name)?;
+            self.record_ref(Side::Gained, dir, name)?;
         }
-        Ok(())
-    }
-
-    fn record_new_ref(&mut self, dir: u64, name: Bytes) -> Result<()> {
-        let dir_gen = self.send.gen(dir)?;
-        if let Some(i) = self
-            .deleted_refs
-            .iter()
-            .position(|r| r.dir == dir && r.dir_gen == dir_gen && r.name == name)
-        {
-            self.deleted_refs.remove(i);
-            return Ok(());
-        }
-        let full_path = join(&self.cur_path(dir, dir_gen)?, &name);
-        self.new_refs.push(Ref {
-            dir,
-            dir_gen,
-            name,
-            full_path,
-        });
         Ok(())
     }
 
     /// Records the names of one INODE_REF/EXTREF item of the parent as
     /// lost, unless the send snapshot has the same name.
-    pub(crate) fn record_deleted(&mut self, item: Option<&Item>) -> Result<()> {
+    pub(super) fn record_deleted(&mut self, item: Option<&Item>) -> Result<()> {
         let Some(item) = item else { return Ok(()) };
         let id = self.parent_mut()?.id();
         for (dir, name) in item_refs(id, item)? {
-            self.record_deleted_ref(dir, name)?;
+            self.record_ref(Side::Lost, dir, name)?;
         }
         Ok(())
     }
 
-    fn record_deleted_ref(&mut self, dir: u64, name: Bytes) -> Result<()> {
-        let dir_gen = self.parent_mut()?.gen(dir)?;
-        if let Some(i) = self
-            .new_refs
-            .iter()
-            .position(|r| r.dir == dir && r.dir_gen == dir_gen && r.name == name)
-        {
-            self.new_refs.remove(i);
+    /// record_new_ref / record_deleted_ref: `name` in `dir` gained or
+    /// lost, unless the other side has it too (then neither).
+    fn record_ref(&mut self, side: Side, dir: u64, name: Bytes) -> Result<()> {
+        let dir_gen = match side {
+            Side::Gained => self.send.gen(dir)?,
+            Side::Lost => self.parent_mut()?.gen(dir)?,
+        };
+        if self.recorded.cancel(side, dir, dir_gen, &name) {
             return Ok(());
         }
         let full_path = join(&self.cur_path(dir, dir_gen)?, &name);
-        self.deleted_refs.push(Ref {
-            dir,
-            dir_gen,
-            name,
-            full_path,
-        });
+        self.recorded.push(
+            side,
+            Ref {
+                dir,
+                dir_gen,
+                name,
+                full_path,
+            },
+        );
         Ok(())
     }
 
     /// process_all_refs: every name of the current inode as gained (`new`)
     /// or lost, then processed at once (a re-used inode number).
-    pub(crate) fn process_all_refs(&mut self, new: bool) -> Result<()> {
+    pub(super) fn process_all_refs(&mut self, new: bool) -> Result<()> {
         let ino = self.cur.ino;
         let items = if new {
             self.send.all_refs(ino)?
         } else {
             self.parent_mut()?.all_refs(ino)?
         };
+        let side = if new { Side::Gained } else { Side::Lost };
         for refs in items {
             for (dir, name) in refs {
-                if new {
-                    self.record_new_ref(dir, name)?;
-                } else {
-                    self.record_deleted_ref(dir, name)?;
-                }
+                self.record_ref(side, dir, name)?;
             }
         }
         self.process_recorded_refs()?;
@@ -541,7 +442,7 @@ impl<'fs> Walk<'_, 'fs> {
 
     /// process_recorded_refs: every rename, link, unlink and rmdir the
     /// current inode's name changes need. Returns whether its move waits.
-    pub(crate) fn process_recorded_refs(&mut self) -> Result<bool> {
+    pub(super) fn process_recorded_refs(&mut self) -> Result<bool> {
         let ino = self.cur.ino;
         let gen = self.cur.gen;
         let is_dir = self.cur.kind() == S_IFDIR;
@@ -550,8 +451,7 @@ impl<'fs> Walk<'_, 'fs> {
             return Err(Stop::Bad(format!("inode {ino} cannot have names")));
         }
         let mut pending_move = false;
-        let mut new_refs = std::mem::take(&mut self.new_refs);
-        let mut deleted_refs = std::mem::take(&mut self.deleted_refs);
+        let (mut new_refs, mut deleted_refs) = self.recorded.take();
         let mut check_dirs: Vec<(u64, u64)> = Vec::new();
         let mut can_rename = true;
         let mut orphanized_dir = false;
@@ -588,14 +488,11 @@ impl<'fs> Walk<'_, 'fs> {
                     from: r.full_path.clone(),
                     to: orphan,
                 })?;
-                if ow_mode & super::inode::S_IFMT == S_IFDIR {
+                if ow_mode & S_IFMT == S_IFDIR {
                     orphanized_dir = true;
                 }
-                if let Some(w) = self.waiting.get_mut(&ow) {
-                    w.orphanized = true;
-                }
-                self.names.pop(&(ow, ow_gen));
-                self.path_version += 1;
+                self.moves.orphanized(ow);
+                self.names.forget_name(ow, ow_gen);
                 if self.is_ancestor(true, ow, ow_gen, ino)? {
                     orphanized_ancestor = true;
                     self.cur.path = None;
@@ -617,22 +514,19 @@ impl<'fs> Walk<'_, 'fs> {
                 if !made {
                     let parent = self.fs.inode_in(&self.send.tree, dir)?;
                     self.send_create_inode(&parent)?;
-                    self.created_dirs.insert(dir);
+                    self.moves.create_early(dir);
                 }
             }
             if is_dir && has_parent {
-                self.new_refs = new_refs.clone();
-                self.deleted_refs = deleted_refs.clone();
-                if self.wait_for_dest_dir_move(&new_refs[i], is_orphan)? {
+                let refs = (&new_refs[..], &deleted_refs[..]);
+                if self.wait_for_dest_dir_move(&new_refs[i], is_orphan, refs)? {
                     can_rename = false;
                     pending_move = true;
                 }
-                if can_rename && self.wait_for_parent_move(&new_refs[i], is_orphan)? {
+                if can_rename && self.wait_for_parent_move(&new_refs[i], is_orphan, refs)? {
                     can_rename = false;
                     pending_move = true;
                 }
-                self.new_refs.clear();
-                self.deleted_refs.clear();
             }
             if is_orphan && can_rename {
                 valid = self.rename_current(valid, new_refs[i].full_path.clone())?;
@@ -724,7 +618,7 @@ impl<'fs> Walk<'_, 'fs> {
 
     /// RENAME of the current inode from `from` to `to`; returns its new path.
     fn rename_current(&mut self, from: Bytes, to: Bytes) -> Result<Bytes> {
-        self.file_rename = !self.cur.is_dir();
+        self.names.renaming_file(!self.cur.is_dir());
         self.push(Cmd::Rename {
             from,
             to: to.clone(),
@@ -735,8 +629,8 @@ impl<'fs> Walk<'_, 'fs> {
 
     /// did_create_dir: whether directory `dir` was made early, for an
     /// entry of an inode processed before it.
-    pub(crate) fn did_create_dir(&mut self, dir: u64) -> Result<bool> {
-        if self.created_dirs.contains(&dir) {
+    pub(super) fn did_create_dir(&mut self, dir: u64) -> Result<bool> {
+        if self.moves.created_early(dir) {
             return Ok(true);
         }
         // Every early creation is recorded, so a full send need not look;
@@ -747,7 +641,7 @@ impl<'fs> Walk<'_, 'fs> {
         for e in self.send.dir_index_from(dir, 0) {
             let (_, loc) = e?;
             if loc.item_type != key_type::ROOT_ITEM && loc.objectid < self.send_progress {
-                self.created_dirs.insert(dir);
+                self.moves.create_early(dir);
                 return Ok(true);
             }
         }
@@ -761,7 +655,7 @@ impl<'fs> Walk<'_, 'fs> {
             return Ok(false);
         }
         let cur_ino = self.cur.ino;
-        let odi = self.orphan_dirs.get(&(dir, dir_gen)).copied();
+        let odi = self.moves.orphan_dir(dir, dir_gen);
         if let Some(o) = odi {
             if cur_ino < o.dir_high_seq_ino {
                 return Ok(false);
@@ -786,8 +680,7 @@ impl<'fs> Walk<'_, 'fs> {
                 let (idx, loc) = e?;
                 high = high.max(loc.objectid);
                 last_offset = idx;
-                if let Some(w) = self.waiting.get_mut(&loc.objectid) {
-                    w.rmdir = Some((dir, dir_gen));
+                if self.moves.rmdir_after(loc.objectid, dir, dir_gen) {
                     break 'scan true;
                 }
                 if loc.objectid > cur_ino {
@@ -797,15 +690,13 @@ impl<'fs> Walk<'_, 'fs> {
             false
         };
         if !busy {
-            if self.orphan_dirs.remove(&(dir, dir_gen)).is_some() {
-                self.path_version += 1;
+            if self.moves.orphan_dir_done(dir, dir_gen) {
+                self.names.moved();
             }
             return Ok(true);
         }
-        self.path_version += 1;
-        let o = self.orphan_dirs.entry((dir, dir_gen)).or_default();
-        o.last_dir_index_offset = last_offset;
-        o.dir_high_seq_ino = o.dir_high_seq_ino.max(high);
+        self.names.moved();
+        self.moves.orphan_dir_busy(dir, dir_gen, last_offset, high);
         Ok(false)
     }
 
@@ -818,39 +709,15 @@ impl<'fs> Walk<'_, 'fs> {
         update: Vec<(u64, u64)>,
         orphanized: bool,
     ) -> Result<()> {
-        if self.waiting.contains_key(&ino) {
-            return Err(Stop::Bad(format!(
-                "directory inode {ino} already waits for a move"
-            )));
-        }
-        self.path_version += 1;
-        self.waiting.insert(
-            ino,
-            WaitingMove {
-                rmdir: None,
-                orphanized,
-            },
-        );
-        self.pending
-            .entry(parent_ino)
-            .or_default()
-            .push(PendingMove { ino, gen, update });
+        self.moves.wait(ino, gen, parent_ino, update, orphanized)?;
+        self.names.moved();
         Ok(())
-    }
-
-    /// The directories (dir, gen) of the current inode's lost, then gained names.
-    fn update_dirs(&self) -> Vec<(u64, u64)> {
-        self.deleted_refs
-            .iter()
-            .chain(self.new_refs.iter())
-            .map(|r| (r.dir, r.dir_gen))
-            .collect()
     }
 
     /// apply_children_dir_moves: the moves that waited for the current inode,
     /// and those that waited for them.
-    pub(crate) fn apply_children_dir_moves(&mut self) -> Result<()> {
-        let Some(first) = self.pending.remove(&self.cur.ino) else {
+    pub(super) fn apply_children_dir_moves(&mut self) -> Result<()> {
+        let Some(first) = self.moves.take_pending(self.cur.ino) else {
             return Ok(());
         };
         let mut stack: VecDeque<PendingMove> = first.into();
@@ -867,7 +734,7 @@ impl<'fs> Walk<'_, 'fs> {
             })?;
             let ino = pm.ino;
             self.apply_dir_move(pm)?;
-            if let Some(more) = self.pending.remove(&ino) {
+            if let Some(more) = self.moves.take_pending(ino) {
                 stack.extend(more);
             }
         }
@@ -876,8 +743,8 @@ impl<'fs> Walk<'_, 'fs> {
 
     /// apply_dir_move.
     fn apply_dir_move(&mut self, pm: PendingMove) -> Result<()> {
-        let w = self.waiting.remove(&pm.ino).unwrap_or_default();
-        self.path_version += 1;
+        let w = self.moves.stop_waiting(pm.ino);
+        self.names.moved();
         let from = if w.orphanized {
             self.orphan_name(pm.ino, pm.gen)?
         } else {
@@ -894,17 +761,15 @@ impl<'fs> Walk<'_, 'fs> {
     fn apply_dir_move_at(&mut self, pm: PendingMove, w: WaitingMove, from: Bytes) -> Result<()> {
         if let Some(ancestor) = self.path_loop(pm.ino, pm.gen)? {
             self.add_pending_dir_move(pm.ino, pm.gen, ancestor, pm.update, w.orphanized)?;
-            if let Some(rm) = w.rmdir {
-                if let Some(nw) = self.waiting.get_mut(&pm.ino) {
-                    nw.rmdir = Some(rm);
-                }
+            if let Some((rm, rm_gen)) = w.rmdir {
+                self.moves.rmdir_after(pm.ino, rm, rm_gen);
             }
             return Ok(());
         }
         let to = self.cur_path(pm.ino, pm.gen)?;
         self.push(Cmd::Rename { from, to })?;
         if let Some((rm, rm_gen)) = w.rmdir {
-            if self.orphan_dirs.contains_key(&(rm, rm_gen)) && self.can_rmdir(rm, rm_gen)? {
+            if self.moves.is_orphan_dir(rm, rm_gen) && self.can_rmdir(rm, rm_gen)? {
                 let path = self.cur_path(rm, rm_gen)?;
                 self.push(Cmd::Rmdir { path })?;
             }
@@ -930,10 +795,10 @@ impl<'fs> Walk<'_, 'fs> {
             if depth > MAX_DEPTH {
                 return Err(loop_error(start));
             }
-            if self.orphan_dirs.contains_key(&(ino, gen)) {
+            if self.moves.is_orphan_dir(ino, gen) {
                 break;
             }
-            let (parent, parent_gen) = if self.waiting.contains_key(&ino) {
+            let (parent, parent_gen) = if self.moves.is_waiting(ino) {
                 if ancestor == 0 {
                     ancestor = ino;
                 }
@@ -960,8 +825,14 @@ impl<'fs> Walk<'_, 'fs> {
 
     /// wait_for_dest_dir_move: the new name of the current directory is the
     /// parent's name of a directory whose move waits.
-    fn wait_for_dest_dir_move(&mut self, r: &Ref, is_orphan: bool) -> Result<bool> {
-        if self.waiting.is_empty() {
+    /// (`refs`: the names the inode gained and lost.)
+    fn wait_for_dest_dir_move(
+        &mut self,
+        r: &Ref,
+        is_orphan: bool,
+        refs: (&[Ref], &[Ref]),
+    ) -> Result<bool> {
+        if self.moves.none_waiting() {
             return Ok(false);
         }
         let Some(found) = self.parent_mut()?.dir_lookup(r.dir, &r.name)? else {
@@ -978,9 +849,9 @@ impl<'fs> Walk<'_, 'fs> {
         if right.gen != left_gen {
             return Ok(false);
         }
-        match self.waiting.get(&other) {
+        match self.moves.waiting(other) {
             Some(w) if !w.orphanized => {
-                let update = self.update_dirs();
+                let update = update_dirs(refs.1, refs.0);
                 self.add_pending_dir_move(self.cur.ino, self.cur.gen, other, update, is_orphan)?;
                 Ok(true)
             }
@@ -1045,7 +916,13 @@ impl<'fs> Walk<'_, 'fs> {
 
     /// wait_for_parent_move: an ancestor with a higher number moves (or a
     /// waiting ancestor lies below the current directory in the parent).
-    fn wait_for_parent_move(&mut self, r: &Ref, is_orphan: bool) -> Result<bool> {
+    /// (`refs`: the names the inode gained and lost.)
+    fn wait_for_parent_move(
+        &mut self,
+        r: &Ref,
+        is_orphan: bool,
+        refs: (&[Ref], &[Ref]),
+    ) -> Result<bool> {
         let mut ino = r.dir;
         let mut ino_gen = r.dir_gen;
         let mut found = false;
@@ -1055,7 +932,7 @@ impl<'fs> Walk<'_, 'fs> {
             if depth > MAX_DEPTH {
                 return Err(loop_error(r.dir));
             }
-            if self.waiting.contains_key(&ino)
+            if self.moves.is_waiting(ino)
                 && self.is_ancestor(true, self.cur.ino, self.cur.gen, ino)?
             {
                 found = true;
@@ -1076,7 +953,7 @@ impl<'fs> Walk<'_, 'fs> {
             ino_gen = after_gen;
         }
         if found {
-            let update = self.update_dirs();
+            let update = update_dirs(refs.1, refs.0);
             self.add_pending_dir_move(self.cur.ino, self.cur.gen, ino, update, is_orphan)?;
         }
         Ok(found)

@@ -14,7 +14,7 @@ use btrfs_stream::resume::{without_data, Digest, Point};
 use btrfs_stream::{encoded_len, Command, WriteError, Writer};
 
 use super::cmd::Cmd;
-use super::SendError;
+use super::error::SendError;
 use crate::progress::Progress;
 
 /// Commands in a batch before it is handed over.

@@ -15,7 +15,7 @@ pub(crate) enum Stop {
     /// The trees are not what snapshots can look like.
     Bad(String),
     /// A subvolume read changed on disk.
-    Changed(Box<super::SendError>),
+    Changed(Box<super::error::SendError>),
 }
 
 impl From<Hangup> for Stop {
