@@ -2,9 +2,8 @@
 //! into commands in the order the kernel's send.c emits them. Mirrors
 //! send.c's send_ctx (as [`Walk`], which owns the parts: [`super::names`],
 //! [`super::moves`], [`super::current`]), changed_cb, changed_inode,
-//! finish_inode_if_needed, send_create_inode, the xattr callbacks
-//! (process_new_xattr, process_deleted_xattr, process_changed_xattr),
-//! send_capabilities, process_verity and send_utimes.
+//! finish_inode_if_needed, send_create_inode, process_verity and
+//! send_utimes.
 //!
 //! A full send is the case without a parent, where every item of the send
 //! snapshot is new. An incremental send consumes the output of
@@ -20,7 +19,7 @@
 //! 2. INODE_REF / INODE_EXTREF: names gained and lost are recorded and
 //!    processed at the first later key ([`super::refs`]): renames, links,
 //!    unlinks, orphanizing, delayed directory moves, rmdir.
-//! 3. XATTR_ITEM: set, changed and removed xattrs.
+//! 3. XATTR_ITEM: set, changed and removed xattrs ([`super::xattr`]).
 //! 4. EXTENT_DATA: data of new and changed extents, holes ([`super::extent`]).
 //! 5. When a key of another inode arrives: TRUNCATE if needed, CHOWN and
 //!    CHMOD when they differ, `security.capability`, pending moves of
@@ -39,7 +38,6 @@ use super::names::Names;
 use super::sink::Emitter;
 use super::stop::{Result, Stop};
 use super::utimes::DirUtimes;
-use btrfs_disk::csum::name_hash;
 use btrfs_disk::data::Inode;
 use btrfs_disk::diff::{compare_trees, Change, Side};
 use btrfs_disk::error::Error;
@@ -54,12 +52,6 @@ use btrfs_disk::{Key, Tree};
 /// FREE_INO_OBJECTID and FREE_SPACE_OBJECTID (the old inode cache): not files.
 const FREE_INO: u64 = -12i64 as u64;
 const FREE_SPACE: u64 = -11i64 as u64;
-
-const XATTR_CAPS: &[u8] = b"security.capability";
-const ACL_ACCESS: &[u8] = b"system.posix_acl_access";
-const ACL_DEFAULT: &[u8] = b"system.posix_acl_default";
-/// posix_acl_xattr_header with POSIX_ACL_XATTR_VERSION (2) and no entries.
-const EMPTY_ACL: [u8; 4] = [2, 0, 0, 0];
 
 /// One send of one subvolume, full or incremental.
 pub(super) struct Walk<'a, 'fs> {
@@ -466,35 +458,6 @@ impl<'a, 'fs> Walk<'a, 'fs> {
         Ok(())
     }
 
-    /// The kernel's send_capabilities: `security.capability` after CHOWN,
-    /// which clears it on the receiver.
-    fn send_capabilities(&mut self) -> Result<()> {
-        let data = match self.cur.caps.take() {
-            Some(d) => Some(d),
-            None if self.cur.new && !self.cur.new_gen => None,
-            None => {
-                let key = Key::new(self.cur.ino, key_type::XATTR_ITEM, name_hash(XATTR_CAPS));
-                match self.send.tree.search(&key)? {
-                    None => None,
-                    Some(item) => dir_entries(item.data())
-                        .map_err(Error::bad_item(self.send.id(), key))?
-                        .iter()
-                        .find(|e| e.name == XATTR_CAPS)
-                        .map(|e| e.data.to_vec()),
-                }
-            }
-        };
-        if let Some(data) = data {
-            let path = self.cur_path(self.cur.ino, self.cur.gen)?;
-            self.push(Cmd::SetXattr {
-                path,
-                name: XATTR_CAPS.to_vec(),
-                data,
-            })?;
-        }
-        Ok(())
-    }
-
     /// Starts a new current inode.
     fn start(&mut self, ino: u64) {
         self.cur = Cur::start(ino);
@@ -654,92 +617,6 @@ impl<'a, 'fs> Walk<'a, 'fs> {
         let mut v = vec![0u8; len];
         self.fs.read_extent_piece(&tree, inode, 0, &fe, 0, &mut v)?;
         Ok(v)
-    }
-
-    /// The new xattrs of one XATTR_ITEM (`security.capability` waits for
-    /// the end of the inode; an empty POSIX ACL goes as its 4-byte header).
-    fn new_xattrs(&mut self, item: Option<&Item>) -> Result<()> {
-        let Some(item) = item else { return Ok(()) };
-        let entries =
-            dir_entries(item.data()).map_err(Error::bad_item(self.send.id(), item.key))?;
-        for e in entries {
-            self.set_xattr(e.name, e.data)?;
-        }
-        Ok(())
-    }
-
-    fn set_xattr(&mut self, name: &[u8], data: &[u8]) -> Result<()> {
-        if name == XATTR_CAPS {
-            if self.cur.new {
-                self.cur.caps = Some(data.to_vec());
-            }
-            return Ok(());
-        }
-        let data = if data.is_empty() && (name == ACL_ACCESS || name == ACL_DEFAULT) {
-            EMPTY_ACL.to_vec()
-        } else {
-            data.to_vec()
-        };
-        let path = self.cur_path(self.cur.ino, self.cur.gen)?;
-        self.push(Cmd::SetXattr {
-            path,
-            name: name.to_vec(),
-            data,
-        })
-    }
-
-    fn deleted_xattrs(&mut self, item: Option<&Item>) -> Result<()> {
-        let Some(item) = item else { return Ok(()) };
-        let id = self.parent.as_ref().map_or(0, |p| p.id());
-        let entries = dir_entries(item.data()).map_err(Error::bad_item(id, item.key))?;
-        for e in entries {
-            let path = self.cur_path(self.cur.ino, self.cur.gen)?;
-            self.push(Cmd::RemoveXattr {
-                path,
-                name: e.name.to_vec(),
-            })?;
-        }
-        Ok(())
-    }
-
-    /// process_changed_xattr: new or different values set, vanished ones removed.
-    fn changed_xattrs(&mut self, left: Option<&Item>, right: Option<&Item>) -> Result<()> {
-        let (Some(l), Some(r)) = (left, right) else {
-            return Ok(());
-        };
-        let id = self.parent.as_ref().map_or(0, |p| p.id());
-        let new = dir_entries(l.data()).map_err(Error::bad_item(self.send.id(), l.key))?;
-        let old = dir_entries(r.data()).map_err(Error::bad_item(id, r.key))?;
-        for e in &new {
-            match old.iter().find(|o| o.name == e.name) {
-                Some(o) if o.data == e.data => {}
-                _ => self.set_xattr(e.name, e.data)?,
-            }
-        }
-        for o in &old {
-            if !new.iter().any(|e| e.name == o.name) {
-                let path = self.cur_path(self.cur.ino, self.cur.gen)?;
-                self.push(Cmd::RemoveXattr {
-                    path,
-                    name: o.name.to_vec(),
-                })?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Every xattr of the current inode as new (a re-used inode number).
-    fn process_all_new_xattrs(&mut self) -> Result<()> {
-        let ino = self.cur.ino;
-        let tree = self.send.tree;
-        for item in tree.range(
-            Key::new(ino, key_type::XATTR_ITEM, 0),
-            Key::new(ino, key_type::XATTR_ITEM, u64::MAX),
-        ) {
-            let item = item?;
-            self.new_xattrs(Some(&item))?;
-        }
-        Ok(())
     }
 
     /// Every extent of the current inode as new (a re-used inode number).

@@ -36,6 +36,7 @@ mod sink;
 mod stop;
 mod utimes;
 mod verity;
+mod xattr;
 
 use std::io::Write;
 use std::sync::{mpsc, Arc};
