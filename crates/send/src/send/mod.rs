@@ -4,7 +4,7 @@
 //! pending directory times, END) of a read-only subvolume, as `btrfs send`
 //! does; [`send_incremental`] writes the difference from a parent snapshot
 //! (header, SNAPSHOT, what changed, END), as `btrfs send -p`. One walk
-//! ([`inode`]) serves both: a full send is an incremental one where every
+//! (`inode`) serves both: a full send is an incremental one where every
 //! item is new. The command order follows send.c, so streams of snapshots
 //! without shared extents are the kernel's byte for byte. Rules:
 //! `shared/reference/send-stream.md` §2, §3.
