@@ -6,6 +6,8 @@ use btrfs_disk::diff::DiffError;
 use btrfs_disk::error::Error;
 use btrfs_disk::lookup::LookupError;
 
+use crate::snapshot_error::Fault;
+
 /// Why the walk stopped.
 pub(crate) enum Stop {
     /// The writer is gone.
@@ -30,21 +32,28 @@ impl From<Error> for Stop {
     }
 }
 
-/// A tree compare that cannot go on: its reads fail as reads do, and a
-/// tree it cannot walk is one snapshots cannot have.
-impl From<DiffError> for Stop {
-    fn from(e: DiffError) -> Stop {
-        match e {
-            DiffError::Read(e) => Stop::Read(e),
-            bad => Stop::Bad(bad.to_string()),
+/// A read that failed, or a tree no snapshot can have, as the walk stops
+/// for it.
+impl From<Fault> for Stop {
+    fn from(f: Fault) -> Stop {
+        match f {
+            Fault::Read(e) => Stop::Read(e),
+            Fault::Bad(reason) => Stop::Bad(reason),
         }
     }
 }
 
-/// A failed lookup is a failed read, reported as the reader reports it.
+/// A tree compare that cannot go on (see [`Fault`]'s conversion).
+impl From<DiffError> for Stop {
+    fn from(e: DiffError) -> Stop {
+        Fault::from(e).into()
+    }
+}
+
+/// A failed lookup is a failed read (see [`Fault`]'s conversion).
 impl From<LookupError> for Stop {
     fn from(e: LookupError) -> Stop {
-        Stop::Read(e.into())
+        Fault::from(e).into()
     }
 }
 
