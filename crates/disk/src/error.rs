@@ -359,7 +359,7 @@ pub enum SubvolWanted {
     /// By id.
     Id(u64),
     /// By path from the top level.
-    Path(String),
+    Path(std::path::PathBuf),
     /// By uuid or received uuid.
     Uuid(Uuid),
 }
@@ -368,7 +368,7 @@ impl std::fmt::Display for SubvolWanted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SubvolWanted::Id(id) => write!(f, "id {id}"),
-            SubvolWanted::Path(p) => write!(f, "at path {p}"),
+            SubvolWanted::Path(p) => write!(f, "at path {}", p.display()),
             SubvolWanted::Uuid(u) => write!(f, "with uuid {u}"),
         }
     }

@@ -107,7 +107,7 @@ impl Subvolume {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SubvolSelector {
     /// By path from the top level (`snaps/s1`, optional leading `/`; `/` is the top level).
-    Path(String),
+    Path(std::path::PathBuf),
     /// By id.
     Id(u64),
     /// By uuid (or received uuid).
@@ -266,17 +266,17 @@ impl Filesystem {
             SubvolSelector::Id(id) => self.subvolume(*id),
             SubvolSelector::Path(p) => {
                 // `./a`, `/a`, `a/`, `a//b` and `a/./b` name the same one.
-                let want = p
-                    .split('/')
-                    .filter(|c| !c.is_empty() && *c != ".")
+                let want = std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str())
+                    .split(|b| *b == b'/')
+                    .filter(|c| !c.is_empty() && *c != b".")
                     .collect::<Vec<_>>()
-                    .join("/");
+                    .join(&b'/');
                 if want.is_empty() {
                     return self.subvolume(objectid::FS_TREE);
                 }
                 self.subvolumes()?
                     .into_iter()
-                    .find(|s| s.path.as_deref() == Some(want.as_bytes()))
+                    .find(|s| s.path.as_deref() == Some(&want[..]))
                     .ok_or_else(|| Error::NoSubvolume(SubvolWanted::Path(p.clone())))
             }
             SubvolSelector::Uuid(u) => {

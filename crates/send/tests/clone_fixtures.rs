@@ -69,7 +69,7 @@ fn the_reader_sees_every_snapshot_as_its_manifest_says() {
                 continue;
             }
             let sv = fs
-                .find_subvolume(&SubvolSelector::Path(snap.to_owned()))
+                .find_subvolume(&SubvolSelector::Path(snap.into()))
                 .unwrap_or_else(|e| panic!("{snap}: {e}"));
             assert!(sv.is_readonly(), "{snap} is read-only");
             match manifest_of(&fs, &sv) {

@@ -189,11 +189,11 @@ fn subvolumes_are_found_by_path_id_and_uuid() {
             let by_id = fs.find_subvolume(&SubvolSelector::Id(id)).unwrap();
             assert_eq!(by_id.path_lossy(), path, "{}", f.name);
             let by_path = fs
-                .find_subvolume(&SubvolSelector::Path(path.clone()))
+                .find_subvolume(&SubvolSelector::Path((&path).into()))
                 .unwrap();
             assert_eq!(by_path.id, id, "{} {path}", f.name);
             let slashed = fs
-                .find_subvolume(&SubvolSelector::Path(format!("/{path}")))
+                .find_subvolume(&SubvolSelector::Path(format!("/{path}").into()))
                 .unwrap();
             assert_eq!(slashed.id, id, "{} /{path}", f.name);
             let u = uuid::Uuid::parse_str(&uuid).unwrap();

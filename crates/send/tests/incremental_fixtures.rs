@@ -135,7 +135,7 @@ impl Image {
 
     fn snapshot(&self, name: &str) -> Subvolume {
         self.fs
-            .find_subvolume(&SubvolSelector::Path(name.to_owned()))
+            .find_subvolume(&SubvolSelector::Path(name.into()))
             .unwrap_or_else(|e| panic!("{name}: {e}"))
     }
 }

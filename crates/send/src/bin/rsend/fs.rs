@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use btrfs_disk::fs::{Filesystem, Options};
+use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::{Notice, SubvolSelector};
+use btrfs_text::json::bytes_value;
 
 /// The reader's options for rsend: its notices on standard error, as
 /// `rsend: KIND: MESSAGE`.
@@ -18,12 +20,39 @@ fn options() -> Options {
 }
 
 /// Prints the subvolumes of the filesystem on `devices` as
-/// `btrfs subvolume list -p -u -q -R` does.
-pub(crate) fn list(devices: &[PathBuf], out: &mut dyn Write) -> anyhow::Result<()> {
+/// `btrfs subvolume list -p -u -q -R` does, or with `json` one JSON object
+/// per subvolume and line.
+pub(crate) fn list(devices: &[PathBuf], json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
     let fs = Filesystem::open_with(devices, options())?;
-    out.write_all(fs.list_text()?.as_bytes())?;
+    if json {
+        for sv in fs.subvolumes()? {
+            serde_json::to_writer(&mut *out, &list_json(&sv))?;
+            out.write_all(b"\n")?;
+        }
+    } else {
+        out.write_all(fs.list_text()?.as_bytes())?;
+    }
     out.flush()?;
     Ok(())
+}
+
+/// One subvolume of `rsend --list --json`: the columns of the text listing
+/// (a nil uuid as null) and the ctransid (`cgen`) and read-only flag.
+fn list_json(sv: &Subvolume) -> serde_json::Value {
+    let parent = sv.link.as_ref().map_or(0, |l| l.parent);
+    let uuid = |u: &uuid::Uuid| (!u.is_nil()).then(|| u.hyphenated().to_string());
+    serde_json::json!({
+        "id": sv.id,
+        "gen": sv.generation(),
+        "cgen": sv.ctransid,
+        "parent": parent,
+        "top_level": parent,
+        "parent_uuid": uuid(&sv.parent_uuid),
+        "received_uuid": uuid(&sv.received_uuid),
+        "uuid": uuid(&sv.uuid),
+        "readonly": sv.is_readonly(),
+        "path": bytes_value(sv.path.as_deref().unwrap_or_default()),
+    })
 }
 
 /// Writes the contents of the file at `path` in subvolume `sel` to `out`

@@ -10,6 +10,7 @@ mod bar;
 mod compare;
 mod fs;
 mod held;
+mod named;
 mod parents;
 mod send;
 
@@ -17,17 +18,25 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use btrfs_disk::SubvolSelector;
+use clap::builder::TypedValueParser;
 use clap::{CommandFactory, Parser};
 use rsend::verify::Ignore;
 use rsend_cli::Failure;
 
 use crate::compare::CompareArgs;
+use crate::named::Named;
 use crate::send::SendArgs;
 
 /// Real jobs, shown at the end of `--help` and in the man page.
 const EXAMPLES: &str = "\
 Examples:
-  Back up a snapshot incrementally to another machine over ssh:
+  Back up a snapshot incrementally to another machine over ssh, naming the
+  snapshots where the filesystem is mounted, as btrfs send does (its devices
+  are read, not the mount):
+    rsend -p /mnt/pool/snaps/mon /mnt/pool/snaps/tue | ssh backup rreceive /srv/backup
+
+  The same from the device or image file, with paths from the top level of
+  the filesystem (mounted or not):
     rsend -d /dev/sdb -p snaps/mon snaps/tue | ssh backup rreceive /srv/backup
 
   The nightly cron job: the parent is the newest older snapshot of the same
@@ -51,12 +60,9 @@ struct Args {
     /// Trees the kernel rewrites meanwhile are read again from newer commits (-v counts
     /// them); a snapshot deleted, made writable or changed during the send fails it
     /// (exit code 1, no END).
-    #[arg(
-        short = 'd',
-        long = "device",
-        value_name = "PATH",
-        required_unless_present_any = ["completions", "man"]
-    )]
+    /// Without -d, the devices of the mounted btrfs the SUBVOL paths are on
+    /// are read (from /sys/fs/btrfs), never the files through the mount.
+    #[arg(short = 'd', long = "device", value_name = "PATH")]
     devices: Vec<PathBuf>,
 
     /// Write the stream to OUT instead of standard output ("-" is standard output)
@@ -142,17 +148,17 @@ struct Args {
     #[arg(long)]
     no_data: bool,
 
-    /// Send incrementally against PARENT (a read-only snapshot: a path from the top level, or its uuid)
-    #[arg(short = 'p', long = "parent", value_name = "PARENT")]
-    parent: Option<String>,
+    /// Send incrementally against PARENT (a read-only snapshot: a path on a mounted btrfs, or with -d a path from the top level; or its uuid)
+    #[arg(short = 'p', long = "parent", value_name = "PARENT", value_parser = any_path())]
+    parent: Option<PathBuf>,
 
     /// Select the parent by subvolume id
     #[arg(long, value_name = "N", conflicts_with = "parent")]
     parent_id: Option<u64>,
 
     /// A read-only subvolume the receiver has, to clone shared data from (repeatable); without -p, the parent is picked among them as btrfs send does
-    #[arg(short = 'c', long = "clone-src", value_name = "SUBVOL")]
-    clone_src: Vec<String>,
+    #[arg(short = 'c', long = "clone-src", value_name = "SUBVOL", value_parser = any_path())]
+    clone_src: Vec<PathBuf>,
 
     /// Print the subvolumes as `btrfs subvolume list -p -u -q -R` does
     #[arg(long)]
@@ -219,12 +225,24 @@ struct Args {
     #[arg(long, value_name = "ID")]
     subvolid: Vec<u64>,
 
-    /// Subvolumes to send, as paths from the top level (`snap1`, `snaps/s1`)
-    #[arg(value_name = "SUBVOL")]
-    subvols: Vec<String>,
+    /// Subvolumes to send: a path on a mounted btrfs (`/mnt/pool/snaps/tue`),
+    /// or with -d a path from the top level (`snaps/tue`), or a uuid
+    ///
+    /// Without -d every SUBVOL, PARENT and clone source is a path on the
+    /// same mounted btrfs, and its devices are read. With -d they are paths
+    /// from the top level of the filesystem on those devices, except an
+    /// absolute path on a mounted btrfs, which must then be on that
+    /// filesystem.
+    #[arg(value_name = "SUBVOL", value_parser = any_path())]
+    subvols: Vec<PathBuf>,
 
     #[command(flatten)]
     extra: rsend_cli::ExtraArgs,
+}
+
+/// Any bytes as a path, the empty one too (the top level, with -d).
+fn any_path() -> impl TypedValueParser<Value = PathBuf> {
+    clap::builder::OsStringValueParser::new().map(PathBuf::from)
 }
 
 fn main() -> ExitCode {
@@ -233,19 +251,38 @@ fn main() -> ExitCode {
 
 /// Runs what the command line asks for.
 fn run(args: Args) -> Result<(), Failure> {
+    let named = named::resolve(
+        &args.devices,
+        &args.subvols,
+        args.parent.as_ref(),
+        &args.clone_src,
+    )?;
+    if named.devices.is_empty() {
+        return Err(named::no_device());
+    }
+    run_on(&args, named).map_err(|f| match f {
+        Failure::Error(e) if !args.devices.is_empty() => Failure::Error(named::hint_top_level(e)),
+        f => f,
+    })
+}
+
+/// Runs what the command line asks for on the subvolumes `named` resolved.
+fn run_on(args: &Args, named: Named) -> Result<(), Failure> {
+    let devices = named.devices;
+    let parent = named.parent.or(args.parent_id.map(SubvolSelector::Id));
     if args.list {
         let stdout = std::io::stdout();
-        fs::list(&args.devices, &mut stdout.lock())?;
+        fs::list(&devices, args.json, &mut stdout.lock())?;
     } else if let Some(cat) = &args.cat_file {
         let sel = match args.subvolid.first() {
             Some(id) => SubvolSelector::Id(*id),
-            None => SubvolSelector::Path(cat[0].clone()),
+            None => SubvolSelector::Path(cat[0].clone().into()),
         };
         let stdout = std::io::stdout();
-        fs::cat_file(&args.devices, &sel, &cat[1], &mut stdout.lock())?;
+        fs::cat_file(&devices, &sel, &cat[1], &mut stdout.lock())?;
     } else if args.changes || args.verify.is_some() {
-        let subvol = match (&args.subvols[..], &args.subvolid[..]) {
-            ([p], []) => SubvolSelector::Path(p.clone()),
+        let subvol = match (&named.subvols[..], &args.subvolid[..]) {
+            ([p], []) => p.clone(),
             ([], [id]) => SubvolSelector::Id(*id),
             _ => {
                 return Err(Args::command()
@@ -257,9 +294,9 @@ fn run(args: Args) -> Result<(), Failure> {
             }
         };
         let c = CompareArgs {
-            devices: args.devices.clone(),
+            devices,
             subvol: Some(subvol),
-            parent: parent(&args),
+            parent,
             json: args.json,
             quiet: args.quiet,
             ignore: args.ignore.iter().fold(Ignore::default(), |mut i, k| {
@@ -282,11 +319,11 @@ fn run(args: Args) -> Result<(), Failure> {
             return Err(Args::command()
                 .error(
                     clap::error::ErrorKind::ArgumentConflict,
-                    "--json goes with --changes or --verify",
+                    "--json goes with --list, --changes or --verify",
                 )
                 .into());
         }
-        if args.subvols.is_empty() && args.subvolid.is_empty() {
+        if named.subvols.is_empty() && args.subvolid.is_empty() {
             return Err(Args::command()
                 .error(
                     clap::error::ErrorKind::MissingRequiredArgument,
@@ -294,10 +331,9 @@ fn run(args: Args) -> Result<(), Failure> {
                 )
                 .into());
         }
-        let subvols = args
+        let subvols = named
             .subvols
-            .iter()
-            .map(|p| SubvolSelector::Path(p.clone()))
+            .into_iter()
             .chain(args.subvolid.iter().map(|id| SubvolSelector::Id(*id)))
             .collect();
         let resume = match args.resume.as_deref().map(str::parse) {
@@ -313,7 +349,7 @@ fn run(args: Args) -> Result<(), Failure> {
             }
         };
         send::send(&SendArgs {
-            devices: args.devices.clone(),
+            devices,
             subvols,
             output: args.file.clone(),
             quiet: args.quiet,
@@ -324,12 +360,8 @@ fn run(args: Args) -> Result<(), Failure> {
                 .unwrap_or(if args.compressed_data { 2 } else { 1 }),
             compressed: args.compressed_data,
             no_data: args.no_data,
-            parent: parent(&args),
-            clone_srcs: args
-                .clone_src
-                .iter()
-                .map(|p| SubvolSelector::Path(p.clone()))
-                .collect(),
+            parent,
+            clone_srcs: named.clone_srcs,
             proto_given: args.proto.is_some(),
             dry_run: args.dry_run,
             resume,
@@ -338,12 +370,4 @@ fn run(args: Args) -> Result<(), Failure> {
         })?;
     }
     Ok(())
-}
-
-/// The parent `-p` or `--parent-id` names.
-fn parent(args: &Args) -> Option<SubvolSelector> {
-    args.parent
-        .clone()
-        .map(SubvolSelector::Path)
-        .or(args.parent_id.map(SubvolSelector::Id))
 }

@@ -15,6 +15,7 @@ use rsend::lineage::Lineage;
 use rsend::send::{check_clone_source, check_parent, list_or_none, stream_uuid_of};
 
 use crate::held::parse_list;
+use crate::named::TOP_LEVEL_HINT;
 
 /// How a parent `--parent-from` picked is related to the snapshot sent.
 fn kinship(sv: &Subvolume, p: &Subvolume) -> &'static str {
@@ -219,7 +220,7 @@ pub(crate) fn find_source(
 ) -> anyhow::Result<Subvolume> {
     // A parent may be named by its uuid (or received uuid) too.
     let by_uuid = match sel {
-        SubvolSelector::Path(p) => uuid::Uuid::parse_str(p).ok(),
+        SubvolSelector::Path(p) => p.to_str().and_then(|s| uuid::Uuid::parse_str(s).ok()),
         _ => None,
     };
     let nil_asked = match sel {
@@ -284,8 +285,12 @@ fn parent_missing(fs: &Filesystem, e: btrfs_disk::error::Error) -> anyhow::Error
             .collect::<Vec<_>>(),
         Err(e) => return e.into(),
     };
+    let hint = match asked {
+        btrfs_disk::error::SubvolWanted::Path(_) => format!(" ({TOP_LEVEL_HINT})"),
+        _ => String::new(),
+    };
     anyhow::anyhow!(
-        "parent not found: this filesystem (fsid {}) has no subvolume {asked}; it has: {}",
+        "parent not found: this filesystem (fsid {}) has no subvolume {asked}{hint}; it has: {}",
         fs.fsid(),
         list_or_none(&available)
     )

@@ -1,0 +1,309 @@
+//! Mounted paths: from a path on a mounted btrfs to the subvolume's path
+//! from the top level and the filesystem's devices, as `btrfs send` takes
+//! its arguments.
+//!
+//! Only the mount table (`/proc/self/mountinfo`) and sysfs
+//! (`/sys/fs/btrfs/FSID/devices/`) are read, and the path itself is
+//! stat'ed; the trees are then read from the devices, never through the
+//! mount.
+
+use std::io;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use uuid::Uuid;
+
+/// The mount table of this process.
+const MOUNTINFO: &str = "/proc/self/mountinfo";
+/// Where the kernel lists each mounted btrfs, by fsid.
+const SYSFS_BTRFS: &str = "/sys/fs/btrfs";
+/// The inode number of every subvolume's root directory.
+const SUBVOL_ROOT_INO: u64 = 256;
+
+/// Why a path could not be taken as a subvolume on a mounted btrfs.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// The path could not be resolved or stat'ed.
+    #[error("{}: {source}", path.display())]
+    Path {
+        /// The path as given.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The mount table or sysfs could not be read.
+    #[error("reading {}: {source}", path.display())]
+    System {
+        /// The file or directory read.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The path is on no mount of the table.
+    #[error("{}: on no mounted filesystem", path.display())]
+    NotMounted {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// The path is on a mounted filesystem that is not btrfs.
+    #[error("{}: not on a btrfs filesystem (it is on {fstype} mounted at {})", path.display(), mount_point.display())]
+    NotBtrfs {
+        /// The path as given.
+        path: PathBuf,
+        /// The type of the filesystem it is on.
+        fstype: String,
+        /// Where that filesystem is mounted.
+        mount_point: PathBuf,
+    },
+    /// The path is on btrfs but not the root of a subvolume.
+    #[error("{} is not a subvolume", path.display())]
+    NotSubvolume {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// No `/sys/fs/btrfs/FSID/devices/` lists the mount's device.
+    #[error("{}: the btrfs mounted at {} from {} is not listed in {SYSFS_BTRFS}", path.display(), mount_point.display(), source_dev.display())]
+    NoDevices {
+        /// The path as given.
+        path: PathBuf,
+        /// Where the filesystem is mounted.
+        mount_point: PathBuf,
+        /// The mount's source device.
+        source_dev: PathBuf,
+    },
+}
+
+/// A subvolume named by a path on a mounted btrfs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountedSubvol {
+    /// The filesystem's fsid.
+    pub fsid: Uuid,
+    /// Every device of the filesystem (`/dev/NAME`), sorted.
+    pub devices: Vec<PathBuf>,
+    /// The subvolume's path from the top level (`snaps/tue`; empty for
+    /// the top level itself).
+    pub path: PathBuf,
+    /// Where the filesystem holding it is mounted.
+    pub mount_point: PathBuf,
+}
+
+/// One line of the mount table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct MountEntry {
+    /// The directory inside the filesystem that is mounted (for btrfs, the
+    /// subvolume's path from the top level, or a directory in one).
+    root: PathBuf,
+    /// Where it is mounted.
+    mount_point: PathBuf,
+    /// The filesystem type.
+    fstype: String,
+    /// The mount source (the device, for btrfs).
+    source: PathBuf,
+}
+
+/// Resolves `path` (absolute, or relative to the current directory) as a
+/// subvolume on a mounted btrfs: its path from the top level and the
+/// filesystem's fsid and devices.
+pub fn resolve(path: &Path) -> Result<MountedSubvol, MountError> {
+    let given = || path.to_path_buf();
+    let real = std::fs::canonicalize(path).map_err(|source| MountError::Path {
+        path: given(),
+        source,
+    })?;
+    let table = std::fs::read(MOUNTINFO).map_err(|source| MountError::System {
+        path: MOUNTINFO.into(),
+        source,
+    })?;
+    let entries = parse_mountinfo(&table);
+    let Some((m, beneath)) = mount_of(&entries, &real) else {
+        return Err(MountError::NotMounted { path: given() });
+    };
+    if m.fstype != "btrfs" {
+        return Err(MountError::NotBtrfs {
+            path: given(),
+            fstype: m.fstype.clone(),
+            mount_point: m.mount_point.clone(),
+        });
+    }
+    let meta = std::fs::metadata(&real).map_err(|source| MountError::Path {
+        path: given(),
+        source,
+    })?;
+    if !meta.is_dir() || meta.ino() != SUBVOL_ROOT_INO {
+        return Err(MountError::NotSubvolume { path: given() });
+    }
+    let (fsid, devices) = devices_of(&m.source).ok_or_else(|| MountError::NoDevices {
+        path: given(),
+        mount_point: m.mount_point.clone(),
+        source_dev: m.source.clone(),
+    })?;
+    Ok(MountedSubvol {
+        fsid,
+        devices,
+        path: top_level_path(&m.root, &beneath),
+        mount_point: m.mount_point.clone(),
+    })
+}
+
+/// The path from the top level of `beneath` (relative to a mount point)
+/// when the mount's root is `root`: `/@` and `snaps/tue` give `@/snaps/tue`.
+fn top_level_path(root: &Path, beneath: &Path) -> PathBuf {
+    let mut p = PathBuf::new();
+    for c in root.components().chain(beneath.components()) {
+        if let std::path::Component::Normal(n) = c {
+            p.push(n);
+        }
+    }
+    p
+}
+
+/// The mount `real` (canonical) is on, the last one mounted at the longest
+/// mount point that is a prefix of it, and the path beneath it.
+fn mount_of<'a>(entries: &'a [MountEntry], real: &Path) -> Option<(&'a MountEntry, PathBuf)> {
+    let mut best: Option<(&MountEntry, PathBuf)> = None;
+    for e in entries {
+        let Ok(rest) = real.strip_prefix(&e.mount_point) else {
+            continue;
+        };
+        let longer = best.as_ref().is_none_or(|(b, _)| {
+            e.mount_point.components().count() >= b.mount_point.components().count()
+        });
+        if longer {
+            best = Some((e, rest.to_path_buf()));
+        }
+    }
+    best
+}
+
+/// The fsid and devices of the mounted btrfs whose device `source` is: the
+/// directory of `/sys/fs/btrfs/` that lists it.
+fn devices_of(source: &Path) -> Option<(Uuid, Vec<PathBuf>)> {
+    let dev = std::fs::canonicalize(source).ok()?;
+    let name = dev.file_name()?;
+    for dir in std::fs::read_dir(SYSFS_BTRFS).ok()?.flatten() {
+        let Some(fsid) = dir
+            .file_name()
+            .to_str()
+            .and_then(|s| Uuid::parse_str(s).ok())
+        else {
+            continue;
+        };
+        let Ok(list) = std::fs::read_dir(dir.path().join("devices")) else {
+            continue;
+        };
+        let mut names: Vec<PathBuf> = list
+            .flatten()
+            .map(|d| Path::new("/dev").join(d.file_name()))
+            .collect();
+        if names.iter().any(|d| d.file_name() == Some(name)) {
+            names.sort();
+            return Some((fsid, names));
+        }
+    }
+    None
+}
+
+/// The entries of a `/proc/self/mountinfo` (lines it cannot parse are
+/// skipped).
+fn parse_mountinfo(text: &[u8]) -> Vec<MountEntry> {
+    text.split(|b| *b == b'\n')
+        .filter_map(|line| {
+            let fields: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+            // ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS
+            let sep = fields.iter().position(|f| *f == b"-")?;
+            if sep < 6 {
+                return None;
+            }
+            Some(MountEntry {
+                root: unescape(fields[3]),
+                mount_point: unescape(fields[4]),
+                fstype: String::from_utf8_lossy(fields.get(sep + 1)?).into_owned(),
+                source: unescape(fields.get(sep + 2)?),
+            })
+        })
+        .collect()
+}
+
+/// A mountinfo field with its octal escapes (`\040` for a space) decoded.
+fn unescape(field: &[u8]) -> PathBuf {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field
+            .get(i + 1..i + 4)
+            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                let v = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
+                out.push(u8::try_from(v).unwrap_or(b'?'));
+                i += 4;
+            }
+            None => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+/// Whether `path` names something on a mounted btrfs (it exists and the
+/// mount it is on is btrfs).
+pub fn is_on_btrfs(path: &Path) -> bool {
+    let Ok(real) = std::fs::canonicalize(path) else {
+        return false;
+    };
+    let Ok(table) = std::fs::read(MOUNTINFO) else {
+        return false;
+    };
+    let entries = parse_mountinfo(&table);
+    mount_of(&entries, &real).is_some_and(|(m, _)| m.fstype == "btrfs")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: &[u8] = b"\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+27 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+40 27 0:45 /@ /mnt/pool rw,relatime shared:20 - btrfs /dev/loop0 rw,space_cache=v2,subvolid=256,subvol=/@
+41 40 0:45 /snaps /mnt/pool/my\\040snaps rw - btrfs /dev/loop0 rw
+42 27 0:50 / /mnt/pool rw - btrfs /dev/loop1 rw
+";
+
+    #[test]
+    fn mountinfo_fields_and_escapes() {
+        let e = parse_mountinfo(TABLE);
+        assert_eq!(e.len(), 5);
+        assert_eq!(e[2].root, Path::new("/@"));
+        assert_eq!(e[2].fstype, "btrfs");
+        assert_eq!(e[2].source, Path::new("/dev/loop0"));
+        assert_eq!(e[3].mount_point, Path::new("/mnt/pool/my snaps"));
+        assert_eq!(e[1].fstype, "ext4");
+    }
+
+    #[test]
+    fn longest_then_last_mount_point_wins() {
+        let e = parse_mountinfo(TABLE);
+        let (m, rest) = mount_of(&e, Path::new("/mnt/pool/my snaps/tue")).expect("mounted");
+        assert_eq!(m.root, Path::new("/snaps"));
+        assert_eq!(top_level_path(&m.root, &rest), Path::new("snaps/tue"));
+        // Mounted over: the later mount at the same point hides the earlier.
+        let (m, rest) = mount_of(&e, Path::new("/mnt/pool/x")).expect("mounted");
+        assert_eq!(m.source, Path::new("/dev/loop1"));
+        assert_eq!(top_level_path(&m.root, &rest), Path::new("x"));
+        let (m, _) = mount_of(&e, Path::new("/home")).expect("mounted");
+        assert_eq!(m.fstype, "ext4");
+    }
+
+    #[test]
+    fn subvol_mount_root_prefixes_the_path() {
+        assert_eq!(
+            top_level_path(Path::new("/@"), Path::new("snaps/mon")),
+            Path::new("@/snaps/mon")
+        );
+        assert_eq!(top_level_path(Path::new("/"), Path::new("")), Path::new(""));
+    }
+}
