@@ -1,7 +1,8 @@
 #!/bin/sh
 # Builds rsend, rreceive and rdump and installs them under PREFIX (default
 # /usr/local) with their shell completions (bash, zsh, fish) and man pages,
-# which each built tool prints itself (--completions SHELL, --man).
+# which each built tool prints itself (--completions SHELL, --man), and the
+# btrfs front (scripts/btrfs-rsend).
 #
 #   scripts/install.sh [--no-build] [PREFIX]
 #
@@ -10,6 +11,15 @@
 #   PREFIX/share/zsh/site-functions/_TOOL
 #   PREFIX/share/fish/vendor_completions.d/TOOL.fish
 #   PREFIX/share/man/man1/TOOL.1
+#   PREFIX/bin/btrfs-rsend                    the front: `btrfs send` runs
+#                                             rsend, `btrfs receive` rreceive,
+#                                             the rest the real btrfs
+#   PREFIX/lib/rsend/btrfs -> ../../bin/btrfs-rsend
+#   PREFIX/lib/rsend/btrfs-send, btrfs-receive (the same, for btrbk's
+#                                             backend btrfs-progs-btrbk)
+#
+# PREFIX/lib/rsend is a directory to put first in PATH for a tool that runs
+# `btrfs send` and `btrfs receive` (btrbk): PATH=/usr/local/lib/rsend:$PATH.
 #
 # DESTDIR, when set, is put before every installed path (for packaging:
 # `DESTDIR=/tmp/pkg scripts/install.sh /usr`). --no-build installs what
@@ -73,3 +83,10 @@ for tool in $tools; do
     install -D -m 644 "$tmp/$tool.1" "$root/share/man/man1/$tool.1"
     echo "installed $tool in $root"
 done
+
+install -D -m 755 scripts/btrfs-rsend "$root/bin/btrfs-rsend"
+mkdir -p "$root/lib/rsend"
+for name in btrfs btrfs-send btrfs-receive; do
+    ln -sfn ../../bin/btrfs-rsend "$root/lib/rsend/$name"
+done
+echo "installed btrfs-rsend in $root (put $prefix/lib/rsend first in PATH)"

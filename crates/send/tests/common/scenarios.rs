@@ -239,6 +239,23 @@ fn last_before_end(s: &[u8]) -> Option<(btrfs_stream::CommandKind, Vec<u8>, usiz
     last
 }
 
+/// Whether `ours` is the kernel's stream `kernel` byte for byte, or that
+/// stream with one more UTIMES of the subvolume root just before END (the
+/// documented difference: the kernel leaves it out).
+pub fn kernel_stream_but_root_utimes(ours: &[u8], kernel: &[u8]) -> bool {
+    if ours == kernel {
+        return true;
+    }
+    // END is the last frame: a header of 10 bytes.
+    match last_before_end(ours) {
+        Some((btrfs_stream::CommandKind::Utimes, p, n)) if p.is_empty() && ours.len() >= n + 10 => {
+            let end = ours.len() - 10;
+            [&ours[..end - n], &ours[end..]].concat() == kernel
+        }
+        _ => false,
+    }
+}
+
 /// A sender's incremental streams against the kernel's, scenario by
 /// scenario: bytes and TRUNCATEs must not be more than the kernel's. One
 /// known exception is reported, not failed: one trailing UTIMES of the
