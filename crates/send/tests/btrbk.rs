@@ -27,6 +27,11 @@
 //!   arguments byte for byte, but for the documented root UTIMES before END;
 //! - from night 3 on btrbk's retention has deleted old snapshots on the
 //!   source, old backups on the target and old raw files.
+//!
+//! [`the_front_sends_receives_and_passes_the_rest_to_btrfs`] (no root)
+//! holds the front's routing to fake tools: arguments kept word for word,
+//! global options, abbreviations, `btrfs-send`/`btrfs-receive` names, the
+//! real btrfs found past the front and copies of it, `$RSEND_REAL_BTRFS`.
 
 mod common;
 
@@ -549,4 +554,122 @@ fn five_nights_of_btrbk_through_the_front_to_btrfs_and_raw_targets() {
          source of the same range; {:.1} s)",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// A fake tool: prints its name and each argument in brackets.
+const FAKE_TOOL: &str =
+    "#!/bin/sh\nprintf NAME; for a in \"$@\"; do printf ' [%s]' \"$a\"; done; echo\n";
+
+#[test]
+fn the_front_sends_receives_and_passes_the_rest_to_btrfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let front = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/btrfs-rsend");
+    let write = |path: &Path, text: &str| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    let front_text = std::fs::read_to_string(&front).unwrap();
+    write(&d.join("bin/btrfs-rsend"), &front_text);
+    write(&d.join("bin/rsend"), &FAKE_TOOL.replace("NAME", "rsend"));
+    write(
+        &d.join("bin/rreceive"),
+        &FAKE_TOOL.replace("NAME", "rreceive"),
+    );
+    // A copy of the front named btrfs, then the "real" one.
+    write(&d.join("copy/btrfs"), &front_text);
+    write(&d.join("real/btrfs"), &FAKE_TOOL.replace("NAME", "btrfs"));
+    write(&d.join("other/btrfs"), &FAKE_TOOL.replace("NAME", "other"));
+    std::fs::create_dir_all(d.join("lib/rsend")).unwrap();
+    for name in ["btrfs", "btrfs-send", "btrfs-receive"] {
+        std::os::unix::fs::symlink("../../bin/btrfs-rsend", d.join("lib/rsend").join(name))
+            .unwrap();
+    }
+    let path = format!(
+        "{}:{}:{}:/usr/bin:/bin",
+        d.join("lib/rsend").display(),
+        d.join("copy").display(),
+        d.join("real").display()
+    );
+    let call = |prog: &str, args: &[&str], env: &[(&str, &Path)]| {
+        let mut cmd = Command::new(d.join("lib/rsend").join(prog));
+        cmd.args(args)
+            .env("PATH", &path)
+            .env_remove("RSEND_REAL_BTRFS");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim_end().to_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let cases: [(&str, &[&str], &str); 13] = [
+        ("btrfs", &["send", "-p", "a b", "c"], "rsend [-p] [a b] [c]"),
+        ("btrfs", &["-q", "send", "x"], "rsend [-q] [x]"),
+        ("btrfs", &["--log", "quiet", "sen", "x"], "rsend [-q] [x]"),
+        (
+            "btrfs",
+            &["-v", "se", "-c", "y", "x"],
+            "rsend [-v] [-c] [y] [x]",
+        ),
+        (
+            "btrfs",
+            &["receive", "--max-errors=0", "/t/"],
+            "rreceive [--max-errors=0] [/t/]",
+        ),
+        (
+            "btrfs",
+            &["--quiet", "rec", "-f", "s"],
+            "rreceive [-q] [-f] [s]",
+        ),
+        (
+            "btrfs",
+            &["subvolume", "show", "/x y"],
+            "btrfs [subvolume] [show] [/x y]",
+        ),
+        (
+            "btrfs",
+            &["-q", "subvolume", "delete", "z"],
+            "btrfs [-q] [subvolume] [delete] [z]",
+        ),
+        (
+            "btrfs",
+            &["--format", "json", "filesystem", "usage", "/"],
+            "btrfs [--format] [json] [filesystem] [usage] [/]",
+        ),
+        ("btrfs", &["--version"], "btrfs [--version]"),
+        ("btrfs", &[], "btrfs"),
+        ("btrfs-send", &["-p", "p", "s"], "rsend [-p] [p] [s]"),
+        ("btrfs-receive", &["-e", "/t"], "rreceive [-e] [/t]"),
+    ];
+    for (prog, args, want) in cases {
+        let (code, out, err) = call(prog, args, &[]);
+        assert_eq!(
+            (code, out.as_str()),
+            (Some(0), want),
+            "{prog} {args:?}: {err}"
+        );
+    }
+    let (code, out, _) = call(
+        "btrfs",
+        &["version"],
+        &[("RSEND_REAL_BTRFS", &d.join("other/btrfs"))],
+    );
+    assert_eq!((code, out.as_str()), (Some(0), "other [version]"));
+    // Other global options are refused before send and receive, as btrbk
+    // reads a receive's errors: a line starting `ERROR: `.
+    for args in [
+        &["--format", "json", "send", "x"][..],
+        &["--dry-run", "receive", "x"],
+    ] {
+        let (code, out, err) = call("btrfs", args, &[]);
+        assert!(
+            code == Some(2) && out.is_empty() && err.starts_with("ERROR: "),
+            "{args:?}: exit {code:?}, {out:?}, {err:?}"
+        );
+    }
 }
