@@ -2,8 +2,10 @@
 //! directory on any other filesystem, where a subvolume is a directory and
 //! its identity is kept by [`crate::subvol`].
 //!
-//! Parents and clone sources are looked up only among the direct children
-//! of DEST: never anywhere else on the filesystem.
+//! Parents and clone sources are looked up among the direct children of
+//! DEST first; on btrfs then anywhere beneath the mount root of DEST, as
+//! `btrfs receive` finds them (see [`crate::elsewhere`]). Nothing is ever
+//! written outside DEST.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -18,6 +20,7 @@ use nix::sys::stat::{mkdirat, Mode};
 use uuid::Uuid;
 
 use crate::copy;
+use crate::elsewhere::{self, MountRoot};
 use crate::ioctl;
 use crate::subvol::{self, Store, SubvolState};
 use crate::workdir;
@@ -37,10 +40,13 @@ pub enum Kind {
 /// A subvolume under DEST that a stream may use as parent or clone source.
 #[derive(Debug, Clone)]
 pub(crate) struct Known {
-    /// Its name in DEST.
+    /// Its name in DEST; for one found elsewhere, its path under the
+    /// mount root (for messages).
     pub name: Vec<u8>,
     /// Whether its receive finished (for btrfs: read-only).
     pub complete: bool,
+    /// Found elsewhere on DEST's btrfs filesystem, not in DEST.
+    pub elsewhere: Option<elsewhere::Found>,
 }
 
 /// How an incremental stream's snapshot is made off btrfs.
@@ -184,6 +190,13 @@ pub struct Dest {
     index: Option<HashMap<Uuid, Known>>,
     /// Same, by the subvolume's own btrfs uuid (second choice).
     by_own_uuid: HashMap<Uuid, Known>,
+    /// `-m ROOTMOUNT`: the mount root to search beneath on btrfs.
+    root_mount: Option<PathBuf>,
+    /// The mount root, once looked up (or why it could not be).
+    mount: Option<Result<MountRoot, String>>,
+    /// What the last search of the filesystem for a uuid met that did not
+    /// do (subvolumes not beneath the mount root, an error).
+    missed: HashMap<Uuid, String>,
 }
 
 fn open_dir_at(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<File> {
@@ -220,7 +233,73 @@ impl Dest {
             store: None,
             index: None,
             by_own_uuid: HashMap::new(),
+            root_mount: None,
+            mount: None,
+            missed: HashMap::new(),
         })
+    }
+
+    /// `-m ROOTMOUNT`: search for parents and clone sources beneath this
+    /// mount root instead of the one /proc/self/mountinfo gives for DEST.
+    pub(crate) fn set_root_mount(&mut self, path: Option<PathBuf>) {
+        self.root_mount = path;
+        self.mount = None;
+    }
+
+    /// The mount root searched beneath (btrfs only), or why there is none.
+    pub(crate) fn mount_root(&mut self) -> Result<&MountRoot, String> {
+        if self.mount.is_none() {
+            let m = match &self.root_mount {
+                Some(p) => MountRoot::at(p)
+                    .map_err(|e| format!("-m {}: {}", p.display(), btrfs_text::plain_io(&e))),
+                None => MountRoot::of(self.fd(), &self.path).map_err(|e| {
+                    format!(
+                        "the mount root of {}: {}",
+                        self.path.display(),
+                        btrfs_text::plain_io(&e)
+                    )
+                }),
+            };
+            self.mount = Some(m);
+        }
+        match &self.mount {
+            Some(Ok(m)) => Ok(m),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(String::new()),
+        }
+    }
+
+    /// Opens subvolume `known`'s root directory, in DEST or elsewhere.
+    pub(crate) fn open_known(&mut self, known: &Known) -> nix::Result<OwnedFd> {
+        match &known.elsewhere {
+            None => self.open_subvol(&known.name),
+            Some(found) => match self.mount_root() {
+                Ok(m) => m.open(found),
+                Err(_) => Err(Errno::ENOENT),
+            },
+        }
+    }
+
+    /// Where a uuid [`Dest::find`] did not find was looked for, and what
+    /// was met: "not found {this}".
+    pub(crate) fn searched(&self, uuid: Uuid) -> String {
+        let dest = self.path.display();
+        if self.kind == Kind::Plain {
+            return format!("among the subvolumes received in {dest}");
+        }
+        let root = match &self.mount {
+            Some(Ok(m)) => format!(" beneath mount root {}", m.path.display()),
+            _ => String::new(),
+        };
+        let mut s = format!(
+            "in {dest} nor on its btrfs filesystem{root} (searched as btrfs receive does: by \
+             received uuid, then by uuid)"
+        );
+        if let Some(m) = self.missed.get(&uuid) {
+            s.push_str(": ");
+            s.push_str(m);
+        }
+        s
     }
 
     /// The kind of destination.
@@ -318,7 +397,7 @@ impl Dest {
         work: Option<BorrowedFd<'_>>,
         tick: &dyn copy::Tick,
     ) -> io::Result<(OwnedFd, Made)> {
-        let src = self.open_subvol(&parent.name)?;
+        let src = self.open_known(parent)?;
         if self.kind == Kind::Btrfs {
             ioctl::snap_create(src.as_fd(), self.fd(), name)?;
             self.record(name, state)?;
@@ -443,6 +522,7 @@ impl Dest {
                 ix.insert(
                     st.received_uuid,
                     Known {
+                        elsewhere: None,
                         name: taken.parent.clone(),
                         complete: st.complete,
                     },
@@ -679,22 +759,83 @@ impl Dest {
                 Known {
                     name: name.to_vec(),
                     complete: true,
+                    elsewhere: None,
                 },
             );
         }
         Ok(())
     }
 
-    /// The subvolume under DEST that `uuid` names: by received uuid first,
-    /// then (btrfs only) by its own uuid.
+    /// The subvolume that `uuid` names: by received uuid first (in DEST,
+    /// then on btrfs anywhere beneath the mount root), then on btrfs by
+    /// its own uuid (in DEST, then beneath the mount root).
     pub(crate) fn find(&mut self, uuid: Uuid) -> io::Result<Option<Known>> {
         if self.index.is_none() {
             self.build_index()?;
         }
-        let ix = self.index.as_ref().map(|ix| ix.get(&uuid).cloned());
-        Ok(ix
-            .flatten()
-            .or_else(|| self.by_own_uuid.get(&uuid).cloned()))
+        if let Some(k) = self.index.as_ref().and_then(|ix| ix.get(&uuid)) {
+            return Ok(Some(k.clone()));
+        }
+        if self.kind == Kind::Plain {
+            return Ok(None);
+        }
+        self.missed.remove(&uuid);
+        if let Some(k) = self.find_elsewhere(uuid, true) {
+            return Ok(Some(k));
+        }
+        if let Some(k) = self.by_own_uuid.get(&uuid) {
+            return Ok(Some(k.clone()));
+        }
+        Ok(self.find_elsewhere(uuid, false))
+    }
+
+    /// The subvolume beneath the mount root whose received uuid
+    /// (`received`) or own uuid is `uuid`; what stood in the way is kept
+    /// for [`Dest::searched`].
+    fn find_elsewhere(&mut self, uuid: Uuid, received: bool) -> Option<Known> {
+        let fd = self.fd.try_clone().ok()?;
+        let search = match self.mount_root() {
+            Ok(m) => m.search(fd.as_fd(), uuid, received).map(|s| {
+                let shown = s.found.as_ref().map(|f| m.shown(f));
+                (s, shown)
+            }),
+            Err(why) => {
+                self.missed.insert(uuid, why);
+                return None;
+            }
+        };
+        match search {
+            Ok((s, shown)) => {
+                if !s.unreachable.is_empty() {
+                    let paths: Vec<String> = s
+                        .unreachable
+                        .iter()
+                        .map(|p| format!("<FS_TREE>/{}", crate::error::escape(p)))
+                        .collect();
+                    self.missed.insert(
+                        uuid,
+                        format!(
+                            "{} has it but is not reachable from the mount root (-m ROOTMOUNT \
+                             names another)",
+                            paths.join(", ")
+                        ),
+                    );
+                }
+                let found = s.found?;
+                Some(Known {
+                    name: shown.unwrap_or_default(),
+                    complete: found.read_only,
+                    elsewhere: Some(found),
+                })
+            }
+            Err(e) => {
+                self.missed.insert(
+                    uuid,
+                    format!("searching the filesystem's UUID tree: {}", e.desc()),
+                );
+                None
+            }
+        }
     }
 
     fn build_index(&mut self) -> io::Result<()> {
@@ -706,6 +847,7 @@ impl Dest {
                     let k = Known {
                         name,
                         complete: st.complete,
+                        elsewhere: None,
                     };
                     match ix.get(&st.received_uuid) {
                         Some(Known { complete: true, .. }) => {}
@@ -754,6 +896,7 @@ impl Dest {
                             ix.entry(st.received_uuid).or_insert(Known {
                                 name: name.clone(),
                                 complete: false,
+                                elsewhere: None,
                             });
                             continue;
                         }
@@ -761,6 +904,7 @@ impl Dest {
                     let k = Known {
                         name: name.clone(),
                         complete,
+                        elsewhere: None,
                     };
                     let ru = Uuid::from_bytes(info.received_uuid);
                     if !ru.is_nil() && !matches!(ix.get(&ru), Some(Known { complete: true, .. })) {

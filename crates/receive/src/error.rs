@@ -96,8 +96,9 @@ pub enum CmdError {
     /// SUBVOL or SNAPSHOT before the END of the previous one.
     #[error("a new subvolume starts before the END of the previous one")]
     NestedSubvol,
-    /// The parent of a snapshot is not under DEST.
-    #[error("parent subvolume {0} not found among the subvolumes received in {1}")]
+    /// The parent of a snapshot is not in DEST (nor, on btrfs, beneath
+    /// its mount root); the text says where it was looked for.
+    #[error("parent subvolume {0} not found {1}")]
     ParentNotFound(Uuid, String),
     /// The parent exists but its receive did not finish.
     #[error("parent subvolume {name} ({uuid}) is incomplete (its receive did not finish); --force uses it anyway")]
@@ -107,8 +108,9 @@ pub enum CmdError {
         /// The uuid the stream asked for.
         uuid: Uuid,
     },
-    /// A clone source subvolume is not under DEST.
-    #[error("clone source subvolume {0} not found among the subvolumes received in {1}")]
+    /// A clone source subvolume is not in DEST (nor, on btrfs, beneath
+    /// its mount root); the text says where it was looked for.
+    #[error("clone source subvolume {0} not found {1}")]
     CloneSourceNotFound(Uuid, String),
     /// A clone source exists but its receive did not finish.
     #[error("clone source subvolume {name} ({uuid}) is incomplete (its receive did not finish); --force uses it anyway")]

@@ -1,6 +1,7 @@
 //! The system calls that need `unsafe`: the ioctls rreceive issues (btrfs
 //! subvolume management and encoded writes, reflinks with FICLONE and
-//! FICLONERANGE, inode flags, fs-verity), `sync_file_range`, and [`openat`]
+//! FICLONERANGE, inode flags, fs-verity, the tree search and inode lookup
+//! that find a parent elsewhere on the filesystem), `sync_file_range`, and [`openat`]
 //! and [`openat2`], which return the new descriptor as an `OwnedFd` (nix
 //! 0.29's functions of the same names return a bare `RawFd`).
 //!
@@ -125,6 +126,45 @@ struct GetSubvolInfoArgs {
     reserved: [u64; 8],
 }
 
+/// `btrfs_ioctl_search_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct SearchKey {
+    tree_id: u64,
+    min_objectid: u64,
+    max_objectid: u64,
+    min_offset: u64,
+    max_offset: u64,
+    min_transid: u64,
+    max_transid: u64,
+    min_type: u32,
+    max_type: u32,
+    nr_items: u32,
+    unused: u32,
+    unused1: u64,
+    unused2: u64,
+    unused3: u64,
+    unused4: u64,
+}
+
+/// Bytes of items BTRFS_IOC_TREE_SEARCH returns at once.
+const SEARCH_BUF: usize = 4096 - std::mem::size_of::<SearchKey>();
+
+/// `btrfs_ioctl_search_args`.
+#[repr(C)]
+struct SearchArgs {
+    key: SearchKey,
+    buf: [u8; SEARCH_BUF],
+}
+
+/// `btrfs_ioctl_ino_lookup_args`.
+#[repr(C)]
+struct InoLookupArgs {
+    treeid: u64,
+    objectid: u64,
+    name: [u8; 4080],
+}
+
 #[repr(C)]
 struct EncodedIoArgs {
     iov: *const libc::iovec,
@@ -164,6 +204,8 @@ nix::ioctl_write_ptr!(btrfs_subvol_create, BTRFS_IOCTL_MAGIC, 14, VolArgs);
 nix::ioctl_write_ptr!(btrfs_snap_create_v2, BTRFS_IOCTL_MAGIC, 23, VolArgsV2);
 nix::ioctl_read!(btrfs_subvol_getflags, BTRFS_IOCTL_MAGIC, 25, u64);
 nix::ioctl_write_ptr!(btrfs_subvol_setflags, BTRFS_IOCTL_MAGIC, 26, u64);
+nix::ioctl_readwrite!(btrfs_tree_search, BTRFS_IOCTL_MAGIC, 17, SearchArgs);
+nix::ioctl_readwrite!(btrfs_ino_lookup, BTRFS_IOCTL_MAGIC, 18, InoLookupArgs);
 nix::ioctl_readwrite!(
     btrfs_set_received_subvol,
     BTRFS_IOCTL_MAGIC,
@@ -267,6 +309,8 @@ pub(crate) fn set_received_subvol(
 /// Identity of one btrfs subvolume.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SubvolInfo {
+    /// The subvolume's id (its tree's objectid).
+    pub treeid: u64,
     /// The subvolume's own uuid.
     pub uuid: [u8; 16],
     /// The uuid it was received from, all zero when not received.
@@ -288,12 +332,127 @@ pub(crate) fn get_subvol_info(fd: BorrowedFd<'_>) -> nix::Result<SubvolInfo> {
     // SAFETY: zero-initialised above and written by the kernel.
     let args = unsafe { args.assume_init() };
     Ok(SubvolInfo {
+        treeid: args.treeid,
         uuid: args.uuid,
         received_uuid: args.received_uuid,
         parent_uuid: args.parent_uuid,
         flags: args.flags,
         stransid: args.stransid,
     })
+}
+
+/// One item found by [`tree_search`]: its key's objectid, type and
+/// offset, and its bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct Item {
+    /// The key's objectid.
+    pub objectid: u64,
+    /// The key's type.
+    pub kind: u32,
+    /// The key's offset.
+    pub offset: u64,
+    /// The item.
+    pub data: Vec<u8>,
+}
+
+/// Every item of tree `tree` with a key between (`objectid`, `kind`,
+/// `min_offset`) and (`objectid`, `kind`, `max_offset`), in key order
+/// (BTRFS_IOC_TREE_SEARCH, which needs CAP_SYS_ADMIN), at most `limit`.
+pub(crate) fn tree_search(
+    fd: BorrowedFd<'_>,
+    tree: u64,
+    objectid: u64,
+    kind: u32,
+    (min_offset, max_offset): (u64, u64),
+    limit: usize,
+) -> nix::Result<Vec<Item>> {
+    const HEADER: usize = 32;
+    let mut out = Vec::new();
+    let mut from = min_offset;
+    loop {
+        let mut args = SearchArgs {
+            key: SearchKey {
+                tree_id: tree,
+                min_objectid: objectid,
+                max_objectid: objectid,
+                min_offset: from,
+                max_offset,
+                max_transid: u64::MAX,
+                min_type: kind,
+                max_type: kind,
+                nr_items: 4096,
+                ..SearchKey::default()
+            },
+            buf: [0; SEARCH_BUF],
+        };
+        // SAFETY: `args` is a live, fully initialised search_args; the
+        // kernel writes at most its buffer's size into it.
+        unsafe { btrfs_tree_search(fd.as_raw_fd(), &mut args) }?;
+        let n = args.key.nr_items;
+        if n == 0 {
+            return Ok(out);
+        }
+        let mut at = 0usize;
+        let mut last = None;
+        for _ in 0..n {
+            let head = args.buf.get(at..at + HEADER).ok_or(Errno::EIO)?;
+            let u64_at = |i: usize| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&head[i..i + 8]);
+                u64::from_ne_bytes(b)
+            };
+            let u32_at = |i: usize| {
+                let mut b = [0u8; 4];
+                b.copy_from_slice(&head[i..i + 4]);
+                u32::from_ne_bytes(b)
+            };
+            let (objectid, offset, kind, len) = (u64_at(8), u64_at(16), u32_at(24), u32_at(28));
+            let start = at + HEADER;
+            let data = args
+                .buf
+                .get(start..start + len as usize)
+                .ok_or(Errno::EIO)?;
+            at = start + len as usize;
+            last = Some(offset);
+            out.push(Item {
+                objectid,
+                kind,
+                offset,
+                data: data.to_vec(),
+            });
+            if out.len() >= limit {
+                return Ok(out);
+            }
+        }
+        match last {
+            Some(o) if o < max_offset => from = o + 1,
+            _ => return Ok(out),
+        }
+    }
+}
+
+/// BTRFS_IOC_INO_LOOKUP: the path of directory `objectid` of subvolume
+/// `tree` from that subvolume's root (with a trailing `/`, empty for the
+/// root), and the subvolume's id (`tree` 0: the one `fd` is in).
+pub(crate) fn ino_lookup(
+    fd: BorrowedFd<'_>,
+    tree: u64,
+    objectid: u64,
+) -> nix::Result<(u64, Vec<u8>)> {
+    let mut args = InoLookupArgs {
+        treeid: tree,
+        objectid,
+        name: [0; 4080],
+    };
+    // SAFETY: `args` is a live, fully initialised ino_lookup_args; the
+    // kernel writes a NUL-terminated name into its buffer.
+    unsafe { btrfs_ino_lookup(fd.as_raw_fd(), &mut args) }?;
+    let len = args
+        .name
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(args.name.len());
+    Ok((args.treeid, args.name[..len].to_vec()))
 }
 
 /// Parameters of one encoded (compressed) write.
@@ -421,9 +580,20 @@ pub(crate) fn map_shared(file: &std::fs::File) -> std::io::Result<memmap2::MmapM
 /// The mount `fd` is on, by a number the kernel never gives another mount
 /// (STATX_MNT_ID_UNIQUE; the reusable STATX_MNT_ID on kernels before 6.8).
 pub(crate) fn mount_id(fd: BorrowedFd<'_>) -> Option<u64> {
-    const STATX_MNT_ID: u32 = 0x1000;
-    const STATX_MNT_ID_UNIQUE: u32 = 0x4000;
-    for mask in [STATX_MNT_ID_UNIQUE, STATX_MNT_ID] {
+    mount_id_of(fd, &[STATX_MNT_ID_UNIQUE, STATX_MNT_ID])
+}
+
+/// The mount `fd` is on by the number /proc/self/mountinfo shows first
+/// (STATX_MNT_ID).
+pub(crate) fn mount_id_reusable(fd: BorrowedFd<'_>) -> Option<u64> {
+    mount_id_of(fd, &[STATX_MNT_ID])
+}
+
+const STATX_MNT_ID: u32 = 0x1000;
+const STATX_MNT_ID_UNIQUE: u32 = 0x4000;
+
+fn mount_id_of(fd: BorrowedFd<'_>, masks: &[u32]) -> Option<u64> {
+    for &mask in masks {
         // SAFETY: statx writes only into `buf`, which is a valid statx
         // struct; the path is a NUL-terminated empty string.
         let mut buf: libc::statx = unsafe { std::mem::zeroed() };
@@ -455,6 +625,9 @@ mod tests {
         assert_eq!(size_of::<VolArgsV2>(), 4096);
         assert_eq!(size_of::<ReceivedSubvolArgs>(), 200);
         assert_eq!(size_of::<GetSubvolInfoArgs>(), 504);
+        assert_eq!(size_of::<SearchKey>(), 104);
+        assert_eq!(size_of::<SearchArgs>(), 4096);
+        assert_eq!(size_of::<InoLookupArgs>(), 4096);
         assert_eq!(size_of::<EncodedIoArgs>(), 128);
         assert_eq!(size_of::<FileCloneRange>(), 32);
         assert_eq!(size_of::<FsverityEnableArg>(), 128);
@@ -467,6 +640,8 @@ mod tests {
         assert_eq!(nix::request_code_write!(0x94, 13, 32), 0x4020_940d);
         assert_eq!(nix::request_code_write!(0x94, 9, 4), 0x4004_9409);
         assert_eq!(nix::request_code_readwrite!(0x94, 37, 200), 0xc0c8_9425);
+        assert_eq!(nix::request_code_readwrite!(0x94, 17, 4096), 0xd000_9411);
+        assert_eq!(nix::request_code_readwrite!(0x94, 18, 4096), 0xd000_9412);
         assert_eq!(nix::request_code_write!(0x94, 64, 128), 0x4080_9440);
         assert_eq!(nix::request_code_write!(b'f', 133, 128), 0x4080_6685);
     }

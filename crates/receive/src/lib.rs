@@ -56,6 +56,7 @@ mod apply;
 mod closer;
 mod copy;
 mod dest;
+mod elsewhere;
 mod error;
 mod fake_super;
 mod flags;
@@ -121,6 +122,11 @@ pub struct Options {
     /// after the command being applied, as when the stream is cut off, so
     /// that it can be resumed.
     pub stop: Option<StopFlag>,
+    /// `-m ROOTMOUNT`, as btrfs receive: the root mount point of DEST's
+    /// btrfs filesystem, beneath which parents and clone sources not in
+    /// DEST are searched (default: DEST's mount point, from
+    /// /proc/self/mountinfo).
+    pub root_mount: Option<PathBuf>,
     /// Durable checkpoints: the destination is synced now and then, with
     /// a record of where the stream stood, so that a receive cut by a
     /// power loss resumes (`--no-durable` turns them off).
@@ -145,6 +151,7 @@ impl Options {
             max_dir_times: MAX_DIR_TIMES,
             fake_super: false,
             stop: None,
+            root_mount: None,
             durable: true,
         }
     }
@@ -239,7 +246,10 @@ pub fn receive_with<R: Read>(
         report,
     };
     let dest = match Dest::open(&opts.dest, opts.plain) {
-        Ok(d) => d,
+        Ok(mut d) => {
+            d.set_root_mount(opts.root_mount.clone());
+            d
+        }
         Err(source) => {
             return Err(Box::new(Failure {
                 error: Error::Dest {

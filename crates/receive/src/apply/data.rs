@@ -79,25 +79,24 @@ impl Receiver<'_> {
                 .dest
                 .find(clone_uuid)
                 .map_err(CmdError::io("look up clone source"))?
-                .ok_or(CmdError::CloneSourceNotFound(
-                    clone_uuid,
-                    self.dest.path().display().to_string(),
-                ))?;
+                .ok_or_else(|| {
+                    CmdError::CloneSourceNotFound(clone_uuid, self.dest.searched(clone_uuid))
+                })?;
             if !known.complete && !force {
                 return Err(CmdError::CloneSourceIncomplete {
                     name: escape(&known.name),
                     uuid: clone_uuid,
                 });
             }
-            if known.name == cur.name {
+            if known.elsewhere.is_none() && known.name == cur.name {
                 return Err(CmdError::CloneSourceNotFound(
                     clone_uuid,
-                    self.dest.path().display().to_string(),
+                    self.dest.searched(clone_uuid),
                 ));
             }
             let root = self
                 .dest
-                .open_subvol(&known.name)
+                .open_known(&known)
                 .map_err(CmdError::os("open clone source subvolume"))?;
             cur.sources.insert(clone_uuid, Resolver::new(root));
         }
@@ -108,12 +107,9 @@ impl Receiver<'_> {
             let res = if own {
                 &mut cur.res
             } else {
-                cur.sources
-                    .get_mut(&clone_uuid)
-                    .ok_or(CmdError::CloneSourceNotFound(
-                        clone_uuid,
-                        self.dest.path().display().to_string(),
-                    ))?
+                cur.sources.get_mut(&clone_uuid).ok_or_else(|| {
+                    CmdError::CloneSourceNotFound(clone_uuid, self.dest.searched(clone_uuid))
+                })?
             };
             Some(open_regular(res, clone_path, OFlag::O_RDONLY)?)
         };

@@ -145,8 +145,14 @@ impl Receiver<'_> {
             .find(parent_uuid)
             .map_err(CmdError::io("look up parent"))?
             .ok_or_else(|| {
-                CmdError::ParentNotFound(parent_uuid, self.dest.path().display().to_string())
+                CmdError::ParentNotFound(parent_uuid, self.dest.searched(parent_uuid))
             })?;
+        if parent.elsewhere.is_some() {
+            self.log.note(format_args!(
+                "parent {parent_uuid} found outside DEST: {}",
+                escape(&parent.name)
+            ));
+        }
         if !parent.complete {
             if !self.opts.force {
                 return Err(CmdError::ParentIncomplete {

@@ -24,13 +24,26 @@ use rsend_cli::Failure;
 #[derive(Parser)]
 #[command(name = "rreceive", version, after_long_help = EXAMPLES)]
 struct Args {
-    /// Read the stream from FILE instead of standard input.
+    /// Read the stream from FILE instead of standard input (as btrfs
+    /// receive).
     #[arg(short = 'f', value_name = "FILE")]
     file: Option<PathBuf>,
-    /// Stop after the first END instead of reading further streams.
+    /// Stop after the first END instead of reading further streams (as
+    /// btrfs receive).
     #[arg(short = 'e')]
     stop_at_end: bool,
-    /// Stop after N failed commands (0: never; the default is 1).
+    /// Accepted as btrfs receive's: rreceive is always confined beneath
+    /// DEST
+    ///
+    /// btrfs receive -C chroots into DEST; rreceive needs no chroot: every
+    /// path a stream names is resolved beneath DEST and nothing outside it
+    /// is ever written. As with btrfs receive -C, parents and clone
+    /// sources may still be found (and read) elsewhere on DEST's btrfs
+    /// filesystem. -v says so on stderr.
+    #[arg(short = 'C', long = "chroot")]
+    chroot: bool,
+    /// Stop after N failed commands (0: never; the default is 1), as btrfs
+    /// receive.
     #[arg(
         short = 'E',
         long = "max-errors",
@@ -38,10 +51,22 @@ struct Args {
         default_value_t = 1
     )]
     max_errors: u64,
-    /// Print the stream as `btrfs receive --dump` does and apply nothing.
+    /// The root mount point of DEST's btrfs filesystem (as btrfs receive),
+    /// for when /proc is not accessible
+    ///
+    /// A parent or clone source not in DEST is searched on DEST's btrfs
+    /// filesystem by received uuid, then by uuid, as btrfs receive does,
+    /// and opened beneath this mount root; by default DEST's mount point,
+    /// from /proc/self/mountinfo. It must be a mount of the same
+    /// filesystem. Off btrfs (or with --plain) it is not used.
+    #[arg(short = 'm', value_name = "ROOTMOUNT")]
+    root_mount: Option<PathBuf>,
+    /// Print the stream as `btrfs receive --dump` does and apply nothing
+    /// (as btrfs receive).
     #[arg(long)]
     dump: bool,
-    /// Decompress ENCODED_WRITE data instead of writing it encoded (btrfs).
+    /// Decompress ENCODED_WRITE data instead of writing it encoded (btrfs),
+    /// as btrfs receive.
     #[arg(long)]
     force_decompress: bool,
     /// Accept incomplete subvolumes (interrupted receives) as parents and
@@ -99,10 +124,10 @@ struct Args {
     /// away) resumes. Without them such a receive must start again.
     #[arg(long)]
     no_durable: bool,
-    /// Print nothing but errors.
+    /// Print nothing but errors (as btrfs receive).
     #[arg(short = 'q', long, conflicts_with = "verbose")]
     quiet: bool,
-    /// More messages; twice prints every command.
+    /// More messages; twice prints every command (as btrfs receive).
     #[arg(short = 'v', long, action = ArgAction::Count)]
     verbose: u8,
     /// Print the subvolumes received in DEST, one per line: name,
@@ -426,6 +451,13 @@ fn receive(args: Args) -> ExitCode {
     opts.fake_super = args.fake_super;
     opts.durable = !args.no_durable;
     opts.stop = stop;
+    opts.root_mount = args.root_mount;
+    if args.chroot && args.verbose > 0 && !args.quiet {
+        eprintln!(
+            "rreceive: -C: no chroot needed: every path stays beneath {} already",
+            opts.dest.display()
+        );
+    }
     opts.snapshot = if args.in_place {
         rreceive::Snapshot::InPlace
     } else if args.link {

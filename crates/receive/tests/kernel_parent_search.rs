@@ -1,0 +1,227 @@
+//! On btrfs, rreceive finds an incremental stream's parent (and clone
+//! sources) as `btrfs receive` does: in DEST, then anywhere beneath the
+//! mount root of DEST, by received uuid and then by uuid; `-m ROOTMOUNT`
+//! names another mount root. Streams from the kernel's `btrfs send`.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use testkit::{kernel_available, run, sh, BtrfsImage};
+
+/// A source filesystem with read-only snapshots `snaps/s1` and `snaps/s2`
+/// of subvolume `src` (s2 changes, renames and clones s1's files), and
+/// the streams `full` (s1) and `incr` (s2 against s1) in its scratch
+/// directory.
+fn source() -> (BtrfsImage, PathBuf, PathBuf) {
+    let img = BtrfsImage::new(256, &[], "noatime");
+    sh(
+        img.mnt(),
+        "btrfs -q subvolume create src && mkdir snaps && cd src && mkdir -p d/e && \
+         head -c 300000 /dev/urandom > big && echo one > d/f && ln -s d/f link && \
+         cd .. && btrfs -q subvolume snapshot -r src snaps/s1 && cd src && \
+         echo two >> d/f && mv d/e d/g && cp --reflink=always big big2 && rm link && \
+         touch -d @1000000000 d && cd .. && btrfs -q subvolume snapshot -r src snaps/s2",
+    );
+    let full = img.scratch().join("full.stream");
+    let incr = img.scratch().join("incr.stream");
+    let m = img.mnt();
+    let s1 = m.join("snaps/s1");
+    let s2 = m.join("snaps/s2");
+    fs::write(&full, img.send(&[s1.as_os_str()])).unwrap();
+    fs::write(
+        &incr,
+        img.send(&["-p".as_ref(), s1.as_os_str(), s2.as_os_str()]),
+    )
+    .unwrap();
+    (img, full, incr)
+}
+
+/// `btrfs subvolume show`'s field `name` of `path`.
+fn show(path: &Path, name: &str) -> String {
+    let out = run(Command::new("btrfs").args(["subvolume", "show"]).arg(path));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(name).map(|v| v.trim().to_string()))
+        .unwrap_or_default()
+}
+
+/// A second mount of a filesystem, unmounted when dropped.
+struct Mount(PathBuf);
+
+impl Mount {
+    fn new(dev: &str, opts: &str, at: PathBuf) -> Mount {
+        fs::create_dir_all(&at).unwrap();
+        run(Command::new("mount").args(["-o", opts, dev]).arg(&at));
+        Mount(at)
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+#[test]
+fn the_parent_is_found_beside_dest_by_received_uuid_as_btrfs_receive_finds_it() {
+    if !kernel_available(
+        "the_parent_is_found_beside_dest_by_received_uuid_as_btrfs_receive_finds_it",
+    ) {
+        return;
+    }
+    let (_src, full, incr) = source();
+    // What btrfs receive makes of DEST/a then DEST/b.
+    let want = BtrfsImage::new(256, &[], "noatime");
+    let got = BtrfsImage::new(256, &[], "noatime");
+    for img in [&want, &got] {
+        fs::create_dir_all(img.mnt().join("dest/a")).unwrap();
+        fs::create_dir_all(img.mnt().join("dest/b")).unwrap();
+    }
+    btrfs_receive(&want.mnt().join("dest/a"), &full);
+    btrfs_receive(&want.mnt().join("dest/b"), &incr);
+    rreceive_ok(&got.mnt().join("dest/a"), &full, &["-q"]);
+    let out = rreceive_ok(&got.mnt().join("dest/b"), &incr, &[]);
+    assert_no_panic(&out);
+    for s in ["dest/a/s1", "dest/b/s2"] {
+        assert_same_tree(
+            s,
+            &want.mnt().join(s),
+            &got.mnt().join(s),
+            Leeway::default(),
+        );
+    }
+    // b/s2 is a snapshot of a/s1, as btrfs receive makes it.
+    let a = show(&got.mnt().join("dest/a/s1"), "UUID:");
+    assert_eq!(show(&got.mnt().join("dest/b/s2"), "Parent UUID:"), a);
+    let (received, ro) = subvol_show(&got.mnt().join("dest/b/s2"));
+    assert!(ro);
+    assert_eq!(
+        received,
+        show(&want.mnt().join("dest/b/s2"), "Received UUID:")
+    );
+}
+
+#[test]
+fn the_parent_is_found_by_its_own_uuid_on_the_sending_filesystem() {
+    if !kernel_available("the_parent_is_found_by_its_own_uuid_on_the_sending_filesystem") {
+        return;
+    }
+    let (img, _full, incr) = source();
+    for d in ["ref", "got"] {
+        fs::create_dir(img.mnt().join(d)).unwrap();
+    }
+    // snaps/s1 was never received: it is found by its own uuid.
+    btrfs_receive(&img.mnt().join("ref"), &incr);
+    rreceive_ok(&img.mnt().join("got"), &incr, &["-q"]);
+    assert_same_tree(
+        "s2",
+        &img.mnt().join("ref/s2"),
+        &img.mnt().join("got/s2"),
+        Leeway::default(),
+    );
+    assert_same_tree(
+        "s2 as sent",
+        &img.mnt().join("snaps/s2"),
+        &img.mnt().join("got/s2"),
+        Leeway::default(),
+    );
+    let s1 = show(&img.mnt().join("snaps/s1"), "UUID:");
+    assert_eq!(show(&img.mnt().join("got/s2"), "Parent UUID:"), s1);
+}
+
+#[test]
+fn a_parent_outside_the_mount_is_found_with_m_rootmount_and_named_without() {
+    if !kernel_available("a_parent_outside_the_mount_is_found_with_m_rootmount_and_named_without") {
+        return;
+    }
+    let (_src, full, incr) = source();
+    let img = BtrfsImage::new(256, &[], "noatime");
+    sh(
+        img.mnt(),
+        "btrfs -q subvolume create @data && btrfs -q subvolume create @dest && mkdir @data/a",
+    );
+    rreceive_ok(&img.mnt().join("@data/a"), &full, &["-q"]);
+    // DEST on a mount of @dest only: @data/a/s1 is not beneath its root.
+    let m2 = Mount::new(
+        img.loop_device(),
+        "subvol=@dest,noatime",
+        img.scratch().join("m2"),
+    );
+    let dest = m2.0.as_path();
+    let out = rreceive(&[dest.as_os_str()], &incr);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let parent = stream_uuids(&full)[0];
+    assert!(
+        err.contains(&format!("parent subvolume {parent} not found"))
+            && err.contains("<FS_TREE>/@data/a/s1")
+            && err.contains("not reachable"),
+        "{err}"
+    );
+    assert!(!dest.join("s2").exists());
+    // -m: the top level, mounted elsewhere.
+    let m = img.mnt().as_os_str();
+    let out = rreceive(&["-m".as_ref(), m, "-v".as_ref(), dest.as_os_str()], &incr);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "parent {parent} found outside DEST: {}",
+            img.mnt().join("@data/a/s1").display()
+        )),
+        "{err}"
+    );
+    assert_same_tree(
+        "s2",
+        &_src.mnt().join("snaps/s2"),
+        &dest.join("s2"),
+        Leeway::default(),
+    );
+    let a = show(&img.mnt().join("@data/a/s1"), "UUID:");
+    assert_eq!(show(&dest.join("s2"), "Parent UUID:"), a);
+}
+
+#[test]
+fn a_parent_nowhere_on_the_filesystem_is_named_by_its_uuid() {
+    if !kernel_available("a_parent_nowhere_on_the_filesystem_is_named_by_its_uuid") {
+        return;
+    }
+    let (_src, full, incr) = source();
+    let img = BtrfsImage::new(256, &[], "noatime");
+    let dest = img.mnt().join("dest");
+    fs::create_dir(&dest).unwrap();
+    let out = rreceive(&["-C".as_ref(), "-v".as_ref(), dest.as_os_str()], &incr);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("-C: no chroot needed"), "{err}");
+    let parent = stream_uuids(&full)[0];
+    assert!(
+        err.contains(&format!(
+            "parent subvolume {parent} not found in {}",
+            dest.display()
+        )) && err.contains("by received uuid, then by uuid"),
+        "{err}"
+    );
+    // btrfs receive fails too.
+    let out = Command::new("btrfs")
+        .args(["receive", "-f"])
+        .arg(&incr)
+        .arg(&dest)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
