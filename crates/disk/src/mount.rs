@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
 
+use crate::device::Device;
+
 /// The mount table of this process.
 const MOUNTINFO: &str = "/proc/self/mountinfo";
 /// Where the kernel lists each mounted btrfs, by fsid.
@@ -62,6 +64,16 @@ pub enum MountError {
         /// The path as given.
         path: PathBuf,
     },
+    /// The superblock of the mount's device could not be read.
+    #[error("{}: reading the superblock of {}: {source}", path.display(), device.display())]
+    Superblock {
+        /// The path as given.
+        path: PathBuf,
+        /// The device.
+        device: PathBuf,
+        /// Why.
+        source: Box<crate::Error>,
+    },
     /// No `/sys/fs/btrfs/FSID/devices/` lists the mount's device.
     #[error("{}: the btrfs mounted at {} from {} is not listed in {SYSFS_BTRFS}", path.display(), mount_point.display(), source_dev.display())]
     NoDevices {
@@ -77,9 +89,10 @@ pub enum MountError {
 /// A subvolume named by a path on a mounted btrfs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountedSubvol {
-    /// The filesystem's fsid.
+    /// The filesystem's fsid (from its superblock).
     pub fsid: Uuid,
-    /// Every device of the filesystem (`/dev/NAME`), sorted.
+    /// Every device of the filesystem (`/dev/NAME`), sorted: the same
+    /// for every path on the same mounted filesystem.
     pub devices: Vec<PathBuf>,
     /// The subvolume's path from the top level (`snaps/tue`; empty for
     /// the top level itself).
@@ -133,13 +146,20 @@ pub fn resolve(path: &Path) -> Result<MountedSubvol, MountError> {
     if !meta.is_dir() || meta.ino() != SUBVOL_ROOT_INO {
         return Err(MountError::NotSubvolume { path: given() });
     }
-    let (fsid, devices) = devices_of(&m.source).ok_or_else(|| MountError::NoDevices {
+    let devices = devices_of(&m.source).ok_or_else(|| MountError::NoDevices {
         path: given(),
         mount_point: m.mount_point.clone(),
         source_dev: m.source.clone(),
     })?;
+    // sysfs names a filesystem mounted with a temporary fsid (a cloned
+    // image) by that; the superblock holds the one -d's devices have.
+    let sb = Device::open(&m.source).map_err(|e| MountError::Superblock {
+        path: given(),
+        device: m.source.clone(),
+        source: Box::new(e),
+    })?;
     Ok(MountedSubvol {
-        fsid,
+        fsid: sb.superblock().fsid(),
         devices,
         path: top_level_path(&m.root, &beneath),
         mount_point: m.mount_point.clone(),
@@ -176,19 +196,20 @@ fn mount_of<'a>(entries: &'a [MountEntry], real: &Path) -> Option<(&'a MountEntr
     best
 }
 
-/// The fsid and devices of the mounted btrfs whose device `source` is: the
-/// directory of `/sys/fs/btrfs/` that lists it.
-fn devices_of(source: &Path) -> Option<(Uuid, Vec<PathBuf>)> {
+/// The devices of the mounted btrfs whose device `source` is: those the
+/// directory of `/sys/fs/btrfs/` that lists it lists.
+fn devices_of(source: &Path) -> Option<Vec<PathBuf>> {
     let dev = std::fs::canonicalize(source).ok()?;
     let name = dev.file_name()?;
     for dir in std::fs::read_dir(SYSFS_BTRFS).ok()?.flatten() {
-        let Some(fsid) = dir
+        // Its entries are fsids, and `features` beside them.
+        let fsid_named = dir
             .file_name()
             .to_str()
-            .and_then(|s| Uuid::parse_str(s).ok())
-        else {
+            .is_some_and(|s| Uuid::parse_str(s).is_ok());
+        if !fsid_named {
             continue;
-        };
+        }
         let Ok(list) = std::fs::read_dir(dir.path().join("devices")) else {
             continue;
         };
@@ -198,7 +219,7 @@ fn devices_of(source: &Path) -> Option<(Uuid, Vec<PathBuf>)> {
             .collect();
         if names.iter().any(|d| d.file_name() == Some(name)) {
             names.sort();
-            return Some((fsid, names));
+            return Some(names);
         }
     }
     None

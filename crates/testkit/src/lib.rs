@@ -390,6 +390,18 @@ impl Attached {
     /// filesystem with a log tree needs) and mounts them with `opts` plus
     /// `ro,subvolid=5` and `device=` for each.
     pub fn new(devs: &[PathBuf], mnt: &Path, writable_loop: bool, opts: &str) -> Attached {
+        let mut o = String::from("ro,subvolid=5");
+        if !opts.is_empty() {
+            o.push(',');
+            o.push_str(opts);
+        }
+        Attached::mount_with(devs, mnt, writable_loop, &o)
+    }
+
+    /// Attaches `devs` (read-only loop devices unless `writable_loop`) and
+    /// mounts them with exactly `opts` (such as `subvol=@`, or empty for a
+    /// writable mount of the default subvolume) plus `device=` for each.
+    pub fn mount_with(devs: &[PathBuf], mnt: &Path, writable_loop: bool, opts: &str) -> Attached {
         let mut a = Attached {
             loops: Vec::new(),
             mnt: mnt.to_owned(),
@@ -405,13 +417,12 @@ impl Attached {
                 .push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
         }
         std::fs::create_dir_all(mnt).expect("mount point");
-        let mut o = String::from("ro,subvolid=5");
-        if !opts.is_empty() {
-            o.push(',');
-            o.push_str(opts);
-        }
+        let mut o = String::from(opts);
         for l in &a.loops {
-            o.push_str(",device=");
+            if !o.is_empty() {
+                o.push(',');
+            }
+            o.push_str("device=");
             o.push_str(l);
         }
         run(Command::new("mount")
@@ -425,6 +436,11 @@ impl Attached {
     /// The mount point.
     pub fn mnt(&self) -> &Path {
         &self.mnt
+    }
+
+    /// The loop devices, in the order of the files attached.
+    pub fn loops(&self) -> &[String] {
+        &self.loops
     }
 }
 

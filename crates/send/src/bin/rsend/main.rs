@@ -351,6 +351,11 @@ fn run_on(args: &Args, named: Named) -> Result<(), Failure> {
         send::send(&SendArgs {
             devices,
             subvols,
+            labels: args
+                .subvols
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect(),
             output: args.file.clone(),
             quiet: args.quiet,
             verbose: args.verbose,

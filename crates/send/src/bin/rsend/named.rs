@@ -116,7 +116,7 @@ impl Resolver {
         }
         let m = mounted(arg)?;
         match (&self.first, self.fsid) {
-            (Some((first, first_mount)), Some(fsid)) if fsid != m.fsid => {
+            (Some((first, first_mount)), Some(fsid)) if self.devices != m.devices => {
                 return Err(Failure::msg(format!(
                     "all subvolumes must be from the same filesystem: {} is on the btrfs {fsid} (mounted at {}), {} on the btrfs {} (mounted at {})",
                     first.display(),

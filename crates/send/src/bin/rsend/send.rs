@@ -33,6 +33,9 @@ pub(crate) struct SendArgs {
     pub(crate) devices: Vec<PathBuf>,
     /// Subvolumes to send, in order; one stream each, concatenated.
     pub(crate) subvols: Vec<SubvolSelector>,
+    /// How the first of `subvols` were named on the command line, for "At
+    /// subvol" (btrfs send prints its arguments); the others by their path.
+    pub(crate) labels: Vec<String>,
     /// Output file; standard output when `None`.
     pub(crate) output: Option<PathBuf>,
     /// Print nothing but errors.
@@ -182,9 +185,10 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
     let mut w = Writer::new(BufWriter::with_capacity(32 << 10, file));
     let show_progress = !args.quiet && !args.dry_run && std::io::stderr().is_terminal();
     let mut total = 0u64;
-    for ((sv, parent), clone_srcs) in svs.iter().zip(&parents).zip(&clone_sets) {
+    for (i, ((sv, parent), clone_srcs)) in svs.iter().zip(&parents).zip(&clone_sets).enumerate() {
         if !args.quiet {
-            eprintln!("At subvol {}", sv.path_lossy());
+            let label = args.labels.get(i).cloned();
+            eprintln!("At subvol {}", label.unwrap_or_else(|| sv.path_lossy()));
         }
         let bar = show_progress.then(|| Arc::new(Bar::new(&sv.path_lossy())));
         let progress: Arc<dyn Progress> = match &bar {
