@@ -62,27 +62,29 @@ impl Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        let ok = Command::new("umount")
-            .arg(&self.0)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
+        testkit::unmount(&self.0);
     }
+}
+
+/// The source (see [`source`]) and an empty destination filesystem, or
+/// None when `test` cannot run here.
+fn start(test: &str) -> Option<(BtrfsImage, PathBuf, PathBuf, BtrfsImage)> {
+    if !kernel_available(test) {
+        return None;
+    }
+    let (src, full, incr) = source();
+    Some((src, full, incr, BtrfsImage::new(256, &[], "noatime")))
 }
 
 #[test]
 fn the_parent_is_found_beside_dest_by_received_uuid_as_btrfs_receive_finds_it() {
-    if !kernel_available(
-        "the_parent_is_found_beside_dest_by_received_uuid_as_btrfs_receive_finds_it",
-    ) {
+    let Some((_src, full, incr, got)) =
+        start("the_parent_is_found_beside_dest_by_received_uuid_as_btrfs_receive_finds_it")
+    else {
         return;
-    }
-    let (_src, full, incr) = source();
+    };
     // What btrfs receive makes of DEST/a then DEST/b.
     let want = BtrfsImage::new(256, &[], "noatime");
-    let got = BtrfsImage::new(256, &[], "noatime");
     for img in [&want, &got] {
         fs::create_dir_all(img.mnt().join("dest/a")).unwrap();
         fs::create_dir_all(img.mnt().join("dest/b")).unwrap();
@@ -141,11 +143,11 @@ fn the_parent_is_found_by_its_own_uuid_on_the_sending_filesystem() {
 
 #[test]
 fn a_parent_outside_the_mount_is_found_with_m_rootmount_and_named_without() {
-    if !kernel_available("a_parent_outside_the_mount_is_found_with_m_rootmount_and_named_without") {
+    let Some((src, full, incr, img)) =
+        start("a_parent_outside_the_mount_is_found_with_m_rootmount_and_named_without")
+    else {
         return;
-    }
-    let (_src, full, incr) = source();
-    let img = BtrfsImage::new(256, &[], "noatime");
+    };
     sh(
         img.mnt(),
         "btrfs -q subvolume create @data && btrfs -q subvolume create @dest && mkdir @data/a",
@@ -187,7 +189,7 @@ fn a_parent_outside_the_mount_is_found_with_m_rootmount_and_named_without() {
     );
     assert_same_tree(
         "s2",
-        &_src.mnt().join("snaps/s2"),
+        &src.mnt().join("snaps/s2"),
         &dest.join("s2"),
         Leeway::default(),
     );
@@ -197,11 +199,11 @@ fn a_parent_outside_the_mount_is_found_with_m_rootmount_and_named_without() {
 
 #[test]
 fn a_parent_nowhere_on_the_filesystem_is_named_by_its_uuid() {
-    if !kernel_available("a_parent_nowhere_on_the_filesystem_is_named_by_its_uuid") {
+    let Some((_src, full, incr, img)) =
+        start("a_parent_nowhere_on_the_filesystem_is_named_by_its_uuid")
+    else {
         return;
-    }
-    let (_src, full, incr) = source();
-    let img = BtrfsImage::new(256, &[], "noatime");
+    };
     let dest = img.mnt().join("dest");
     fs::create_dir(&dest).unwrap();
     let out = rreceive(&["-C".as_ref(), "-v".as_ref(), dest.as_os_str()], &incr);

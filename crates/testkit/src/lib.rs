@@ -212,7 +212,7 @@ impl Drop for BtrfsImage {
 }
 
 /// Unmounts `mnt`, lazily when it is busy; for drop guards, so it never fails.
-fn unmount(mnt: &Path) {
+pub fn unmount(mnt: &Path) {
     let ok = Command::new("umount")
         .arg(mnt)
         .status()
