@@ -824,7 +824,7 @@ impl Dest {
                 let found = s.found?;
                 Some(Known {
                     name: shown.unwrap_or_default(),
-                    complete: found.read_only,
+                    complete: found.complete,
                     elsewhere: Some(found),
                 })
             }
@@ -910,9 +910,15 @@ impl Dest {
                     if !ru.is_nil() && !matches!(ix.get(&ru), Some(Known { complete: true, .. })) {
                         ix.insert(ru, k.clone());
                     }
+                    // No unfinished receive of rreceive's: btrfs receive
+                    // takes a subvolume found by its own uuid, writable or
+                    // not.
                     self.by_own_uuid
                         .entry(Uuid::from_bytes(info.uuid))
-                        .or_insert(k);
+                        .or_insert(Known {
+                            complete: true,
+                            ..k
+                        });
                 }
             }
         }

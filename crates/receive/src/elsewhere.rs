@@ -54,8 +54,10 @@ pub(crate) struct Found {
     pub id: u64,
     /// Its path beneath the mount root (empty: the mount root itself).
     pub rel: Vec<u8>,
-    /// Whether it is read-only (a finished receive or snapshot).
-    pub read_only: bool,
+    /// Whether it is usable without `--force`: anything but a subvolume
+    /// whose receive by rreceive did not finish (writable, with
+    /// rreceive's record). btrfs receive takes any subvolume it finds.
+    pub complete: bool,
 }
 
 /// What [`search`] met.
@@ -232,7 +234,7 @@ impl MountRoot {
                 let found = Found {
                     id,
                     rel: rel.to_vec(),
-                    read_only: false,
+                    complete: false,
                 };
                 let Ok(sub) = self.open(&found) else {
                     out.unreachable.push(path);
@@ -249,8 +251,15 @@ impl MountRoot {
                     out.unreachable.push(path);
                     continue;
                 }
+                let read_only = info.flags & ioctl::ROOT_SUBVOL_RDONLY != 0;
+                let recorded = {
+                    use xattr::FileExt;
+                    std::fs::File::from(sub)
+                        .get_xattr(crate::subvol::XATTR_NAME)
+                        .is_ok_and(|v| v.is_some())
+                };
                 out.found = Some(Found {
-                    read_only: info.flags & ioctl::ROOT_SUBVOL_RDONLY != 0,
+                    complete: read_only || !recorded,
                     ..found
                 });
                 return Ok(out);

@@ -139,6 +139,23 @@ fn the_parent_is_found_by_its_own_uuid_on_the_sending_filesystem() {
     );
     let s1 = show(&img.mnt().join("snaps/s1"), "UUID:");
     assert_eq!(show(&img.mnt().join("got/s2"), "Parent UUID:"), s1);
+    // Writable now: btrfs receive takes it all the same, and so does
+    // rreceive (it is no unfinished receive of its own).
+    run(Command::new("btrfs")
+        .args(["property", "set", "-ts"])
+        .arg(img.mnt().join("snaps/s1"))
+        .args(["ro", "false"]));
+    for d in ["ref-rw", "got-rw"] {
+        fs::create_dir(img.mnt().join(d)).unwrap();
+    }
+    btrfs_receive(&img.mnt().join("ref-rw"), &incr);
+    rreceive_ok(&img.mnt().join("got-rw"), &incr, &["-q"]);
+    assert_same_tree(
+        "s2 of a writable parent",
+        &img.mnt().join("ref-rw/s2"),
+        &img.mnt().join("got-rw/s2"),
+        Leeway::default(),
+    );
 }
 
 #[test]
