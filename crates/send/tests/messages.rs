@@ -961,6 +961,7 @@ fn help_ends_with_examples() {
         .split_once("\nExamples:\n")
         .unwrap_or_else(|| panic!("no Examples: {help}"));
     for want in [
+        "    rsend -p /mnt/pool/snaps/mon /mnt/pool/snaps/tue | ssh backup rreceive /srv/backup\n",
         "    rsend -d /dev/sdb -p snaps/mon snaps/tue | ssh backup rreceive /srv/backup\n",
         "    ssh backup rreceive --list /srv/backup |\n      rsend -d /dev/sdb --parent-from - snaps/today | ssh backup rreceive /srv/backup\n",
         "    t=$(ssh backup rreceive --resume-token /srv/backup/today) &&\n      rsend -d /dev/sdb --resume \"$t\" snaps/today | ssh backup rreceive /srv/backup\n",

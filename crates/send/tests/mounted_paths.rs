@@ -128,13 +128,18 @@ fn stream_text(args: &[&OsStr]) -> String {
     String::from_utf8(o.stdout).expect("UTF-8")
 }
 
+/// A scratch directory for `test` when it can mount (after its SKIP line
+/// when not).
+fn scratch_if_kernel(test: &str) -> Option<tempfile::TempDir> {
+    kernel_available(test).then(|| tempfile::tempdir().unwrap())
+}
+
 #[test]
 fn scenarios_sent_with_mounted_paths_give_the_streams_of_d() {
-    let test = "scenarios_sent_with_mounted_paths_give_the_streams_of_d";
-    if !kernel_available(test) {
+    let Some(dir) = scratch_if_kernel("scenarios_sent_with_mounted_paths_give_the_streams_of_d")
+    else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    };
     let image = scenarios::decompress_image(dir.path());
     let mnt = dir.path().join("mnt");
     let _attached = Attached::new(std::slice::from_ref(&image), &mnt, false, "");
@@ -154,13 +159,7 @@ fn scenarios_sent_with_mounted_paths_give_the_streams_of_d() {
             "full send of {parent}: mounted path and -d differ"
         );
         let incr = stream(&["-p".into(), at(&mnt, parent), at(&mnt, child)] as &[OsString]);
-        let by_d = stream(&[
-            "-d".into(),
-            img.to_owned(),
-            "-p".into(),
-            parent.into(),
-            child.into(),
-        ] as &[OsString]);
+        let by_d = incremental_by_d(img, parent, child);
         assert!(
             incr == by_d,
             "{parent} -> {child}: mounted paths and -d differ"
@@ -172,14 +171,21 @@ fn scenarios_sent_with_mounted_paths_give_the_streams_of_d() {
     let (parent, child) = &pairs[0];
     let o = rsend_in(&mnt, &["-q", "-p", parent, child]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let by_d = stream(&[
-        "-d".into(),
-        img.to_owned(),
-        "-p".into(),
-        parent.into(),
-        child.into(),
-    ] as &[OsString]);
-    assert!(o.stdout == by_d, "relative paths in the mount");
+    assert!(
+        o.stdout == incremental_by_d(img, parent, child),
+        "relative paths in the mount"
+    );
+}
+
+/// `rsend -q -d DEV -p PARENT CHILD`'s stream (paths from the top level).
+fn incremental_by_d(dev: &OsStr, parent: &str, child: &str) -> Vec<u8> {
+    stream(&[
+        OsStr::new("-d"),
+        dev,
+        OsStr::new("-p"),
+        OsStr::new(parent),
+        OsStr::new(child),
+    ])
 }
 
 /// Writes `n` pseudo-random bytes from `seed` to `path`.
@@ -200,11 +206,11 @@ fn snapshot(from: &Path, to: &Path) {
 
 #[test]
 fn two_device_filesystem_sent_by_mounted_path_as_with_both_devices() {
-    let test = "two_device_filesystem_sent_by_mounted_path_as_with_both_devices";
-    if !kernel_available(test) {
+    let Some(dir) =
+        scratch_if_kernel("two_device_filesystem_sent_by_mounted_path_as_with_both_devices")
+    else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    };
     let devs: Vec<PathBuf> = ["d1.img", "d2.img"]
         .iter()
         .map(|n| dir.path().join(n))
@@ -284,7 +290,7 @@ fn subvolume_mounted_with_subvol_or_subvolid_is_found_from_its_root() {
     let mut img = pool();
     let id = rootid(&img.mnt().join("@"));
     let dev = img.loop_device().to_owned();
-    let want = stream(&["-d", &dev, "-p", "@/snaps/mon", "@/snaps/tue"]);
+    let want = incremental_by_d(OsStr::new(&dev), "@/snaps/mon", "@/snaps/tue");
     let full = stream(&["-d", &dev, "@/snaps/tue"]);
     // At the top level.
     let mnt = img.mnt().to_owned();

@@ -156,11 +156,12 @@ struct Args {
     #[arg(long, value_name = "N", conflicts_with = "parent")]
     parent_id: Option<u64>,
 
-    /// A read-only subvolume the receiver has, to clone shared data from (repeatable); without -p, the parent is picked among them as btrfs send does
+    /// A read-only subvolume the receiver has, to clone shared data from (repeatable; named as SUBVOL is, or by its uuid); without -p, the parent is picked among them as btrfs send does
     #[arg(short = 'c', long = "clone-src", value_name = "SUBVOL", value_parser = any_path())]
     clone_src: Vec<PathBuf>,
 
-    /// Print the subvolumes as `btrfs subvolume list -p -u -q -R` does
+    /// Print the subvolumes as `btrfs subvolume list -p -u -q -R` does (of
+    /// the filesystem of -d, or of the one SUBVOL is mounted from)
     #[arg(long)]
     list: bool,
 
@@ -213,7 +214,12 @@ struct Args {
     )]
     ignore: Vec<String>,
 
-    /// With --changes or --verify: one JSON object per line
+    /// With --list, --changes or --verify: one JSON object per line
+    ///
+    /// --list --json prints one object per subvolume: id, gen, cgen (its
+    /// ctransid), parent, top_level, parent_uuid, received_uuid, uuid (null
+    /// when nil), readonly and path (a string, or {"hex": ...} when not
+    /// UTF-8).
     #[arg(long)]
     json: bool,
 
