@@ -329,6 +329,21 @@ fn subvolume_mounted_with_subvol_or_subvolid_is_found_from_its_root() {
         assert!(o.status.success(), "{opts}: {err}");
         assert!(err.contains("At subvol snaps/tue\n"), "{opts}: {err}");
     }
+    // --changes takes mounted paths too.
+    let listed = |args: &[&OsStr]| {
+        let o = rsend_in(&mnt, args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o.stdout
+    };
+    let mounted = listed(&[
+        OsStr::new("--changes"),
+        OsStr::new("-p"),
+        OsStr::new("snaps/mon"),
+        OsStr::new("snaps/tue"),
+    ]);
+    let d = ["--changes", "-d", &dev, "-p", "@/snaps/mon", "@/snaps/tue"].map(OsStr::new);
+    assert_eq!(mounted, listed(&d));
+    assert!(mounted.starts_with(b"M\t.\tmtime\n"), "{mounted:?}");
 }
 
 #[test]

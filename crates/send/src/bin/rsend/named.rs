@@ -8,6 +8,7 @@ use btrfs_disk::device::Device;
 use btrfs_disk::error::SubvolWanted;
 use btrfs_disk::mount::{self, MountedSubvol};
 use btrfs_disk::SubvolSelector;
+use btrfs_text::plain_io;
 use rsend::send::{list_or_none, SendError};
 use rsend_cli::Failure;
 use uuid::Uuid;
@@ -153,13 +154,16 @@ impl Resolver {
 fn mounted(arg: &Path) -> Result<MountedSubvol, Failure> {
     mount::resolve(arg).map_err(|e| match e {
         mount::MountError::Path { ref source, .. }
-            if source.kind() == std::io::ErrorKind::NotFound && !arg.is_absolute() =>
+            if source.kind() == std::io::ErrorKind::NotFound =>
         {
             Failure::msg(format!(
                 "{}: no such file or directory; without -d a subvolume is a path on a mounted btrfs \
                  (give -d DEVICE for a path from the top level of the filesystem)",
                 arg.display()
             ))
+        }
+        mount::MountError::Path { source, .. } => {
+            Failure::msg(format!("{}: {}", arg.display(), plain_io(&source)))
         }
         e => Failure::Error(e.into()),
     })
