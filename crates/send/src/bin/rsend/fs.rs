@@ -24,16 +24,21 @@ fn options() -> Options {
 /// per subvolume and line.
 pub(crate) fn list(devices: &[PathBuf], json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
     let fs = Filesystem::open_with(devices, options())?;
-    if json {
+    let text = if json {
+        let mut lines = Vec::new();
         for sv in fs.subvolumes()? {
-            serde_json::to_writer(&mut *out, &list_json(&sv))?;
-            out.write_all(b"\n")?;
+            serde_json::to_writer(&mut lines, &list_json(&sv))?;
+            lines.push(b'\n');
         }
+        lines
     } else {
-        out.write_all(fs.list_text()?.as_bytes())?;
+        fs.list_text()?.into_bytes()
+    };
+    match out.write_all(&text).and_then(|()| out.flush()) {
+        // A closed pipe (`| head`) has all it wanted.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
     }
-    out.flush()?;
-    Ok(())
 }
 
 /// One subvolume of `rsend --list --json`: the columns of the text listing
