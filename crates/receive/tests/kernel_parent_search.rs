@@ -119,43 +119,41 @@ fn the_parent_is_found_by_its_own_uuid_on_the_sending_filesystem() {
         return;
     }
     let (img, _full, incr) = source();
-    for d in ["ref", "got"] {
-        fs::create_dir(img.mnt().join(d)).unwrap();
-    }
     // snaps/s1 was never received: it is found by its own uuid.
-    btrfs_receive(&img.mnt().join("ref"), &incr);
-    rreceive_ok(&img.mnt().join("got"), &incr, &["-q"]);
-    assert_same_tree(
-        "s2",
-        &img.mnt().join("ref/s2"),
-        &img.mnt().join("got/s2"),
-        Leeway::default(),
-    );
+    let got = both_receive(img.mnt(), "", &incr);
     assert_same_tree(
         "s2 as sent",
         &img.mnt().join("snaps/s2"),
-        &img.mnt().join("got/s2"),
+        &got,
         Leeway::default(),
     );
     let s1 = show(&img.mnt().join("snaps/s1"), "UUID:");
-    assert_eq!(show(&img.mnt().join("got/s2"), "Parent UUID:"), s1);
+    assert_eq!(show(&got, "Parent UUID:"), s1);
     // Writable now: btrfs receive takes it all the same, and so does
     // rreceive (it is no unfinished receive of its own).
     run(Command::new("btrfs")
         .args(["property", "set", "-ts"])
         .arg(img.mnt().join("snaps/s1"))
         .args(["ro", "false"]));
-    for d in ["ref-rw", "got-rw"] {
-        fs::create_dir(img.mnt().join(d)).unwrap();
-    }
-    btrfs_receive(&img.mnt().join("ref-rw"), &incr);
-    rreceive_ok(&img.mnt().join("got-rw"), &incr, &["-q"]);
+    both_receive(img.mnt(), "-rw", &incr);
+}
+
+/// Receives `stream` (of s2) with btrfs receive into `<mnt>/ref<tag>` and
+/// with rreceive into `<mnt>/got<tag>`, checks that both made the same
+/// s2 and returns rreceive's.
+fn both_receive(mnt: &Path, tag: &str, stream: &Path) -> PathBuf {
+    let (want, got) = (mnt.join(format!("ref{tag}")), mnt.join(format!("got{tag}")));
+    fs::create_dir(&want).unwrap();
+    fs::create_dir(&got).unwrap();
+    btrfs_receive(&want, stream);
+    rreceive_ok(&got, stream, &["-q"]);
     assert_same_tree(
-        "s2 of a writable parent",
-        &img.mnt().join("ref-rw/s2"),
-        &img.mnt().join("got-rw/s2"),
+        &format!("s2 in got{tag}"),
+        &want.join("s2"),
+        &got.join("s2"),
         Leeway::default(),
     );
+    got.join("s2")
 }
 
 #[test]
