@@ -128,6 +128,12 @@ fn stream_text(args: &[&OsStr]) -> String {
     String::from_utf8(o.stdout).expect("UTF-8")
 }
 
+/// A fresh btrfs mounted at the top level for `test` when it can mount
+/// (after its SKIP line when not).
+fn btrfs_if_kernel(test: &str) -> Option<BtrfsImage> {
+    kernel_available(test).then(|| BtrfsImage::new(256, &[], ""))
+}
+
 /// A scratch directory for `test` when it can mount (after its SKIP line
 /// when not).
 fn scratch_if_kernel(test: &str) -> Option<tempfile::TempDir> {
@@ -258,8 +264,8 @@ fn two_device_filesystem_sent_by_mounted_path_as_with_both_devices() {
 
 /// A btrfs with its subvolume `@` holding snapshots `@/snaps/mon` and
 /// `@/snaps/tue` (and a plain directory `@/dir`), mounted at the top level.
-fn pool() -> BtrfsImage {
-    let img = BtrfsImage::new(256, &[], "");
+fn pool(test: &str) -> Option<BtrfsImage> {
+    let img = btrfs_if_kernel(test)?;
     let mnt = img.mnt();
     run(Command::new("btrfs")
         .args(["-q", "subvolume", "create"])
@@ -270,7 +276,7 @@ fn pool() -> BtrfsImage {
     snapshot(&mnt.join("@"), &mnt.join("@/snaps/mon"));
     write_data(&mnt.join("@/b"), 2, 100_000);
     snapshot(&mnt.join("@"), &mnt.join("@/snaps/tue"));
-    img
+    Some(img)
 }
 
 /// The subvolume id of the subvolume mounted at (or holding) `path`.
@@ -283,11 +289,10 @@ fn rootid(path: &Path) -> String {
 
 #[test]
 fn subvolume_mounted_with_subvol_or_subvolid_is_found_from_its_root() {
-    let test = "subvolume_mounted_with_subvol_or_subvolid_is_found_from_its_root";
-    if !kernel_available(test) {
+    let Some(mut img) = pool("subvolume_mounted_with_subvol_or_subvolid_is_found_from_its_root")
+    else {
         return;
-    }
-    let mut img = pool();
+    };
     let id = rootid(&img.mnt().join("@"));
     let dev = img.loop_device().to_owned();
     let want = incremental_by_d(OsStr::new(&dev), "@/snaps/mon", "@/snaps/tue");
@@ -348,11 +353,10 @@ fn subvolume_mounted_with_subvol_or_subvolid_is_found_from_its_root() {
 
 #[test]
 fn mounted_paths_that_name_no_subvolume_of_the_filesystem_are_refused() {
-    let test = "mounted_paths_that_name_no_subvolume_of_the_filesystem_are_refused";
-    if !kernel_available(test) {
+    let Some(img) = pool("mounted_paths_that_name_no_subvolume_of_the_filesystem_are_refused")
+    else {
         return;
-    }
-    let img = pool();
+    };
     let mnt = img.mnt();
     let other = BtrfsImage::new(128, &[], "");
     let elsewhere = other.snapshot("snap");
@@ -406,11 +410,9 @@ fn mounted_paths_that_name_no_subvolume_of_the_filesystem_are_refused() {
 
 #[test]
 fn subvolumes_named_in_bytes_that_are_not_utf8_are_sent() {
-    let test = "subvolumes_named_in_bytes_that_are_not_utf8_are_sent";
-    if !kernel_available(test) {
+    let Some(img) = btrfs_if_kernel("subvolumes_named_in_bytes_that_are_not_utf8_are_sent") else {
         return;
-    }
-    let img = BtrfsImage::new(128, &[], "");
+    };
     let mnt = img.mnt();
     write_data(&mnt.join("a"), 7, 50_000);
     let mon = OsStr::from_bytes(b"mon\xff");
