@@ -346,7 +346,17 @@ pub fn receive_with<R: Read>(
         if pos.index % 64 == 0 {
             rx.log.progress(pos.offset + pos.len, pos.index);
         }
-        let res = rx.apply(&cmd, pos);
+        // A stream of several subvolumes made by `btrfs send -e` has no END
+        // between them: the next one's start ends the one before, as for
+        // btrfs receive.
+        let starts = matches!(cmd, Command::Subvol { .. } | Command::Snapshot { .. });
+        let mut res = Ok(apply::Flow::End);
+        if starts && rx.in_subvol() {
+            res = rx.apply(&Command::End {}, pos);
+        }
+        if res.is_ok() {
+            res = rx.apply(&cmd, pos);
+        }
         failed += std::mem::take(&mut rx.extra_errors);
         if opts.max_errors != 0 && failed >= opts.max_errors && res.is_ok() {
             let why = format!("{failed} command(s) failed");

@@ -455,6 +455,12 @@ impl<'o> Receiver<'o> {
         Ok(())
     }
 
+    /// Whether a subvolume is being received (after its SUBVOL or
+    /// SNAPSHOT, before its END).
+    pub(crate) fn in_subvol(&self) -> bool {
+        self.cur.is_some()
+    }
+
     /// Applies one command.
     pub(crate) fn apply(&mut self, cmd: &Command<'_>, pos: Position) -> Result<Flow, Error> {
         // Failures of earlier commands, finished on the closing thread,

@@ -209,6 +209,13 @@ pub struct SendOptions {
     /// [`btrfs_stream::resume`]): RESUME, the first command, then the
     /// commands after the point, whose data alone is read.
     pub resume: Option<btrfs_stream::resume::Point>,
+    /// Write no stream header: the stream goes on after one written
+    /// before with the same protocol version (`btrfs send -e`, every
+    /// subvolume but the first).
+    pub omit_header: bool,
+    /// Write no END: another subvolume's commands follow in the same
+    /// stream (`btrfs send -e`, every subvolume but the last).
+    pub omit_end: bool,
 }
 
 impl Default for SendOptions {
@@ -221,6 +228,8 @@ impl Default for SendOptions {
             no_clones: false,
             dry_run: false,
             resume: None,
+            omit_header: false,
+            omit_end: false,
         }
     }
 }
@@ -423,7 +432,13 @@ pub fn send_with<W: Write>(
     }
     let subvol = sv.label();
     let before = out.bytes_written();
-    let started = if opts.resume.is_some() && !opts.dry_run {
+    let started = if opts.omit_header {
+        // The stream started before goes on, in its own version.
+        match out.version() {
+            Some(v) if v == proto => Ok(()),
+            _ => Err(WriteError::NoStream),
+        }
+    } else if opts.resume.is_some() && !opts.dry_run {
         out.start_resumed_stream(proto)
     } else {
         out.start_stream(proto)
@@ -505,6 +520,10 @@ pub fn send_with<W: Write>(
             &*opts.progress,
             mode,
             proto,
+            sink::Framing {
+                header: !opts.omit_header,
+                end: !opts.omit_end,
+            },
         );
         let res = loop {
             match rx.recv() {

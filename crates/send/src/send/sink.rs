@@ -187,6 +187,16 @@ pub(crate) enum Mode {
     Resume(Point),
 }
 
+/// Which of a stream's framing a send writes: both, unless it is one of
+/// several subvolumes in one stream (`btrfs send -e`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Framing {
+    /// The stream header (written before the sink starts, counted here).
+    pub(crate) header: bool,
+    /// The END command.
+    pub(crate) end: bool,
+}
+
 /// The writer's end: encodes and writes what the walk sends.
 pub(crate) struct Sink<'w, W: Write> {
     pub(crate) w: &'w mut Writer<W>,
@@ -207,6 +217,7 @@ pub(crate) struct Sink<'w, W: Write> {
     pub(crate) kept_len: u64,
     digest: Digest,
     scratch: Vec<u8>,
+    framing: Framing,
 }
 
 impl<'w, W: Write> Sink<'w, W> {
@@ -218,7 +229,13 @@ impl<'w, W: Write> Sink<'w, W> {
         progress: &'w dyn Progress,
         mode: Mode,
         version: u32,
+        framing: Framing,
     ) -> Sink<'w, W> {
+        let header = if framing.header {
+            btrfs_stream::STREAM_HEADER_LEN as u64
+        } else {
+            0
+        };
         Sink {
             w,
             chunk,
@@ -229,10 +246,11 @@ impl<'w, W: Write> Sink<'w, W> {
             mode,
             version,
             count: 0,
-            offset: btrfs_stream::STREAM_HEADER_LEN as u64,
-            kept_len: btrfs_stream::STREAM_HEADER_LEN as u64,
+            offset: header,
+            kept_len: header,
             digest: Digest::default(),
             scratch: Vec::new(),
+            framing,
         }
     }
 
@@ -362,9 +380,13 @@ impl<'w, W: Write> Sink<'w, W> {
                         Cmd::EncodedWrite { data, .. } => unread.unwrap_or(data.len() as u64),
                         _ => 0,
                     };
-                    self.emit(&other.as_command(), len, unread.is_some(), other)?;
                     if matches!(other, Cmd::End) {
+                        if self.framing.end {
+                            self.emit(&other.as_command(), len, unread.is_some(), other)?;
+                        }
                         self.ended = true;
+                    } else {
+                        self.emit(&other.as_command(), len, unread.is_some(), other)?;
                     }
                 }
             }

@@ -69,6 +69,12 @@ struct Args {
     #[arg(short = 'f', long = "file", value_name = "OUT")]
     file: Option<PathBuf>,
 
+    /// With several SUBVOLs, one stream for all, as `btrfs send -e`: a
+    /// stream header before the first and an END only after the last
+    /// (without -e each SUBVOL is a whole stream of its own, concatenated)
+    #[arg(short = 'e')]
+    one_stream: bool,
+
     /// Write nothing: print the exact size the stream would have, with its
     /// command, file and byte counts, without reading file data
     ///
@@ -148,7 +154,7 @@ struct Args {
     #[arg(long)]
     no_data: bool,
 
-    /// Send incrementally against PARENT (a read-only snapshot: a path on a mounted btrfs, or with -d a path from the top level; or its uuid)
+    /// Send incrementally against PARENT (a read-only snapshot: a path on a mounted btrfs, or with -d a path from the top level; or its uuid); with several SUBVOLs every one is sent against PARENT, as btrfs send does
     #[arg(short = 'p', long = "parent", value_name = "PARENT", value_parser = any_path())]
     parent: Option<PathBuf>,
 
@@ -378,6 +384,8 @@ fn run_on(args: &Args, named: Named) -> Result<(), Failure> {
             resume,
             parent_from: args.parent_from.clone(),
             parent_any: args.parent_any,
+            one_stream: args.one_stream,
+            mounted: args.devices.is_empty(),
         })?;
     }
     Ok(())

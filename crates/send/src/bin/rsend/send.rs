@@ -52,6 +52,12 @@ pub(crate) struct SendArgs {
     pub(crate) parent: Option<SubvolSelector>,
     /// Clone sources (`-c`); without a parent they choose one.
     pub(crate) clone_srcs: Vec<SubvolSelector>,
+    /// The devices are those of the mounted filesystem the paths are on
+    /// (no `-d`): that it is mounted goes without saying.
+    pub(crate) mounted: bool,
+    /// One stream for all subvolumes (`-e`): a header before the first, an
+    /// END after the last.
+    pub(crate) one_stream: bool,
     /// Whether `proto` was asked for (`--proto`), not a default.
     pub(crate) proto_given: bool,
     /// Measure the stream instead of writing it (`-n`).
@@ -98,7 +104,7 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
     if to_stdout && !args.dry_run {
         refuse_terminal(&std::io::stdout(), "standard output")?;
     }
-    let fs = open_fs(&args.devices, args.quiet, SEND_CACHE_BYTES)?;
+    let fs = open_fs(&args.devices, args.quiet || args.mounted, SEND_CACHE_BYTES)?;
     let mut svs = Vec::new();
     for sel in &args.subvols {
         svs.push(find_sendable(&fs, sel)?);
@@ -119,16 +125,19 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
     if let Some(p) = &explicit_parent {
         sources.push(p.clone());
     }
-    // btrfs-progs: with -p or -c every subvolume is sent against a parent
-    // (the explicit one first, then one picked among the clone sources,
-    // which grow by each subvolume sent); otherwise all are full.
+    // As btrfs send: with -p every subvolume is sent against that parent,
+    // the parent and the -c sources its clone sources; with -c alone each
+    // one's parent is picked among the clone sources, which grow by each
+    // subvolume sent; with neither all are full. A parent that
+    // --parent-from picked is the first subvolume's; the others' are picked
+    // as with -c.
+    let fixed = args.parent.is_some();
     let incremental = explicit_parent.is_some() || !args.clone_srcs.is_empty();
     let mut parents: Vec<Option<Subvolume>> = Vec::new();
-    // The clone sources of each send: the -c ones, the parent, and (as
-    // btrfs-progs adds them) the subvolumes sent before it in this run.
     let mut clone_sets: Vec<Vec<Subvolume>> = Vec::new();
     for (i, sv) in svs.iter().enumerate() {
         let p = match (&explicit_parent, i) {
+            (Some(p), _) if fixed => Some(p.clone()),
             (Some(p), 0) => Some(p.clone()),
             _ if incremental => Some(pick_parent(&fs, sv, &sources)?.clone()),
             _ => None,
@@ -143,10 +152,12 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
             }
         }
         let mut set = sources.clone();
-        set.extend(p.clone());
+        if let Some(p) = p.as_ref().filter(|p| !set.iter().any(|c| c.id == p.id)) {
+            set.push(p.clone());
+        }
         clone_sets.push(set);
         parents.push(p);
-        if incremental {
+        if incremental && !fixed {
             sources.push(sv.clone());
         }
     }
@@ -203,6 +214,9 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
             no_clones: false,
             dry_run: args.dry_run,
             resume: args.resume.as_ref().map(|t| t.point),
+            // -e: one stream for all, its header first and its END last.
+            omit_header: args.one_stream && i > 0,
+            omit_end: args.one_stream && i + 1 < svs.len(),
         };
         let started = std::time::Instant::now();
         let retries = fs.retries();
