@@ -33,8 +33,9 @@
 //! 9. [`lookup`]: cached lookups in one snapshot's fs tree (inode facts,
 //!    first references, directory entries), with [`lookup::LookupError`].
 //!
-//! Beside them, [`mount`] turns a path on a mounted btrfs into its
-//! subvolume's path from the top level and the filesystem's devices.
+//! Beside them, above [`device`] (whose superblock gives the fsid), [`mount`]
+//! turns a path on a mounted btrfs into its subvolume's path from the top
+//! level and the filesystem's devices.
 //!
 //! The only `unsafe` code is the memory map of an image file in [`device`].
 

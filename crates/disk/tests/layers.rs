@@ -12,6 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["superblock", "items", "chunk", "block"],
     &["error"],
     &["device"],
+    &["mount"],
     &["tree"],
     &["mem"],
     &["diff"],
