@@ -8,16 +8,14 @@
 //! mount.
 
 use std::io;
-use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use btrfs_text::mountinfo::{self, Mount};
 use uuid::Uuid;
 
 use crate::device::Device;
 
-/// The mount table of this process.
-const MOUNTINFO: &str = "/proc/self/mountinfo";
 /// Where the kernel lists each mounted btrfs, by fsid.
 const SYSFS_BTRFS: &str = "/sys/fs/btrfs";
 /// The inode number of every subvolume's root directory.
@@ -101,20 +99,6 @@ pub struct MountedSubvol {
     pub mount_point: PathBuf,
 }
 
-/// One line of the mount table.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct MountEntry {
-    /// The directory inside the filesystem that is mounted (for btrfs, the
-    /// subvolume's path from the top level, or a directory in one).
-    root: PathBuf,
-    /// Where it is mounted.
-    mount_point: PathBuf,
-    /// The filesystem type.
-    fstype: String,
-    /// The mount source (the device, for btrfs).
-    source: PathBuf,
-}
-
 /// Resolves `path` (absolute, or relative to the current directory) as a
 /// subvolume on a mounted btrfs: its path from the top level and the
 /// filesystem's fsid and devices.
@@ -124,11 +108,11 @@ pub fn resolve(path: &Path) -> Result<MountedSubvol, MountError> {
         path: given(),
         source,
     })?;
-    let table = std::fs::read(MOUNTINFO).map_err(|source| MountError::System {
-        path: MOUNTINFO.into(),
+    let table = std::fs::read(mountinfo::PATH).map_err(|source| MountError::System {
+        path: mountinfo::PATH.into(),
         source,
     })?;
-    let entries = parse_mountinfo(&table);
+    let entries = mountinfo::parse(&table);
     let Some((m, beneath)) = mount_of(&entries, &real) else {
         return Err(MountError::NotMounted { path: given() });
     };
@@ -180,8 +164,8 @@ fn top_level_path(root: &Path, beneath: &Path) -> PathBuf {
 
 /// The mount `real` (canonical) is on, the last one mounted at the longest
 /// mount point that is a prefix of it, and the path beneath it.
-fn mount_of<'a>(entries: &'a [MountEntry], real: &Path) -> Option<(&'a MountEntry, PathBuf)> {
-    let mut best: Option<(&MountEntry, PathBuf)> = None;
+fn mount_of<'a>(entries: &'a [Mount], real: &Path) -> Option<(&'a Mount, PathBuf)> {
+    let mut best: Option<(&Mount, PathBuf)> = None;
     for e in entries {
         let Ok(rest) = real.strip_prefix(&e.mount_point) else {
             continue;
@@ -225,60 +209,16 @@ fn devices_of(source: &Path) -> Option<Vec<PathBuf>> {
     None
 }
 
-/// The entries of a `/proc/self/mountinfo` (lines it cannot parse are
-/// skipped).
-fn parse_mountinfo(text: &[u8]) -> Vec<MountEntry> {
-    text.split(|b| *b == b'\n')
-        .filter_map(|line| {
-            let fields: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
-            // ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS
-            let sep = fields.iter().position(|f| *f == b"-")?;
-            if sep < 6 {
-                return None;
-            }
-            Some(MountEntry {
-                root: unescape(fields[3]),
-                mount_point: unescape(fields[4]),
-                fstype: String::from_utf8_lossy(fields.get(sep + 1)?).into_owned(),
-                source: unescape(fields.get(sep + 2)?),
-            })
-        })
-        .collect()
-}
-
-/// A mountinfo field with its octal escapes (`\040` for a space) decoded.
-fn unescape(field: &[u8]) -> PathBuf {
-    let mut out = Vec::with_capacity(field.len());
-    let mut i = 0;
-    while i < field.len() {
-        let octal = field
-            .get(i + 1..i + 4)
-            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(d) => {
-                let v = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
-                out.push(u8::try_from(v).unwrap_or(b'?'));
-                i += 4;
-            }
-            None => {
-                out.push(field[i]);
-                i += 1;
-            }
-        }
-    }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
-}
-
 /// Whether `path` names something on a mounted btrfs (it exists and the
 /// mount it is on is btrfs).
 pub fn is_on_btrfs(path: &Path) -> bool {
     let Ok(real) = std::fs::canonicalize(path) else {
         return false;
     };
-    let Ok(table) = std::fs::read(MOUNTINFO) else {
+    let Ok(table) = std::fs::read(mountinfo::PATH) else {
         return false;
     };
-    let entries = parse_mountinfo(&table);
+    let entries = mountinfo::parse(&table);
     mount_of(&entries, &real).is_some_and(|(m, _)| m.fstype == "btrfs")
 }
 
@@ -295,19 +235,8 @@ mod tests {
 ";
 
     #[test]
-    fn mountinfo_fields_and_escapes() {
-        let e = parse_mountinfo(TABLE);
-        assert_eq!(e.len(), 5);
-        assert_eq!(e[2].root, Path::new("/@"));
-        assert_eq!(e[2].fstype, "btrfs");
-        assert_eq!(e[2].source, Path::new("/dev/loop0"));
-        assert_eq!(e[3].mount_point, Path::new("/mnt/pool/my snaps"));
-        assert_eq!(e[1].fstype, "ext4");
-    }
-
-    #[test]
     fn longest_then_last_mount_point_wins() {
-        let e = parse_mountinfo(TABLE);
+        let e = mountinfo::parse(TABLE);
         let (m, rest) = mount_of(&e, Path::new("/mnt/pool/my snaps/tue")).expect("mounted");
         assert_eq!(m.root, Path::new("/snaps"));
         assert_eq!(top_level_path(&m.root, &rest), Path::new("snaps/tue"));

@@ -11,9 +11,10 @@
 //! no symlinks, no other mount) to be snapshotted or cloned from.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use btrfs_text::mountinfo;
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
@@ -164,7 +165,7 @@ impl MountRoot {
 
     /// The mount root of the mount `dest` is on, from /proc/self/mountinfo.
     pub(crate) fn of(dest: BorrowedFd<'_>, dest_path: &Path) -> std::io::Result<MountRoot> {
-        let text = std::fs::read("/proc/self/mountinfo")?;
+        let text = std::fs::read(mountinfo::PATH)?;
         let id = ioctl::mount_id_reusable(dest);
         let real = std::fs::canonicalize(dest_path)?;
         let point = mount_point(&text, id, &real).ok_or_else(|| {
@@ -300,51 +301,21 @@ fn full_path(fd: BorrowedFd<'_>) -> nix::Result<Vec<u8>> {
     Ok(path)
 }
 
-/// `\NNN` escapes of /proc/self/mountinfo undone.
-fn unescape(field: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(field.len());
-    let mut i = 0;
-    while let Some(&b) = field.get(i) {
-        let oct = field
-            .get(i + 1..i + 4)
-            .filter(|d| b == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)) && d[0] <= b'3');
-        match oct {
-            Some(d) => {
-                out.push(d.iter().fold(0u8, |v, c| (v << 3) | (c - b'0')));
-                i += 4;
-            }
-            None => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
 /// The mount point of the btrfs mount with id `id` in mountinfo `text`;
 /// without an id (or when it is not listed), as btrfs-progs'
 /// `find_mount_root`: the longest mount point `real` is beneath, the last
 /// listed on a tie, if it is btrfs.
 fn mount_point(text: &[u8], id: Option<u64>, real: &Path) -> Option<PathBuf> {
     let mut best: Option<(usize, PathBuf, bool)> = None;
-    for line in text.split(|&b| b == b'\n') {
-        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
-        let (Some(mid), Some(point)) = (fields.first(), fields.get(4)) else {
-            continue;
-        };
-        let sep = fields.iter().position(|f| *f == b"-");
-        let fstype = sep.and_then(|s| fields.get(s + 1)).copied();
-        let btrfs = fstype == Some(b"btrfs".as_slice());
-        let point = PathBuf::from(std::ffi::OsString::from_vec(unescape(point)));
-        let mid = std::str::from_utf8(mid).ok().and_then(|m| m.parse().ok());
-        if id.is_some() && mid == id {
-            return btrfs.then_some(point);
+    for m in mountinfo::parse(text) {
+        let btrfs = m.fstype == "btrfs";
+        if id.is_some() && m.id == id {
+            return btrfs.then_some(m.mount_point);
         }
-        if real.starts_with(&point) {
-            let len = point.as_os_str().len();
+        if real.starts_with(&m.mount_point) {
+            let len = m.mount_point.as_os_str().len();
             if best.as_ref().is_none_or(|(l, _, _)| *l <= len) {
-                best = Some((len, point, btrfs));
+                best = Some((len, m.mount_point, btrfs));
             }
         }
     }
