@@ -474,7 +474,7 @@ pub fn send_with<W: Write>(
     };
     let mut stats = std::thread::scope(|s| {
         let (tx, rx) = mpsc::sync_channel(sink::CHANNEL_BATCHES);
-        let (pool_tx, pool_rx) = mpsc::channel();
+        let (pool_tx, pool_rx) = mpsc::sync_channel(sink::POOL_BUFFERS);
         let walk_label = subvol.clone();
         let walker = s.spawn(move || {
             let mut em = Emitter::new(tx, pool_rx, flavor.write_size(), unread_until);

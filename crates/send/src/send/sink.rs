@@ -8,7 +8,7 @@
 //! walk's, so the stream is the same whatever the timing.
 
 use std::io::Write;
-use std::sync::mpsc::{Receiver, Sender, SyncSender};
+use std::sync::mpsc::{Receiver, SyncSender};
 
 use btrfs_stream::resume::{without_data, Digest, Point};
 use btrfs_stream::{encoded_len, Command, WriteError, Writer};
@@ -21,10 +21,19 @@ use crate::progress::Progress;
 const BATCH_COMMANDS: usize = 256;
 /// Data bytes (file data, xattr values, symlink targets) in a batch before it is handed over.
 const BATCH_DATA: usize = 256 << 10;
-/// Data buffers at least this large go back to the walk for reuse.
-const POOLED: usize = 4 << 10;
+/// Data buffers at least this large go back to the walk for reuse; smaller
+/// ones are allocated each time, so a recycled buffer never holds much more
+/// than the data in it.
+const POOLED: usize = 256 << 10;
 /// Batches in flight between the walk and the writer (bounds memory).
 pub(crate) const CHANNEL_BATCHES: usize = 8;
+/// Recycled data buffers kept waiting for the walk; the writer frees the rest.
+///
+/// With [`CHANNEL_BATCHES`] and [`BATCH_DATA`], this bounds the data a send
+/// holds: every batch in flight holds less than `BATCH_DATA` plus one
+/// command's data (at most a read chunk of about 1 MiB), and the pool at
+/// most this many buffers of about one read chunk each.
+pub(crate) const POOL_BUFFERS: usize = 8;
 
 /// Commands on their way to the writer, and how many inodes they finish.
 #[derive(Default)]
@@ -119,9 +128,18 @@ impl Emitter {
         if len < POOLED {
             return vec![0u8; len];
         }
-        let mut v = self.pool.try_recv().unwrap_or_default();
-        v.resize(len, 0);
-        v
+        match self.pool.try_recv() {
+            Ok(mut v) if v.capacity() >= len => {
+                // Only the part not written before is zeroed.
+                if v.len() >= len {
+                    v.truncate(len);
+                } else {
+                    v.resize(len, 0);
+                }
+                v
+            }
+            _ => vec![0u8; len],
+        }
     }
 
     /// Hands the current batch over.
@@ -202,7 +220,7 @@ pub(crate) struct Sink<'w, W: Write> {
     pub(crate) w: &'w mut Writer<W>,
     /// Largest WRITE payload (48 KiB in v1).
     pub(crate) chunk: usize,
-    pub(crate) pool: Sender<Vec<u8>>,
+    pub(crate) pool: SyncSender<Vec<u8>>,
     pub(crate) progress: &'w dyn Progress,
     pub(crate) stats: StreamStats,
     pub(crate) ended: bool,
@@ -225,7 +243,7 @@ impl<'w, W: Write> Sink<'w, W> {
     pub(crate) fn new(
         w: &'w mut Writer<W>,
         chunk: usize,
-        pool: Sender<Vec<u8>>,
+        pool: SyncSender<Vec<u8>>,
         progress: &'w dyn Progress,
         mode: Mode,
         version: u32,
@@ -392,7 +410,8 @@ impl<'w, W: Write> Sink<'w, W> {
             }
             if let Cmd::Write { data, .. } | Cmd::EncodedWrite { data, .. } = c {
                 if data.capacity() >= POOLED {
-                    let _ = self.pool.send(data);
+                    // A full pool, or a walk that is gone, frees it.
+                    let _ = self.pool.try_send(data);
                 }
             }
         }

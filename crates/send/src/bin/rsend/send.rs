@@ -24,7 +24,7 @@ use crate::fs::open_fs;
 use crate::parents::{check_resume, find_parent, find_source, parent_from_list, pick_parent};
 
 /// Tree block cache of a send.
-const SEND_CACHE_BYTES: usize = 64 << 20;
+const SEND_CACHE_BYTES: usize = 16 << 20;
 
 /// What `rsend SUBVOL...` is asked to do.
 #[derive(Clone, Debug, Default)]
