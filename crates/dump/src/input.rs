@@ -56,7 +56,7 @@ impl Input {
 }
 
 /// Decoded bytes are handed back to the kernel in steps of this size.
-const RELEASE: usize = 16 << 20;
+const RELEASE: usize = 4 << 20;
 
 /// A mapped stream file as a reader [`Source`]: commands are decoded in
 /// place, and pages already decoded are released as the reader moves on, so

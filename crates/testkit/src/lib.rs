@@ -606,3 +606,30 @@ pub fn xor_byte(path: &Path, at: u64, mask: u8) {
     f.seek(SeekFrom::Start(at)).unwrap();
     f.write_all(&b).unwrap();
 }
+
+/// Runs `cmd` with its standard output to `stdout` and returns its exit
+/// code and peak resident set size in KiB, as the kernel counts it for that
+/// one process (`wait4`'s `ru_maxrss`, through python3's `os.wait4`).
+///
+/// Panics when the command cannot be started.
+pub fn peak_rss_kib(cmd: &[&OsStr], stdout: Stdio) -> (i32, u64) {
+    const WAIT4: &str = "import os, subprocess, sys\n\
+        p = subprocess.Popen(sys.argv[1:])\n\
+        _, st, ru = os.wait4(p.pid, 0)\n\
+        print(ru.ru_maxrss, os.waitstatus_to_exitcode(st), file=sys.stderr)\n";
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(WAIT4)
+        .args(cmd)
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python3 for {cmd:?}: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    let mut f = last.split_whitespace().map(str::parse::<i64>);
+    match (f.next(), f.next()) {
+        (Some(Ok(rss)), Some(Ok(code))) => (code as i32, rss as u64),
+        _ => panic!("{cmd:?} gave no peak RSS:\n{err}"),
+    }
+}
