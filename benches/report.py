@@ -25,6 +25,9 @@ def checks(row):
     out = []
     if row.get("goal") is not None:
         out.append((f"time <= {row['goal']}", row["b"]["ratio"]["median"] <= row["goal"]))
+    if row.get("limit_goal") is not None:
+        f = row["of_limit"]["median"]
+        out.append((f"of limit >= {row['limit_goal']} ({f:.3f})", f >= row["limit_goal"]))
     if row.get("bytes_goal") is not None:
         kb, rb, _ = row["bytes"]
         out.append((f"bytes <= {row['bytes_goal']} x kernel's ({rb / kb:.4f})", rb <= row["bytes_goal"] * kb))
@@ -145,16 +148,36 @@ def write(res, outdir):
       " send pair's streams are made once and compared with `cmp`; a stream that differs from the"
       " kernel's is received by `btrfs receive` and the result compared with the snapshot (`diff -r`).")
     w("")
+    if any("limit" in r for r in res["rows"]):
+        w("**Limits.** Full sends, dumps and receives also time, in the same rounds on the same bytes, the least"
+          " work any such tool must do, spread over every core (`bench-limit`, `crates/limit`, built with the"
+          " tools): for a full send, every data extent the snapshot references (the part of it a send reads, each"
+          " range once) read from the same image file with `pread` and each sector checked against the checksum"
+          " tree (`bench-limit send IMG SNAPSHOT`, which prints the bytes and sectors it verified and fails on a"
+          " mismatch); for a dump, a crc32c pass over the stream file (`bench-limit crc32c FILE`; from the pipe"
+          " for the pipe rows, one reader); for a receive, the received tree's directories and files, with the"
+          " same sizes, made by plain `mkdir` and one `write` per file onto a fresh filesystem of the same type,"
+          " set up the same way (`bench-limit create MANIFEST DEST`, the manifest taken from `btrfs receive`'s"
+          " tree). **of limit** is the limit's time / ours per round (median, min-max): 1.0 means at the limit,"
+          " 0.5 twice its time. The limit's verification output is under the group's table.")
+        w("")
     w("## Goals")
     w("")
-    w("| pair | goal | measured (median ratio) | verdict |")
+    w("| pair | goal | measured (median ratio; of limit) | verdict |")
     w("|:---|:---|---:|:---|")
     for r in res["rows"]:
-        if r.get("goal") is None and r.get("bytes_goal") is None:
+        if r.get("goal") is None and r.get("bytes_goal") is None and r.get("limit_goal") is None:
             continue
-        w(f"| {r['group']}: {r['name']} | time <= {r['goal']} x {r['anchor']}"
-          f"{'; bytes <= ' + str(r['bytes_goal']) + ' x' if r.get('bytes_goal') is not None else ''} |"
-          f" {r['b']['ratio']['median']:.3f} | {verdict(r)} |")
+        goals = []
+        if r.get("goal") is not None:
+            goals.append(f"time <= {r['goal']} x {r['anchor']}")
+        if r.get("bytes_goal") is not None:
+            goals.append(f"bytes <= {r['bytes_goal']} x")
+        if r.get("limit_goal") is not None:
+            goals.append(f"limit / time >= {r['limit_goal']}")
+        lim = f"; {r['of_limit']['median']:.3f}" if "of_limit" in r else ""
+        w(f"| {r['group']}: {r['name']} | {'; '.join(goals)} | {r['b']['ratio']['median']:.3f}{lim} |"
+          f" {verdict(r)} |")
     w("")
     for title, f in made[:1]:
         w(f"![{title}]({f})")
@@ -168,16 +191,24 @@ def write(res, outdir):
         w(f"## {g}")
         w("")
         sends = "bytes" in rows[0]
+        limits = any("limit" in r for r in rows)
         head = f"| {rows[0]['anchor'] if len({r['anchor'] for r in rows}) == 1 else 'anchor'} | wall | ours | wall |" \
                " ratio | CPU ratio | cold ratio | peak RSS anchor / ours |"
-        w("| case " + head + (" stream bytes kernel | rsend | rsend/kernel | GB/s |" if sends else ""))
-        w("|:---|:---|---:|:---|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if sends else ""))
+        w("| case " + head + (" limit wall | of limit | cold of limit |" if limits else "")
+          + (" stream bytes kernel | rsend | rsend/kernel | GB/s |" if sends else ""))
+        w("|:---|:---|---:|:---|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if limits else "")
+          + ("---:|---:|---:|---:|" if sends else ""))
         for r in rows:
             a, b = r["a"], r["b"]
             cold = f"{b['cold_ratio']:.2f} ({b['cold']:.2f} s vs {a['cold']:.2f} s)" if "cold_ratio" in b else "-"
             line = (f"| {r['name']} | {r['anchor']} | {ms(a['wall'])} | {r['ours']} | {ms(b['wall'])} |"
                     f" **{ratio(b['ratio'])}** | {b['cpu_ratio']['median']:.2f} | {cold} |"
                     f" {mib(a['maxrss_kib'])} / {mib(b['maxrss_kib'])} |")
+            if limits and "limit" in r:
+                lc = f"{r['cold_of_limit']:.2f}" if "cold_of_limit" in r else "-"
+                line += f" {ms(r['limit']['wall'])} | **{ratio(r['of_limit'])}** | {lc} |"
+            elif limits:
+                line += " - | - | - |"
             if sends:
                 kb, rb, same = r["bytes"]
                 gbps = f"{r['gbps']:.2f}" if r.get("gbps") is not None else "-"
@@ -189,6 +220,11 @@ def write(res, outdir):
                 w(f"- {r['name']}: rsend's stream received by `btrfs receive` and compared with the snapshot:"
                   f" {r['received']}.")
         if any(r.get("received") for r in rows):
+            w("")
+        for r in rows:
+            if r.get("limit_check"):
+                w(f"- {r['name']}: limit: {r['limit_what']}; `{r['limit_check']}`.")
+        if limits:
             w("")
     sc = res["scaling"]
     if any(sc.values()):
