@@ -125,3 +125,85 @@ fn data_ranges(fs: &Filesystem, tree: &btrfs_disk::Tree<'_>) -> anyhow::Result<V
     out.dedup();
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fixture image `name` (testdata/images), decoded into a directory
+    /// of `test`'s own.
+    fn fixture(name: &str, test: &str) -> (tempdir::Dir, PathBuf) {
+        let dir = tempdir::Dir::new(&format!("{test}-{name}"));
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/images")
+            .join(name)
+            .join("dev1.img.zst");
+        let bytes = zstd::decode_all(std::fs::File::open(src).unwrap()).unwrap();
+        let img = dir.0.join("dev1.img");
+        std::fs::write(&img, bytes).unwrap();
+        (dir, img)
+    }
+
+    mod tempdir {
+        /// A directory removed on drop.
+        pub struct Dir(pub std::path::PathBuf);
+        impl Dir {
+            pub fn new(name: &str) -> Dir {
+                let p =
+                    std::env::temp_dir().join(format!("bench-limit-{name}-{}", std::process::id()));
+                std::fs::create_dir_all(&p).unwrap();
+                Dir(p)
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn every_checksum_type_is_verified() {
+        for name in [
+            "csum-crc32c",
+            "csum-xxhash",
+            "csum-sha256",
+            "csum-blake2",
+            "compress-zstd",
+        ] {
+            let (_dir, img) = fixture(name, "every");
+            let v = verify_snapshot(&img, "snap1", 2).unwrap();
+            assert!(v.sectors > 0, "{name}: {v}");
+            assert_eq!(v.bytes, (v.sectors + v.unsummed) * 4096, "{name}: {v}");
+        }
+    }
+
+    #[test]
+    fn a_flipped_data_byte_fails_the_pass() {
+        let (_dir, img) = fixture("csum-crc32c", "flipped");
+        let fs = Filesystem::open(&[&img]).unwrap();
+        let sv = fs
+            .find_subvolume(&SubvolSelector::Path("snap1".into()))
+            .unwrap();
+        let ranges = data_ranges(&fs, &fs.fs_tree(&sv)).unwrap();
+        let (sums, have) = fs.data_csums(ranges[0].0, 4096).unwrap();
+        assert!(
+            have[0],
+            "the first range's first sector has a checksum: {sums:?}"
+        );
+        let mut sector = vec![0u8; 4096];
+        fs.read_logical(ranges[0].0, &mut sector, 1).unwrap();
+        drop(fs);
+        // The sector's one copy in the image (single data profile).
+        let mut bytes = std::fs::read(&img).unwrap();
+        let at = bytes
+            .chunks(4096)
+            .position(|c| c == &sector[..])
+            .expect("the sector in the image")
+            * 4096;
+        bytes[at + 100] ^= 1;
+        std::fs::write(&img, bytes).unwrap();
+        let e = verify_snapshot(&img, "snap1", 2).err().expect("a mismatch");
+        assert!(format!("{e:#}").contains("checksum mismatch"), "{e:#}");
+    }
+}
