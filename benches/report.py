@@ -154,10 +154,12 @@ def write(res, outdir):
           " tools): for a full send, every data extent the snapshot references (the part of it a send reads, each"
           " range once) read from the same image file with `pread` and each sector checked against the checksum"
           " tree (`bench-limit send IMG SNAPSHOT`, which prints the bytes and sectors it verified and fails on a"
-          " mismatch); for a dump, a crc32c pass over the stream file (`bench-limit crc32c FILE`; from the pipe"
-          " for the pipe rows, one reader); for a receive, the received tree's directories and files, with the"
-          " same sizes, made by plain `mkdir` and one `write` per file onto a fresh filesystem of the same type,"
-          " set up the same way (`bench-limit create MANIFEST DEST`, the manifest taken from `btrfs receive`'s"
+          " mismatch); for a dump, a crc32c pass over the stream file, mapped into memory as rdump maps it"
+          " (`bench-limit crc32c FILE`; from the pipe for the pipe rows, one reader); for a receive, the received"
+          " tree's directories and files, with the same sizes, made by plain `mkdir` and one `write` per file"
+          " onto a fresh filesystem of the same type, set up the same way (`bench-limit create MANIFEST DEST`:"
+          " the creates on every core, a directory at a time, the writes on one more thread, on btrfs each"
+          " file's writeback started before it is closed, as rreceive does; the manifest taken from `btrfs receive`'s"
           " tree). **of limit** is the limit's time / ours per round (median, min-max): 1.0 means at the limit,"
           " 0.5 twice its time. The limit's verification output is under the group's table.")
         w("")
