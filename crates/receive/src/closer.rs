@@ -16,6 +16,13 @@
 //! keeps the second CPU busy instead. Everything these threads do goes
 //! through descriptors: they never resolve a path.
 //!
+//! Off btrfs, the finishing thread also starts a `syncfs` on a fourth
+//! thread after every [`SYNC_EVERY`] bytes of data, unless one is still
+//! running: the data goes to disk while later files are created, so the
+//! syncs that must wait for it (a durable checkpoint's, and END's before a
+//! subvolume is recorded complete) find little left. On btrfs a sync is a
+//! transaction commit, which holds up the creates: not there.
+//!
 //! The main thread waits for a job ([`Closer::wait_for`]) before any later
 //! command touches the same file, and for every file to be closed
 //! ([`Closer::wait`]) before END, fs-verity (which needs every writer gone)
@@ -46,6 +53,9 @@ const BATCH: usize = 64;
 const BATCH_BYTES: usize = 1 << 20;
 /// Batches waiting for the thread (bounds memory to a few MiB).
 const QUEUE: usize = 4;
+/// Data written between the background syncs of [`Closer::new`]'s
+/// `background_sync`.
+pub(crate) const SYNC_EVERY: usize = 4 << 20;
 
 /// What is left to do to a new file after its create.
 pub(crate) struct Finish {
@@ -127,8 +137,10 @@ pub(crate) struct Closer {
 
 impl Closer {
     /// Starts the closing thread; without one (or with `RRECEIVE_SYNC_CLOSE`
-    /// set), jobs run in place when handed over.
-    pub(crate) fn new() -> Closer {
+    /// set), jobs run in place when handed over. With `background_sync`,
+    /// the filesystem is synced in the background after every
+    /// [`SYNC_EVERY`] bytes of data (a hint: failure is ignored).
+    pub(crate) fn new(background_sync: bool) -> Closer {
         let shared = Arc::new(Shared::default());
         let batch = Mutex::new(Batch {
             jobs: Vec::with_capacity(BATCH),
@@ -154,7 +166,7 @@ impl Closer {
         let sh = shared.clone();
         match std::thread::Builder::new()
             .name("rreceive-finish".into())
-            .spawn(move || finisher(rx, &sh))
+            .spawn(move || finisher(rx, &sh, background_sync))
         {
             Ok(t) => Closer {
                 tx: Some(tx),
@@ -287,7 +299,7 @@ fn send(b: &mut Batch, tx: &SyncSender<Vec<Job>>, shared: &Shared) {
 
 impl Default for Closer {
     fn default() -> Self {
-        Closer::new()
+        Closer::new(false)
     }
 }
 
@@ -299,7 +311,7 @@ fn notify(shared: &Shared) {
 
 /// The finishing thread: applies each job's commands, then hands the file
 /// to the closing thread (or closes it, if that thread could not start).
-fn finisher(rx: Receiver<Vec<Job>>, shared: &Arc<Shared>) {
+fn finisher(rx: Receiver<Vec<Job>>, shared: &Arc<Shared>, background_sync: bool) {
     let (ctx, crx) = sync_channel::<Vec<(File, bool)>>(QUEUE);
     let sh = shared.clone();
     let closing = std::thread::Builder::new()
@@ -307,11 +319,15 @@ fn finisher(rx: Receiver<Vec<Job>>, shared: &Arc<Shared>) {
         .spawn(move || closer(crx, &sh))
         .ok();
     let ctx = closing.as_ref().map(|_| ctx);
+    let mut syncer = background_sync.then(Syncer::start).flatten();
     let mut seq = 0u64;
     for jobs in rx {
         let mut files = Vec::with_capacity(jobs.len());
         for j in jobs {
             let flush = run_job(&j, shared);
+            if let Some(s) = syncer.as_mut() {
+                s.written(&j);
+            }
             seq += 1;
             shared.done.store(seq, Ordering::Release);
             if ctx.is_some() {
@@ -330,8 +346,59 @@ fn finisher(rx: Receiver<Vec<Job>>, shared: &Arc<Shared>) {
         notify(shared);
     }
     drop(ctx);
+    drop(syncer);
     if let Some(t) = closing {
         let _ = t.join();
+    }
+}
+
+/// Syncs the filesystem on its own thread after every [`SYNC_EVERY`] bytes
+/// written, when no sync is running.
+struct Syncer {
+    /// A rendezvous channel: a send succeeds only while the thread waits.
+    tx: Option<SyncSender<File>>,
+    thread: Option<JoinHandle<()>>,
+    written: usize,
+}
+
+impl Syncer {
+    fn start() -> Option<Syncer> {
+        let (tx, rx) = sync_channel::<File>(0);
+        let thread = std::thread::Builder::new()
+            .name("rreceive-sync".into())
+            .spawn(move || {
+                for f in rx {
+                    let _ = nix::unistd::syncfs(f.as_raw_fd());
+                }
+            })
+            .ok()?;
+        Some(Syncer {
+            tx: Some(tx),
+            thread: Some(thread),
+            written: 0,
+        })
+    }
+
+    /// Counts `job`'s data; starts a sync through its file when due.
+    fn written(&mut self, job: &Job) {
+        self.written += job.bytes();
+        if self.written < SYNC_EVERY {
+            return;
+        }
+        if let (Some(tx), Ok(f)) = (&self.tx, job.file.try_clone()) {
+            if tx.try_send(f).is_ok() {
+                self.written = 0;
+            }
+        }
+    }
+}
+
+impl Drop for Syncer {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 

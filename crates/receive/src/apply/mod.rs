@@ -54,7 +54,7 @@ use uuid::Uuid;
 
 use crate::closer::Closer;
 use crate::copy::{self, Methods};
-use crate::dest::Dest;
+use crate::dest::{Dest, Kind};
 use crate::error::{escape, CmdError, Error};
 use crate::ioctl;
 use crate::meta::At;
@@ -313,6 +313,8 @@ fn target<'a>(cur: &'a mut Current, dest: &'a Dest, path: &'a [u8]) -> R<Target<
 impl<'o> Receiver<'o> {
     /// A receiver writing into `dest`.
     pub(crate) fn new(opts: &'o Options, dest: Dest, log: Log<'o>) -> Receiver<'o> {
+        // Off btrfs, data is synced in the background (see crate::closer).
+        let background_sync = dest.kind() != Kind::Btrfs;
         Receiver {
             opts,
             dest,
@@ -320,7 +322,7 @@ impl<'o> Receiver<'o> {
             log,
             stats: Stats::default(),
             extra_errors: 0,
-            closer: Arc::new(Closer::new()),
+            closer: Arc::new(Closer::new(background_sync)),
             me: (
                 nix::unistd::geteuid().as_raw(),
                 nix::unistd::getegid().as_raw(),
