@@ -396,7 +396,7 @@ impl Filesystem {
             }
             let stop = ext_end.min(end);
             let out = &mut buf[(pos - offset) as usize..(stop - offset) as usize];
-            ctx.read_extent(&fe, start, pos - start, out)?;
+            ctx.read_extent(&fe, start, pos - start, out, None)?;
             pos = stop;
         }
         if pos < end {
@@ -411,6 +411,13 @@ impl Filesystem {
     /// extent does not cover, such as the rest of an inline extent's sector,
     /// read as zeros). Saves the tree search when the caller already holds
     /// the item, as a send walking the tree does.
+    ///
+    /// Returns the standard CRC-32C of each whole sector of `out` from its
+    /// start (the `i`th of `out[i * sectorsize..][..sectorsize]`), matched
+    /// against the bytes, when the filesystem sums data with crc32c and
+    /// those sectors were read straight from an uncompressed extent through
+    /// their checksums; else none. A sender's CRC over the same bytes can
+    /// start from them (`btrfs_stream::crc::BlockCrc`).
     pub fn read_extent_piece(
         &self,
         tree: &Tree<'_>,
@@ -419,7 +426,7 @@ impl Filesystem {
         fe: &FileExtentItem<'_>,
         skip: u64,
         out: &mut [u8],
-    ) -> Result<()> {
+    ) -> Result<Vec<u32>> {
         let ctx = FileCtx {
             fs: self,
             tree,
@@ -433,11 +440,12 @@ impl Filesystem {
         };
         let n = covered.saturating_sub(skip).min(out.len() as u64) as usize;
         let (data, rest) = out.split_at_mut(n);
+        let mut sums = Vec::new();
         if !data.is_empty() {
-            ctx.read_extent(fe, file_offset, skip, data)?;
+            ctx.read_extent(fe, file_offset, skip, data, Some(&mut sums))?;
         }
         rest.fill(0);
-        Ok(())
+        Ok(sums)
     }
 
     /// Checksums of the sectors in `[start, start+len)` from one csum-tree range search.
@@ -533,6 +541,8 @@ impl Filesystem {
     /// Reads `buf.len()` bytes of data at `logical` (sector aligned), verifying
     /// each sector against `sums` unless `nodatasum`, and repairing from
     /// other copies. `file_offset` and `tree`/`ino` only name errors.
+    /// `crcs`, when given, gets the crc32c of each whole sector of `buf`
+    /// when they are its checksums (all present, crc32c).
     fn read_verified(
         &self,
         ctx: &FileCtx<'_, '_>,
@@ -540,6 +550,7 @@ impl Filesystem {
         logical: u64,
         file_offset: u64,
         buf: &mut [u8],
+        crcs: Option<&mut Vec<u32>>,
     ) -> Result<()> {
         let copies = self.num_copies(logical);
         let mut used = 0;
@@ -604,18 +615,31 @@ impl Filesystem {
                 });
             }
         }
+        // Every sector that has a checksum matches it now.
+        let whole = buf.len() / ss;
+        if let Some(crcs) = crcs.filter(|_| ct == CsumType::Crc32c) {
+            if have.get(..whole).is_some_and(|h| h.iter().all(|&h| h)) {
+                crcs.extend(
+                    sums.chunks_exact(4)
+                        .take(whole)
+                        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                );
+            }
+        }
         Ok(())
     }
 }
 
 impl FileCtx<'_, '_> {
-    /// Fills `out` with the bytes of extent `fe` (at file offset `start`) from `skip` on.
+    /// Fills `out` with the bytes of extent `fe` (at file offset `start`)
+    /// from `skip` on; `crcs` as [`Filesystem::read_extent_piece`] returns them.
     fn read_extent(
         &self,
         fe: &FileExtentItem<'_>,
         start: u64,
         skip: u64,
         out: &mut [u8],
+        crcs: Option<&mut Vec<u32>>,
     ) -> Result<()> {
         let fs = self.fs;
         let file_pos = start + skip;
@@ -661,12 +685,24 @@ impl FileCtx<'_, '_> {
                     .and_then(|e| e.checked_next_multiple_of(ss))
                     .ok_or_else(|| self.bad(start, DataError::AddressOverflow))?;
                 if a0 == logical && Some(a1) == end {
-                    fs.read_verified(self, extent, logical, file_pos, out)
+                    fs.read_verified(self, extent, logical, file_pos, out, crcs)
+                } else if a0 == logical {
+                    // Whole sectors straight into `out`, the last part through a sector.
+                    let ss = ss as usize;
+                    let (head, tail) = out.split_at_mut(out.len() / ss * ss);
+                    if !head.is_empty() {
+                        fs.read_verified(self, extent, logical, file_pos, head, crcs)?;
+                    }
+                    let mut tmp = vec![0u8; ss];
+                    let h = head.len() as u64;
+                    fs.read_verified(self, extent, logical + h, file_pos + h, &mut tmp, None)?;
+                    tail.copy_from_slice(&tmp[..tail.len()]);
+                    Ok(())
                 } else {
                     let mut tmp = vec![0u8; (a1 - a0) as usize];
                     // The file offset of the first sector read, for messages.
                     let at = file_pos.saturating_sub(logical - a0);
-                    fs.read_verified(self, extent, a0, at, &mut tmp)?;
+                    fs.read_verified(self, extent, a0, at, &mut tmp, None)?;
                     let h = (logical - a0) as usize;
                     out.copy_from_slice(&tmp[h..h + out.len()]);
                     Ok(())
@@ -710,6 +746,7 @@ impl FileCtx<'_, '_> {
             bytenr,
             start.saturating_sub(fe.offset()),
             &mut raw,
+            None,
         )?;
         let mut out = vec![0u8; fe.ram_bytes() as usize];
         let n = decompress(fe, &raw, &mut out, fs.sectorsize()).map_err(|e| {
@@ -885,6 +922,7 @@ impl Filesystem {
             fe.disk_bytenr(),
             file_offset.saturating_sub(fe.offset()),
             out,
+            None,
         )
     }
 }

@@ -427,6 +427,11 @@ impl<'a> FileExtentItem<'a> {
     pub const INLINE_OFFSET: usize = 21;
     /// Size of a regular/prealloc item.
     pub const SIZE: usize = 53;
+    /// The item's bytes, as given to [`FileExtentItem::parse`].
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.0
+    }
+
     /// Checks size, type, compression and encryption fields.
     pub fn parse(data: &'a [u8]) -> Result<Self, ItemError> {
         need(data, Self::INLINE_OFFSET, Part::FileExtentItem)?;

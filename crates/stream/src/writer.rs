@@ -96,6 +96,8 @@ pub struct Writer<W> {
     version: Option<u32>,
     buf: Vec<u8>,
     written: u64,
+    /// For [`Writer::write_command_summed`]'s last block length.
+    blocks: Option<crc::BlockCrc>,
 }
 
 impl<W: Write> Writer<W> {
@@ -106,6 +108,7 @@ impl<W: Write> Writer<W> {
             version: None,
             buf: Vec::new(),
             written: 0,
+            blocks: None,
         }
     }
 
@@ -140,6 +143,24 @@ impl<W: Write> Writer<W> {
     /// goes to the inner writer as it is, after the rest of the command,
     /// instead of being copied into the encoding buffer first.
     pub fn write_command(&mut self, cmd: &Command<'_>) -> Result<(), WriteError> {
+        self.write_command_summed(cmd, &[], 0)
+    }
+
+    /// [`Writer::write_command`] for a command whose file data's first
+    /// `sums.len()` blocks of `block` bytes have the standard CRC-32C
+    /// `sums` (as btrfs sums data sectors): the command's CRC takes them
+    /// instead of hashing those bytes again. Blocks past the data's whole
+    /// ones, and the sums of commands without file data, are not used.
+    ///
+    /// The caller vouches for the sums (they were checked against the
+    /// bytes, as a data read checks each sector); a wrong one makes a
+    /// command whose CRC is wrong.
+    pub fn write_command_summed(
+        &mut self,
+        cmd: &Command<'_>,
+        sums: &[u32],
+        block: usize,
+    ) -> Result<(), WriteError> {
         let version = self.version.ok_or(WriteError::NoStream)?;
         self.buf.clear();
         // The command without its data, and the data.
@@ -180,10 +201,22 @@ impl<W: Write> Writer<W> {
         self.buf[..4].copy_from_slice(&((total - COMMAND_HEADER_LEN) as u32).to_le_bytes());
         let mut header = [0u8; COMMAND_HEADER_LEN];
         header[..6].copy_from_slice(&self.buf[..6]);
-        let c = crc::update(
-            crc::update(crc::update(0, &header), &self.buf[COMMAND_HEADER_LEN..]),
-            data,
-        );
+        let mut c = crc::update(crc::update(0, &header), &self.buf[COMMAND_HEADER_LEN..]);
+        let whole = match block {
+            0 => 0,
+            b => sums.len().min(data.len() / b),
+        };
+        if whole > 0 {
+            let blocks = match self.blocks.take() {
+                Some(b) if b.len() == block => b,
+                _ => crc::BlockCrc::new(block),
+            };
+            for &s in &sums[..whole] {
+                c = blocks.update(c, s);
+            }
+            self.blocks = Some(blocks);
+        }
+        let c = crc::update(c, &data[whole * block..]);
         self.buf[6..COMMAND_HEADER_LEN].copy_from_slice(&c.to_le_bytes());
         self.inner.write_all(&self.buf)?;
         self.inner.write_all(data)?;
@@ -259,6 +292,38 @@ mod tests {
                 };
                 let (a, b) = both(version, &enc);
                 assert_eq!(a, b, "ENCODED_WRITE of {len} bytes in v{version}");
+            }
+        }
+    }
+
+    #[test]
+    fn summed_data_gives_the_same_bytes() {
+        let data: Vec<u8> = (0..140_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for (version, len, block) in [
+            (1, 49152, 4096),
+            (1, 49000, 4096),
+            (2, 131072, 4096),
+            (2, 5000, 4096),
+            (1, 40000, 16384),
+        ] {
+            let d = &data[..len];
+            let sums: Vec<u32> = d.chunks_exact(block).map(crc32c::crc32c).collect();
+            for take in [0, 1, sums.len()] {
+                let write = Command::Write {
+                    path: b"dir/file",
+                    offset: 4096,
+                    data: d,
+                };
+                let mut w = Writer::new(Vec::new());
+                w.start_stream(version).unwrap();
+                w.write_command_summed(&write, &sums[..take], block)
+                    .unwrap();
+                let (plain, _) = both(version, &write);
+                assert_eq!(
+                    Ok(w.into_inner()),
+                    plain,
+                    "{len} bytes, {take} sums of {block}"
+                );
             }
         }
     }

@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use btrfs_stream::{Command, PathRole, Timespec, Uuid};
 
+use super::ahead::Pending;
+
 /// A path or name, shared between the commands that repeat it.
 pub(crate) type Bytes = Arc<[u8]>;
 
@@ -88,6 +90,10 @@ pub(crate) enum Cmd {
         path: Bytes,
         offset: u64,
         data: Vec<u8>,
+        /// The crc32c of each whole sector of `data` from its start, as
+        /// the read checked them; possibly none (see
+        /// `btrfs_disk::Filesystem::read_extent_piece`).
+        sums: Vec<u32>,
     },
     Clone {
         offset: u64,
@@ -165,6 +171,8 @@ pub(crate) enum Cmd {
         cmd: Box<Cmd>,
         len: u64,
     },
+    /// A WRITE whose data is being read on another thread.
+    Ahead(Arc<Pending>),
 }
 
 impl Cmd {
@@ -239,7 +247,9 @@ impl Cmd {
             Cmd::Rmdir { path } => Command::Rmdir { path },
             Cmd::SetXattr { path, name, data } => Command::SetXattr { path, name, data },
             Cmd::RemoveXattr { path, name } => Command::RemoveXattr { path, name },
-            Cmd::Write { path, offset, data } => Command::Write {
+            Cmd::Write {
+                path, offset, data, ..
+            } => Command::Write {
                 path,
                 offset: *offset,
                 data,
@@ -332,6 +342,11 @@ impl Cmd {
             },
             Cmd::End => Command::End {},
             Cmd::Unread { cmd, .. } => cmd.as_command(),
+            Cmd::Ahead(p) => Command::Write {
+                path: &p.path,
+                offset: p.offset,
+                data: &[],
+            },
         }
     }
 

@@ -7,6 +7,7 @@
 //! version has a hole the parent had data in (protocol v1 has no hole
 //! punching), within i_size.
 
+use super::ahead::{DataRead, AHEAD_MIN};
 use super::clone::{Query, Source, MAX_SECTOR};
 use super::cmd::Cmd;
 use super::inode::Walk;
@@ -168,6 +169,7 @@ impl Walk<'_, '_> {
                         path: path.clone(),
                         offset: offset + sent,
                         data: Vec::new(),
+                        sums: Vec::new(),
                     }),
                     len: n,
                 })?;
@@ -175,17 +177,36 @@ impl Walk<'_, '_> {
                 continue;
             }
             let mut data = self.out.buffer(n as usize);
+            let skip = offset - item_off + sent;
+            let mut sums = Vec::new();
             if zero {
                 data.fill(0);
+            } else if n >= AHEAD_MIN && fe.kind() == ExtentKind::Regular {
+                // Read on a reader thread; a WRITE adds no directory entry
+                // (what `Walk::push` looks for).
+                let read = DataRead {
+                    inode,
+                    item_off,
+                    item: fe.as_bytes().to_vec(),
+                    skip,
+                    pos: self
+                        .position()
+                        .map(|(ino, p)| (ino, String::from_utf8_lossy(&p).into_owned())),
+                };
+                self.out
+                    .push_read(path.clone(), offset + sent, read, data)?;
+                sent += n;
+                continue;
             } else {
-                let skip = offset - item_off + sent;
-                self.fs
+                sums = self
+                    .fs
                     .read_extent_piece(&tree, &inode, item_off, fe, skip, &mut data)?;
             }
             self.push(Cmd::Write {
                 path: path.clone(),
                 offset: offset + sent,
                 data,
+                sums,
             })?;
             sent += n;
         }
@@ -586,6 +607,7 @@ impl Walk<'_, '_> {
                 path: path.clone(),
                 offset,
                 data,
+                sums: Vec::new(),
             })?;
             offset += n;
         }

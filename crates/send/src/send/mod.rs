@@ -21,6 +21,7 @@
 //! reader found wrong (with its logical address and tree), so a receiver
 //! never sees a broken stream as complete.
 
+mod ahead;
 mod clone;
 mod cmd;
 mod current;
@@ -472,30 +473,44 @@ pub fn send_with<W: Write>(
         (false, Some(p)) => (sink::Mode::Resume(p), p.commands),
         (false, None) => (sink::Mode::Write, 0),
     };
+    let mut reads = vec![("", sv)];
+    reads.extend(parent.map(|p| ("parent ", p)));
+    reads.extend(
+        sources
+            .iter()
+            .filter(|c| c.id != sv.id && parent.is_none_or(|p| p.id != c.id))
+            .map(|c| ("clone source ", c)),
+    );
+    let reads = &reads[..];
+    let read_failed = |pos: Option<(u64, String)>, e: Error| {
+        explain(fs, reads, placed(subvol.clone(), pos, Fault::Read(e)))
+    };
+    let readers = Arc::new(ahead::Readers::default());
     let mut stats = std::thread::scope(|s| {
         let (tx, rx) = mpsc::sync_channel(sink::CHANNEL_BATCHES);
         let (pool_tx, pool_rx) = mpsc::sync_channel(sink::POOL_BUFFERS);
         let walk_label = subvol.clone();
+        for _ in 0..ahead::Readers::threads() {
+            let (readers, read_failed) = (&readers, &read_failed);
+            s.spawn(move || readers.serve(fs, &tree, read_failed));
+        }
+        let (em_readers, walk_readers) = (readers.clone(), readers.clone());
         let walker = s.spawn(move || {
-            let mut em = Emitter::new(tx, pool_rx, flavor.write_size(), unread_until);
+            let mut em = Emitter::new(tx, pool_rx, flavor.write_size(), unread_until, em_readers);
             if em.push(first).is_err() {
                 return;
             }
-            let mut reads = vec![("", sv)];
-            reads.extend(parent.map(|p| ("parent ", p)));
-            reads.extend(
-                sources
-                    .iter()
-                    .filter(|c| c.id != sv.id && parent.is_none_or(|p| p.id != c.id))
-                    .map(|c| ("clone source ", c)),
-            );
             let (r, pos) = {
                 let clones = Clones::new(fs, sv, parent, sources, !opts.no_clones);
                 let mut walk = Walk::new(fs, tree, parent_tree, &mut em, clones, flavor);
                 // No END before the subvolumes read are known to be intact.
-                let r = walk.run().and_then(|()| match check_intact(fs, &reads) {
-                    Ok(()) => walk.end(),
-                    Err(e) => Err(Stop::Changed(Box::new(e))),
+                let r = walk.run().and_then(|()| {
+                    // The data read ahead was read before the check too.
+                    walk_readers.settle();
+                    match check_intact(fs, reads) {
+                        Ok(()) => walk.end(),
+                        Err(e) => Err(Stop::Changed(Box::new(e))),
+                    }
                 });
                 (r, walk.position())
             };
@@ -505,10 +520,10 @@ pub fn send_with<W: Write>(
                 Err(Stop::Changed(e)) => *e,
                 Err(Stop::Read(source)) => {
                     // A failed read of a subvolume that changed is told as that change.
-                    explain(fs, &reads, placed(walk_label, pos, Fault::Read(source)))
+                    explain(fs, reads, placed(walk_label, pos, Fault::Read(source)))
                 }
                 Err(Stop::Bad(reason)) => {
-                    explain(fs, &reads, placed(walk_label, pos, Fault::Bad(reason)))
+                    explain(fs, reads, placed(walk_label, pos, Fault::Bad(reason)))
                 }
             };
             em.fail(e);
@@ -525,6 +540,7 @@ pub fn send_with<W: Write>(
                 end: !opts.omit_end,
             },
         );
+        sink.sector = fs.sectorsize();
         let res = loop {
             match rx.recv() {
                 Ok(Msg::Batch(b)) => {

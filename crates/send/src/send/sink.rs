@@ -9,11 +9,13 @@
 
 use std::io::Write;
 use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::Arc;
 
 use btrfs_stream::resume::{without_data, Digest, Point};
 use btrfs_stream::{encoded_len, Command, WriteError, Writer};
 
-use super::cmd::Cmd;
+use super::ahead::{DataRead, Pending, Readers};
+use super::cmd::{Bytes, Cmd};
 use super::error::SendError;
 use crate::progress::Progress;
 
@@ -65,6 +67,15 @@ pub(crate) struct Emitter {
     count: u64,
     /// Wire commands up to this one need no file data (a dry run: all).
     unread_until: u64,
+    /// Where large reads go.
+    readers: Arc<Readers>,
+}
+
+/// No more reads come once the walk is done.
+impl Drop for Emitter {
+    fn drop(&mut self) {
+        self.readers.close();
+    }
 }
 
 impl Emitter {
@@ -76,8 +87,10 @@ impl Emitter {
         pool: Receiver<Vec<u8>>,
         chunk: usize,
         unread_until: u64,
+        readers: Arc<Readers>,
     ) -> Emitter {
         Emitter {
+            readers,
             tx,
             pool,
             batch: Batch::default(),
@@ -102,10 +115,12 @@ impl Emitter {
             | Cmd::SetXattr { data, .. }
             | Cmd::EncodedWrite { data, .. } => data.len(),
             Cmd::Symlink { target, .. } => target.len(),
+            Cmd::Ahead(p) => p.len as usize,
             _ => 0,
         };
         self.count += match &c {
             Cmd::Write { data, .. } => (data.len() as u64).div_ceil(self.chunk),
+            Cmd::Ahead(p) => p.len.div_ceil(self.chunk),
             Cmd::Unread { cmd, len } if matches!(**cmd, Cmd::Write { .. }) => {
                 len.div_ceil(self.chunk)
             }
@@ -116,6 +131,20 @@ impl Emitter {
             self.flush()?;
         }
         Ok(())
+    }
+
+    /// Queues the WRITE of `buf.len()` bytes at `offset` of `path`, whose
+    /// data `read` fills on a reader thread.
+    pub(crate) fn push_read(
+        &mut self,
+        path: Bytes,
+        offset: u64,
+        read: DataRead,
+        buf: Vec<u8>,
+    ) -> Result<(), Hangup> {
+        let p = Arc::new(Pending::new(path, offset, read, buf));
+        self.readers.queue(p.clone());
+        self.push(Cmd::Ahead(p))
     }
 
     /// Counts one finished inode (for the progress display).
@@ -220,6 +249,8 @@ pub(crate) struct Sink<'w, W: Write> {
     pub(crate) w: &'w mut Writer<W>,
     /// Largest WRITE payload (48 KiB in v1).
     pub(crate) chunk: usize,
+    /// The filesystem's sector size: what the sums of [`Cmd::Write`] cover.
+    pub(crate) sector: usize,
     pub(crate) pool: SyncSender<Vec<u8>>,
     pub(crate) progress: &'w dyn Progress,
     pub(crate) stats: StreamStats,
@@ -257,6 +288,7 @@ impl<'w, W: Write> Sink<'w, W> {
         Sink {
             w,
             chunk,
+            sector: 0,
             pool,
             progress,
             stats: StreamStats::default(),
@@ -272,8 +304,10 @@ impl<'w, W: Write> Sink<'w, W> {
         }
     }
 
-    fn put(&mut self, c: &Command<'_>, what: &Cmd) -> Result<(), SendError> {
-        self.w.write_command(c).map_err(|e| encode_error(e, what))?;
+    fn put(&mut self, c: &Command<'_>, what: &Cmd, sums: &[u32]) -> Result<(), SendError> {
+        self.w
+            .write_command_summed(c, sums, self.sector)
+            .map_err(|e| encode_error(e, what))?;
         Ok(())
     }
 
@@ -285,6 +319,18 @@ impl<'w, W: Write> Sink<'w, W> {
         data_len: u64,
         unread: bool,
         what: &Cmd,
+    ) -> Result<(), SendError> {
+        self.emit_summed(c, data_len, unread, what, &[])
+    }
+
+    /// [`Sink::emit`] of a WRITE whose data's first sectors have the crc32c `sums`.
+    fn emit_summed(
+        &mut self,
+        c: &Command<'_>,
+        data_len: u64,
+        unread: bool,
+        what: &Cmd,
+        sums: &[u32],
     ) -> Result<(), SendError> {
         self.count += 1;
         let (measure, point) = match self.mode {
@@ -314,7 +360,7 @@ impl<'w, W: Write> Sink<'w, W> {
                 self.kept_len += encoded_len(&resume, 0, self.version, &mut self.scratch)
                     .map_err(|e| encode_error(e, what))?;
             } else {
-                self.put(&resume, what)?;
+                self.put(&resume, what, &[])?;
             }
             self.stats.commands += 1;
         }
@@ -326,7 +372,7 @@ impl<'w, W: Write> Sink<'w, W> {
                         self.count
                     )));
                 }
-                self.put(c, what)?;
+                self.put(c, what, sums)?;
             }
             self.stats.commands += 1;
         }
@@ -352,12 +398,29 @@ impl<'w, W: Write> Sink<'w, W> {
         let sent = |s: &StreamStats| s.data_bytes + s.cloned_bytes + s.encoded_file_bytes;
         let before = sent(&self.stats);
         for c in b.cmds {
+            let c = match c {
+                Cmd::Ahead(p) => {
+                    let (data, sums) = p.wait()?;
+                    Cmd::Write {
+                        path: p.path.clone(),
+                        offset: p.offset,
+                        data,
+                        sums,
+                    }
+                }
+                other => other,
+            };
             let (inner, unread) = match &c {
                 Cmd::Unread { cmd, len } => (&**cmd, Some(*len)),
                 other => (other, None),
             };
             match inner {
-                Cmd::Write { path, offset, data } => {
+                Cmd::Write {
+                    path,
+                    offset,
+                    data,
+                    sums,
+                } => {
                     let total = unread.unwrap_or(data.len() as u64);
                     let chunk = self.chunk as u64;
                     for k in 0..total.div_ceil(chunk) {
@@ -372,7 +435,14 @@ impl<'w, W: Write> Sink<'w, W> {
                             offset: offset + at,
                             data: piece,
                         };
-                        self.emit(&cmd, n, unread.is_some(), &c)?;
+                        // The sums of the piece's sectors, when it starts at one.
+                        let piece_sums = match self.sector as u64 {
+                            s if s > 0 && at.is_multiple_of(s) => {
+                                sums.get((at / s) as usize..).unwrap_or(&[])
+                            }
+                            _ => &[],
+                        };
+                        self.emit_summed(&cmd, n, unread.is_some(), &c, piece_sums)?;
                     }
                     self.stats.data_bytes += total;
                 }
