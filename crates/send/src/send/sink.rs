@@ -33,7 +33,7 @@ pub(crate) const CHANNEL_BATCHES: usize = 8;
 ///
 /// With [`CHANNEL_BATCHES`] and [`BATCH_DATA`], this bounds the data a send
 /// holds: every batch in flight holds less than `BATCH_DATA` plus one
-/// command's data (at most a read chunk of about 1 MiB), and the pool at
+/// command's data (at most a read chunk of about 256 KiB), and the pool at
 /// most this many buffers of about one read chunk each.
 pub(crate) const POOL_BUFFERS: usize = 8;
 
