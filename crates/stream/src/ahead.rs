@@ -193,6 +193,16 @@ fn walk(data: &[u8], sh: &Shared, lead: u64) {
         }
         off += STREAM_HEADER_LEN;
         loop {
+            // Behind the reader: go to where it is, without touching (and
+            // mapping again) the bytes it has passed and released.
+            let reader = sh.reader_pos.load(Ordering::Acquire) as usize;
+            if off < reader {
+                off = reader;
+                let at = data.get(off..).unwrap_or_default();
+                if at.starts_with(MAGIC) || at.starts_with(RESUME_MAGIC) {
+                    break;
+                }
+            }
             let Some(hdr) = data.get(off..off + COMMAND_HEADER_LEN) else {
                 return;
             };

@@ -609,27 +609,33 @@ pub fn xor_byte(path: &Path, at: u64, mask: u8) {
 
 /// Runs `cmd` with its standard output to `stdout` and returns its exit
 /// code and peak resident set size in KiB, as the kernel counts it for that
-/// one process (`wait4`'s `ru_maxrss`, through python3's `os.wait4`).
+/// one process (GNU time's `%M`: `wait4`'s `ru_maxrss`, measured from a
+/// small parent, so the parent's own memory does not set a floor).
 ///
-/// Panics when the command cannot be started.
+/// Panics when the command cannot be started or `/usr/bin/time` (Debian's
+/// `time` package, which `.ci/run` installs) is missing.
 pub fn peak_rss_kib(cmd: &[&OsStr], stdout: Stdio) -> (i32, u64) {
-    const WAIT4: &str = "import os, subprocess, sys\n\
-        p = subprocess.Popen(sys.argv[1:])\n\
-        _, st, ru = os.wait4(p.pid, 0)\n\
-        print(ru.ru_maxrss, os.waitstatus_to_exitcode(st), file=sys.stderr)\n";
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(WAIT4)
+    let time = Path::new("/usr/bin/time");
+    assert!(
+        time.exists(),
+        "peak_rss_kib needs GNU time at /usr/bin/time (apt-get install time)"
+    );
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let status = Command::new(time)
+        .arg("-f")
+        .arg("%M %x")
+        .arg("-o")
+        .arg(report.path())
         .args(cmd)
         .stdout(stdout)
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run python3 for {cmd:?}: {e}"));
-    let err = String::from_utf8_lossy(&out.stderr);
-    let last = err.lines().last().unwrap_or_default();
+        .stderr(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?} under /usr/bin/time: {e}"));
+    let text = std::fs::read_to_string(report.path()).unwrap_or_default();
+    let last = text.lines().last().unwrap_or_default();
     let mut f = last.split_whitespace().map(str::parse::<i64>);
     match (f.next(), f.next()) {
         (Some(Ok(rss)), Some(Ok(code))) => (code as i32, rss as u64),
-        _ => panic!("{cmd:?} gave no peak RSS:\n{err}"),
+        _ => panic!("{cmd:?} gave no peak RSS ({status}):\n{text}"),
     }
 }
