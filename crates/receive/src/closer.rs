@@ -29,6 +29,10 @@
 //! and after a failure. A job's failure is kept, with the number of the
 //! command that failed, until the main thread collects it
 //! ([`Closer::take_errors`]).
+//!
+//! The closer also owns the threads that decompress ENCODED_WRITE data
+//! ([`crate::decode`]): [`Closer::wait`] waits for them as well, and their
+//! failures and counters come with the closer's.
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd};
@@ -43,6 +47,7 @@ use btrfs_stream::{CommandKind, Position, Timespec};
 use nix::sys::stat::{fchmod, fstat, futimens, Mode};
 use nix::unistd::{fchown, Gid, Uid};
 
+use crate::decode::{self, Decoder};
 use crate::error::{escape, CmdError, Error};
 use crate::fake_super;
 use crate::meta;
@@ -116,6 +121,10 @@ pub(crate) struct Counts {
     pub chowns_skipped: u64,
     /// CHMODs skipped because the new file already had that mode.
     pub chmods_skipped: u64,
+    /// ENCODED_WRITEs decoded and written on the decoding threads.
+    pub encoded_decoded: u64,
+    /// Bytes they wrote.
+    pub bytes_decoded: u64,
 }
 
 struct Batch {
@@ -133,6 +142,7 @@ pub(crate) struct Closer {
     batch: Mutex<Batch>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    decoder: Decoder,
 }
 
 impl Closer {
@@ -158,6 +168,7 @@ impl Closer {
             }),
             shared: Arc::new(Shared::default()),
             thread: None,
+            decoder: Decoder::new(true),
         };
         if std::env::var_os("RRECEIVE_SYNC_CLOSE").is_some() {
             return inline();
@@ -173,6 +184,7 @@ impl Closer {
                 batch,
                 shared,
                 thread: Some(t),
+                decoder: Decoder::new(false),
             },
             Err(_) => inline(),
         }
@@ -221,8 +233,15 @@ impl Closer {
         self.wait_until(seq, &self.shared.done);
     }
 
-    /// Waits until every job handed over so far is done and its file closed.
+    /// The threads that decode ENCODED_WRITEs.
+    pub(crate) fn decoder(&self) -> &Decoder {
+        &self.decoder
+    }
+
+    /// Waits until every job handed over so far is done and its file
+    /// closed, ENCODED_WRITEs being decoded included.
     pub(crate) fn wait(&self) {
+        self.decoder.wait();
         let last = self.batch.lock().map(|b| b.last).unwrap_or(0);
         self.wait_until(last, &self.shared.closed);
     }
@@ -254,28 +273,42 @@ impl Closer {
 
     /// Whether a job failed since the last [`Closer::take_errors`].
     pub(crate) fn has_errors(&self) -> bool {
-        self.shared.failed.load(Ordering::Acquire)
+        self.shared.failed.load(Ordering::Acquire) || self.decoder.has_errors()
     }
 
-    /// The failures of jobs done so far, in the order they were handed over.
+    /// The failures of jobs done so far, in the order they were handed
+    /// over; those of decoded ENCODED_WRITEs go in by command number.
     pub(crate) fn take_errors(&self) -> Vec<Error> {
-        if !self.has_errors() {
-            return Vec::new();
-        }
-        match self.shared.errors.lock() {
-            Ok(mut g) => {
-                self.shared.failed.store(false, Ordering::Release);
-                std::mem::take(&mut *g)
+        let mut errs = if self.shared.failed.load(Ordering::Acquire) {
+            match self.shared.errors.lock() {
+                Ok(mut g) => {
+                    self.shared.failed.store(false, Ordering::Release);
+                    std::mem::take(&mut *g)
+                }
+                Err(_) => Vec::new(),
             }
-            Err(_) => Vec::new(),
+        } else {
+            Vec::new()
+        };
+        for e in self.decoder.take_errors() {
+            let n = decode::command_number(&e);
+            let at = errs
+                .iter()
+                .position(|x| decode::command_number(x) > n)
+                .unwrap_or(errs.len());
+            errs.insert(at, e);
         }
+        errs
     }
 
     /// The counters since the last call.
     pub(crate) fn take_counts(&self) -> Counts {
+        let d = self.decoder.take_counts();
         Counts {
             chowns_skipped: self.shared.chowns_skipped.swap(0, Ordering::Relaxed),
             chmods_skipped: self.shared.chmods_skipped.swap(0, Ordering::Relaxed),
+            encoded_decoded: d.decoded,
+            bytes_decoded: d.bytes,
         }
     }
 }

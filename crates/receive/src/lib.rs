@@ -55,6 +55,7 @@
 mod apply;
 mod closer;
 mod copy;
+mod decode;
 mod dest;
 mod elsewhere;
 mod error;

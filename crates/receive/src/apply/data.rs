@@ -9,6 +9,7 @@ use nix::fcntl::{FallocateFlags, OFlag};
 use uuid::Uuid;
 
 use crate::copy;
+use crate::decode::{Extent, Job, Run, HAND_OVER_FROM};
 use crate::dest::{self, Kind};
 use crate::error::{escape, CmdError};
 use crate::ioctl;
@@ -201,18 +202,26 @@ impl Receiver<'_> {
         if w.unencoded_len > MAX_UNENCODED {
             return Err(CmdError::BadEncoded("unencoded length too large"));
         }
-        let end = w
-            .unencoded_offset
+        w.unencoded_offset
             .checked_add(w.len)
             .filter(|&e| e <= w.unencoded_len)
             .ok_or(CmdError::BadEncoded("file range beyond the unencoded data"))?;
-        let algorithm = btrfs_compress::Algorithm::from_encoded(w.compression)?;
-        let buf = &mut cur.scratch;
-        buf.clear();
-        buf.resize(w.unencoded_len as usize, 0);
-        let n = btrfs_compress::decompress(algorithm, w.data, buf)?;
-        buf[n..].fill(0);
-        let piece = &buf[w.unencoded_offset as usize..end as usize];
+        let extent = Extent {
+            algorithm: btrfs_compress::Algorithm::from_encoded(w.compression)?,
+            unencoded_len: w.unencoded_len,
+            unencoded_offset: w.unencoded_offset,
+            len: w.len,
+        };
+        // A lone extent (a small file's) is decoded here: the next command
+        // would wait for it at once. In place, what is kept of the
+        // parent's is read around each write: all decoded here, in order.
+        if !cur.closer.decoder().in_place()
+            && !matches!(cur.guard, Guard::InPlace(_))
+            && (cur.decoding.is_some() || w.unencoded_len >= HAND_OVER_FROM)
+        {
+            return self.hand_over(path, offset, extent, w.data);
+        }
+        let piece = extent.decode(w.data, &mut cur.scratch)?;
         let f = cur.file.as_mut().ok_or(CmdError::NotRegular)?;
         f.file
             .write_all_at(piece, offset)
@@ -220,9 +229,42 @@ impl Receiver<'_> {
         f.size = f.size.map(|s| s.max(offset + w.len));
         self.stats.bytes_written += w.len;
         self.stats.encoded_decoded += 1;
-        if buf.capacity() > (1 << 20) {
-            *buf = Vec::new();
+        if cur.scratch.capacity() > (1 << 20) {
+            cur.scratch = Vec::new();
         }
+        Ok(Flow::Continue)
+    }
+
+    /// Hands an ENCODED_WRITE to the decoding threads ([`crate::decode`]);
+    /// the file at `path` is open. Its bytes are counted as written once
+    /// written there.
+    fn hand_over(&mut self, path: &[u8], offset: u64, extent: Extent, data: &[u8]) -> R<Flow> {
+        let pos = self.now.1;
+        let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
+        let f = cur.file.as_mut().ok_or(CmdError::NotRegular)?;
+        let mut run = match cur.decoding.take() {
+            Some(r) if r.admits(path, offset, extent.len) => r,
+            other => {
+                // Not so after settle_decoding; should it be, wait.
+                if other.is_some() {
+                    cur.closer.decoder().wait();
+                }
+                let file = f.file.try_clone().map_err(CmdError::io("dup"))?;
+                Run::new(path, file, cur.track.count)
+            }
+        };
+        run.add(offset, extent.len);
+        f.size = f.size.map(|s| s.max(offset + extent.len));
+        let job = Job {
+            file: run.file.clone(),
+            path: run.path.clone(),
+            offset,
+            extent,
+            data: data.to_vec(),
+            pos,
+        };
+        cur.decoding = Some(run);
+        cur.closer.decoder().submit(job);
         Ok(Flow::Continue)
     }
 

@@ -17,6 +17,13 @@
 //! for that first; a RENAME waits for the files beneath what it moves, END
 //! and failures for everything. All path resolution stays on this thread.
 //!
+//! An ENCODED_WRITE that must be decompressed is checked and its file
+//! opened here; the decompressing and writing run on worker threads, one
+//! per core ([`crate::decode`]). Only more ENCODED_WRITEs to the same file,
+//! at other ranges, go by before they are done: any other command, a
+//! checkpoint, END and a failure wait for them first, and the journal
+//! counts none of them applied until then.
+//!
 //! What each command means is apart from how it is scheduled. This module
 //! takes each command through the steps below ([`Receiver::apply`]), checks
 //! its paths ([`path::confine`]) and dispatches it to `lifecycle` (SUBVOL,
@@ -119,6 +126,8 @@ pub(crate) struct Current {
     copy: Methods,
     scratch: Vec<u8>,
     closer: Arc<Closer>,
+    /// ENCODED_WRITEs handed to the decoding threads, not waited for yet.
+    decoding: Option<crate::decode::Run>,
     /// New files handed to the closing thread and not known to be done:
     /// (job, path), oldest first, and the newest job of each path.
     inflight: VecDeque<(u64, Vec<u8>)>,
@@ -208,6 +217,7 @@ impl Current {
             copy: Methods::default(),
             scratch: Vec::new(),
             closer,
+            decoding: None,
             inflight: VecDeque::new(),
             inflight_paths: HashMap::new(),
             batch: Vec::new(),
@@ -429,6 +439,8 @@ impl<'o> Receiver<'o> {
         let c = self.closer.take_counts();
         self.stats.chowns_skipped += c.chowns_skipped;
         self.stats.chmods_skipped += c.chmods_skipped;
+        self.stats.encoded_decoded += c.encoded_decoded;
+        self.stats.bytes_written += c.bytes_decoded;
     }
 
     /// Takes the failures of files the closing thread finished. Each counts
@@ -437,6 +449,13 @@ impl<'o> Receiver<'o> {
         self.merge_counts();
         let errs = self.closer.take_errors();
         if let Some(c) = self.cur.as_mut() {
+            if !errs.is_empty() {
+                // A failed write (say an ENCODED_WRITE decoded on another
+                // thread) did not make the file as large as counted.
+                if let Some(f) = c.file.as_mut() {
+                    f.size = None;
+                }
+            }
             for e in &errs {
                 if let Error::Command { command, .. } = e {
                     c.redo.failed(*command);
@@ -465,6 +484,7 @@ impl<'o> Receiver<'o> {
 
     /// Applies one command.
     pub(crate) fn apply(&mut self, cmd: &Command<'_>, pos: Position) -> Result<Flow, Error> {
+        self.settle_decoding(cmd);
         // Failures of earlier commands, finished on the closing thread,
         // come first.
         if self.closer.has_errors() {

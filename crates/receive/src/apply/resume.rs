@@ -685,6 +685,11 @@ impl Receiver<'_> {
             return Ok(());
         }
         let pending = c.pending.as_ref().map(super::batch::Pending::before);
+        // ENCODED_WRITEs still being decoded are not applied yet.
+        if c.decoding.is_some() && c.closer.decoder().idle() {
+            c.decoding = None;
+        }
+        let decoding = c.decoding.as_ref().map(|r| r.before);
         let Some(j) = c.dir_times.journal.as_mut() else {
             if !starts {
                 return Ok(());
@@ -706,7 +711,8 @@ impl Receiver<'_> {
             }
             return self.checkpoint().map(drop);
         };
-        j.applied(pending.unwrap_or(c.track.count), done);
+        let until = pending.unwrap_or(c.track.count);
+        j.applied(decoding.map_or(until, |d| d.min(until)), done);
         if pending.is_none()
             && !c.redo.replaying()
             && c.power.is_none()

@@ -1,6 +1,8 @@
 //! What waits for what: files handed to the closing thread are waited for
-//! only by the commands that touch them, and directory times are held back
-//! until the subvolume ends ([`super::dirtimes`]).
+//! only by the commands that touch them, ENCODED_WRITEs being decoded
+//! ([`crate::decode`]) by every command but another one to the same file at
+//! another range, and directory times are held back until the subvolume
+//! ends ([`super::dirtimes`]).
 
 use std::os::fd::AsRawFd;
 
@@ -75,6 +77,32 @@ impl Current {
 }
 
 impl Receiver<'_> {
+    /// Waits for the ENCODED_WRITEs being decoded ([`crate::decode`])
+    /// before `cmd`, unless it is one more to the same file at a range none
+    /// of them writes: before anything else, which might read, change,
+    /// rename or record as done what they write.
+    pub(super) fn settle_decoding(&mut self, cmd: &Command<'_>) {
+        let Some(c) = self.cur.as_mut() else {
+            return;
+        };
+        let Some(run) = &c.decoding else {
+            return;
+        };
+        if let Command::EncodedWrite {
+            path,
+            offset,
+            unencoded_file_len,
+            ..
+        } = *cmd
+        {
+            if run.admits(path, offset, unencoded_file_len) {
+                return;
+            }
+        }
+        c.closer.decoder().wait();
+        c.decoding = None;
+    }
+
     /// Waits for the closing thread where `cmd` touches a file handed to it
     /// (all its other work is on descriptors, so names may change freely).
     pub(super) fn settle_for(&mut self, cmd: &Command<'_>) {
