@@ -49,6 +49,21 @@ fn encoded<'a>(path: &'a [u8], offset: u64, plain_len: usize, data: &'a [u8]) ->
     }
 }
 
+/// SUBVOL vol, then MKFILE `file`.
+fn subvol_with(file: &[u8]) -> Vec<Command<'_>> {
+    vec![
+        Command::Subvol {
+            path: b"vol",
+            uuid: U,
+            ctransid: 1,
+        },
+        Command::Mkfile {
+            path: file,
+            ino: 257,
+        },
+    ]
+}
+
 fn write_stream(path: &Path, cmds: &[Command<'_>]) {
     let mut w = Writer::new(Vec::new());
     w.start_stream(2).unwrap();
@@ -98,17 +113,7 @@ fn runs_of_encoded_writes_decode_on_threads_as_in_place() {
         sec: 1_600_000_000,
         nsec: 0,
     };
-    let mut cmds = vec![
-        Command::Subvol {
-            path: b"vol",
-            uuid: U,
-            ctransid: 1,
-        },
-        Command::Mkfile {
-            path: b"a",
-            ino: 257,
-        },
-    ];
+    let mut cmds = subvol_with(b"a");
     // a: eight extents, written last to first.
     for k in (0..8).rev() {
         cmds.push(encoded(
@@ -233,17 +238,7 @@ fn corrupt_extents_in_a_run_name_their_commands() {
     for k in [3, 5] {
         *packed[k].last_mut().unwrap() ^= 1;
     }
-    let mut cmds = vec![
-        Command::Subvol {
-            path: b"vol",
-            uuid: U,
-            ctransid: 1,
-        },
-        Command::Mkfile {
-            path: b"d",
-            ino: 257,
-        },
-    ];
+    let mut cmds = subvol_with(b"d");
     for (k, p) in packed.iter().enumerate() {
         cmds.push(encoded(b"d", (k * EXTENT) as u64, EXTENT, p));
     }
