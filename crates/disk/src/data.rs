@@ -803,10 +803,7 @@ fn bad_sectors(ct: CsumType, buf: &[u8], sums: &[u8], have: &[bool], ss: usize) 
     if cheap || buf.len() < (512 << 10) {
         return check(0, buf);
     }
-    // available_parallelism reads cgroup files on every call: ask once.
-    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let threads =
-        *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(8)));
+    let threads = worker_threads();
     if threads < 2 {
         return check(0, buf);
     }
@@ -935,4 +932,12 @@ pub fn encoded_len(fe: &FileExtentItem<'_>) -> u64 {
         _ if fe.disk_bytenr() == 0 => 0,
         _ => fe.disk_num_bytes(),
     }
+}
+
+/// Threads for work on file data (checking sectors, reading extents): one
+/// per core, at most 8.
+pub fn worker_threads() -> usize {
+    // available_parallelism reads cgroup files on every call: ask once.
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(8)))
 }

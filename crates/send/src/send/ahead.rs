@@ -160,7 +160,7 @@ pub(crate) struct Readers {
 impl Readers {
     /// The number of reader threads: one per core, at most 8.
     pub(crate) fn threads() -> usize {
-        std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+        btrfs_disk::data::worker_threads()
     }
 
     /// Queues `p` for a reader.
