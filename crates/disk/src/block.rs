@@ -309,6 +309,26 @@ pub(crate) fn check_expect(b: &Block, e: &Expect) -> std::result::Result<(), Blo
 }
 
 impl Block {
+    /// What a rescue read gives for a block no copy of which is valid: a
+    /// block at `logical` of `level` with no items or pointers, which
+    /// walks pass over as an empty subtree.
+    pub(crate) fn stand_in(e: &Expect, generation: u64, nodesize: usize, fsid: &Uuid) -> Block {
+        let mut raw = vec![0u8; nodesize.max(HEADER_SIZE)];
+        raw[0x20..0x30].copy_from_slice(fsid.as_bytes());
+        raw[0x30..0x38].copy_from_slice(&e.logical.to_le_bytes());
+        raw[0x50..0x58].copy_from_slice(&generation.to_le_bytes());
+        raw[0x58..0x60].copy_from_slice(&e.tree.to_le_bytes());
+        raw[0x64] = e.level;
+        Block { data: raw.into() }
+    }
+
+    /// Whether it holds nothing: an empty leaf, or a rescue's stand-in.
+    pub fn is_empty(&self) -> bool {
+        self.nritems() == 0
+    }
+}
+
+impl Block {
     pub(crate) fn from_validated(data: Arc<[u8]>) -> Block {
         Block { data }
     }

@@ -11,6 +11,7 @@ use crate::items::{
     ExtentKind, FileExtentItem, InodeItem, InodeRef, ItemError, Timespec,
 };
 use crate::key::Key;
+use crate::rescue::{DataFate, DataLoss};
 use crate::subvol::Subvolume;
 use crate::tree::Tree;
 
@@ -157,11 +158,18 @@ impl FileExtent {
     }
 }
 
+#[derive(Clone, Copy)]
 struct FileCtx<'a, 'fs> {
     fs: &'fs Filesystem,
     tree: &'a Tree<'fs>,
     ino: u64,
     nodatasum: bool,
+    /// Reading for a rescue: data no copy gives is recorded and read as
+    /// zeros instead of failing the read.
+    salvage: bool,
+    /// For a compressed extent: the file range it backs (offset, length),
+    /// which is lost or unverified as a whole.
+    whole: Option<(u64, u64)>,
 }
 
 impl FileCtx<'_, '_> {
@@ -364,6 +372,8 @@ impl Filesystem {
             tree,
             ino: inode.ino,
             nodatasum: inode.nodatasum(),
+            salvage: self.rescue().is_some(),
+            whole: None,
         };
         let mut pos = offset; // next file byte to fill
         let from = Key::new(inode.ino, key_type::EXTENT_DATA, offset);
@@ -432,6 +442,8 @@ impl Filesystem {
             tree,
             ino: inode.ino,
             nodatasum: inode.nodatasum(),
+            salvage: self.rescue().is_some(),
+            whole: None,
         };
         let covered = if fe.kind() == ExtentKind::Inline {
             fe.ram_bytes()
@@ -564,6 +576,11 @@ impl Filesystem {
                 Err(e) => last_err = Some(e),
             }
         }
+        if used == 0 && ctx.salvage {
+            buf.fill(0);
+            self.lose(ctx, DataFate::Zeroed, file_offset, buf.len() as u64, logical);
+            return Ok(());
+        }
         if used == 0 {
             return Err(ctx.bad(
                 file_offset,
@@ -583,6 +600,10 @@ impl Filesystem {
         let (Some(sums), Some(have)) = (run.sums.get(first * cs..), run.have.get(first..)) else {
             return Err(ctx.bad(file_offset, DataError::CsumRunShort));
         };
+        if self.rescue().is_some() {
+            self.lose_unsummed(ctx, have, buf.len(), logical, file_offset);
+        }
+        let mut zeroed = false;
         for i in bad_sectors(ct, buf, sums, have, ss) {
             let want = &sums[i * cs..(i + 1) * cs];
             let Some(sector) = buf.chunks_mut(ss).nth(i) else {
@@ -606,6 +627,13 @@ impl Filesystem {
                     break;
                 }
             }
+            if !fixed && ctx.salvage {
+                sector.fill(0);
+                let n = sector.len() as u64;
+                self.lose(ctx, DataFate::Zeroed, soff, n, slogical);
+                zeroed = true;
+                continue;
+            }
             if !fixed {
                 return Err(Error::DataCsum {
                     subvol: ctx.tree.id,
@@ -617,7 +645,7 @@ impl Filesystem {
         }
         // Every sector that has a checksum matches it now.
         let whole = buf.len() / ss;
-        if let Some(crcs) = crcs.filter(|_| ct == CsumType::Crc32c) {
+        if let Some(crcs) = crcs.filter(|_| ct == CsumType::Crc32c && !zeroed) {
             if have.get(..whole).is_some_and(|h| h.iter().all(|&h| h)) {
                 crcs.extend(
                     sums.chunks_exact(4)
@@ -627,6 +655,55 @@ impl Filesystem {
             }
         }
         Ok(())
+    }
+}
+
+impl Filesystem {
+    /// Records `len` bytes of the file `ctx` reads, at `file_offset` and
+    /// `logical`, as lost for a rescue.
+    fn lose(&self, ctx: &FileCtx<'_, '_>, fate: DataFate, file_offset: u64, len: u64, logical: u64) {
+        if let Some(l) = self.rescue() {
+            let (offset, len, compressed) = match ctx.whole {
+                Some((o, n)) => (o, n, true),
+                None => (file_offset, len, false),
+            };
+            l.add_data(DataLoss {
+                fate,
+                tree: ctx.tree.id,
+                ino: ctx.ino,
+                offset,
+                len,
+                logical,
+                compressed,
+                mirrors: self.num_copies(logical),
+            });
+        }
+    }
+
+    /// Records the sectors of a `len`-byte read at `logical` that have no
+    /// checksum (`have`) as read unverified.
+    fn lose_unsummed(
+        &self,
+        ctx: &FileCtx<'_, '_>,
+        have: &[bool],
+        len: usize,
+        logical: u64,
+        file_offset: u64,
+    ) {
+        let ss = self.sectorsize();
+        let n = len.div_ceil(ss).min(have.len());
+        let mut i = 0;
+        while i < n {
+            if have[i] {
+                i += 1;
+                continue;
+            }
+            let j = (i..n).find(|&j| have[j]).unwrap_or(n);
+            let at = (i * ss) as u64;
+            let bytes = ((j * ss).min(len) - i * ss) as u64;
+            self.lose(ctx, DataFate::Unverified, file_offset + at, bytes, logical + at);
+            i = j;
+        }
     }
 }
 
@@ -737,11 +814,52 @@ impl FileCtx<'_, '_> {
                 },
             ));
         }
+        let out = match self.decode(fe, start) {
+            Ok(out) => out,
+            Err(_) if self.salvage => {
+                // Any bad sector loses the whole extent: all the file
+                // range it backs reads as zeros.
+                if let Some(l) = fs.rescue() {
+                    l.add_data(DataLoss {
+                        fate: DataFate::Zeroed,
+                        tree: self.tree.id,
+                        ino: self.ino,
+                        offset: start,
+                        len: fe.num_bytes(),
+                        logical: bytenr,
+                        compressed: true,
+                        mirrors: fs.num_copies(bytenr),
+                    });
+                }
+                return Ok(Arc::new(vec![0u8; fe.ram_bytes() as usize]));
+            }
+            Err(e) => return Err(e),
+        };
+        let out = Arc::new(out);
+        if let Ok(mut c) = fs.decoded.lock() {
+            *c = Some((bytenr, out.clone()));
+        }
+        Ok(out)
+    }
+}
+
+impl FileCtx<'_, '_> {
+    /// Reads and decompresses the compressed extent `fe` (at file offset
+    /// `start`), whose size is checked.
+    fn decode(&self, fe: &FileExtentItem<'_>, start: u64) -> Result<Vec<u8>> {
+        let fs = self.fs;
+        let bytenr = fe.disk_bytenr();
         let mut raw = vec![0u8; fe.disk_num_bytes() as usize];
-        // Compressed extents are summed over their on-disk sectors; offsets name the extent start.
+        // Compressed extents are summed over their on-disk sectors; offsets
+        // name the extent start. A bad one is lost whole, never in part.
         let extent = (bytenr, fe.disk_num_bytes());
+        let strict = FileCtx {
+            salvage: false,
+            whole: Some((start, fe.num_bytes())),
+            ..*self
+        };
         fs.read_verified(
-            self,
+            &strict,
             extent,
             bytenr,
             start.saturating_sub(fe.offset()),
@@ -759,10 +877,6 @@ impl FileCtx<'_, '_> {
             )
         })?;
         out[n..].fill(0);
-        let out = Arc::new(out);
-        if let Ok(mut c) = fs.decoded.lock() {
-            *c = Some((bytenr, out.clone()));
-        }
         Ok(out)
     }
 }
@@ -901,6 +1015,8 @@ impl Filesystem {
             tree,
             ino: inode.ino,
             nodatasum: inode.nodatasum(),
+            salvage: false,
+            whole: None,
         };
         let want = encoded_len(fe);
         if out.len() as u64 != want {

@@ -213,6 +213,18 @@ impl Device {
     pub fn read_superblock(&self) -> Result<Superblock> {
         self.io.choose_superblock(&mut Vec::new())
     }
+    /// Every valid superblock copy on the device, as it holds them now.
+    pub fn superblock_copies(&self) -> Vec<Superblock> {
+        copy_offsets()
+            .into_iter()
+            .filter(|off| off + SUPER_INFO_SIZE as u64 <= self.io.size)
+            .filter_map(|off| {
+                let mut buf = vec![0u8; SUPER_INFO_SIZE];
+                self.io.read_at(off, &mut buf).ok()?;
+                Superblock::parse(&buf, off).ok()
+            })
+            .collect()
+    }
     /// Whether reads bypass the page cache with O_DIRECT.
     pub fn is_direct(&self) -> bool {
         matches!(self.io.source, Source::Direct(_))

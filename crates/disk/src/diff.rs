@@ -145,8 +145,13 @@ impl<'fs> Walker<'fs> {
         } else {
             let (b, slot) = self.at(self.level)?;
             let child = self.tree.child(b, *slot)?;
+            let empty = child.is_empty();
             self.level -= 1;
             self.path[self.level] = Some((child, 0));
+            if empty {
+                // A rescue's stand-in for a lost block: nothing under it.
+                self.next_or_up()?;
+            }
         }
         if !self.end {
             self.update_key()?;

@@ -15,6 +15,7 @@ use crate::error::{Error, MirrorFault, MirrorRefusal, NoSuperblockReason, Result
 use crate::items::{DevItem, RootItem};
 use crate::key::Key;
 use crate::key::{key_type, objectid};
+use crate::rescue::{BlockLoss, Losses};
 use crate::superblock::Superblock;
 use crate::tree::{BlockSource, Item, Tree};
 
@@ -66,6 +67,11 @@ pub struct Options {
     pub cache_bytes: usize,
     /// Where notices go; by default nowhere (the reader never prints).
     pub notice: NoticeSink,
+    /// Read what can be read: when set, a tree block no copy of which is
+    /// valid reads as an empty one, data no copy of which matches its
+    /// checksum reads as zeros, both are recorded here, and an unreadable
+    /// root tree is looked for in the superblocks' backup roots.
+    pub rescue: Option<Arc<Losses>>,
 }
 
 impl Default for Options {
@@ -73,6 +79,7 @@ impl Default for Options {
         Options {
             cache_bytes: DEFAULT_CACHE_BYTES,
             notice: Arc::new(|_: &Notice| {}),
+            rescue: None,
         }
     }
 }
@@ -156,6 +163,7 @@ pub struct Filesystem {
     view: Mutex<View>,
     refreshing: Mutex<()>,
     retries: AtomicU64,
+    rescue: Option<Arc<Losses>>,
 }
 
 /// The devices a chunk tree lists: (devid, device uuid).
@@ -284,8 +292,12 @@ impl Filesystem {
             view: Mutex::new(view),
             refreshing: Mutex::new(()),
             retries: AtomicU64::new(0),
+            rescue: opts.rescue.clone(),
         };
-        let dev_items = fs.load_retrying(sb, 0)?;
+        let dev_items = match fs.rescue_root(&sb) {
+            Some(root) => fs.load_view(&sb, 0, Some(root))?,
+            None => fs.load_retrying(sb, 0)?,
+        };
         fs.missing = dev_items
             .into_iter()
             .filter(|(devid, uuid)| {
@@ -305,7 +317,7 @@ impl Filesystem {
     fn load_retrying(&self, mut sb: Superblock, epoch: u64) -> Result<DevItems> {
         let mut left = MAX_RETRIES;
         loop {
-            match self.load_view(&sb, epoch) {
+            match self.load_view(&sb, epoch, None) {
                 Err(e) if e.is_overwritten() && left > 0 => {
                     left -= 1;
                     let newer = self.newest_superblock()?;
@@ -320,8 +332,30 @@ impl Filesystem {
         }
     }
 
-    /// Installs the view of `sb`: its chunk map and global roots.
-    fn load_view(&self, sb: &Superblock, epoch: u64) -> Result<DevItems> {
+    /// Installs the view of `sb`: its chunk map and global roots, the root
+    /// tree's root at `root` instead of the superblock's when given.
+    fn load_view(
+        &self,
+        sb: &Superblock,
+        epoch: u64,
+        root: Option<RootLocation>,
+    ) -> Result<DevItems> {
+        let dev_items = self.load_chunks(sb)?;
+        let mut view = View::of(sb, epoch);
+        if let Some(root) = root {
+            view.root = root;
+        }
+        let rt = self.tree_at(objectid::ROOT_TREE, view.root);
+        view.extent = find_root_in(&rt, objectid::EXTENT_TREE)?.map(|(_, l, _)| l);
+        view.csum = find_root_in(&rt, objectid::CSUM_TREE)?.map(|(_, l, _)| l);
+        view.uuid = find_root_in(&rt, objectid::UUID_TREE)?.map(|(_, l, _)| l);
+        *lock(&self.view) = view;
+        Ok(dev_items)
+    }
+
+    /// Installs the chunk map of `sb` (its system chunks and chunk tree);
+    /// returns the devices the chunk tree lists.
+    fn load_chunks(&self, sb: &Superblock) -> Result<DevItems> {
         let sys = parse_sys_chunk_array(sb.sys_chunk_array()).map_err(|e| Error::NoSuperblock {
             path: self.sb_path(),
             reason: NoSuperblockReason::SysChunkArray(e),
@@ -334,8 +368,7 @@ impl Filesystem {
             }
             self.set_chunk_map(map);
         }
-        let mut view = View::of(sb, epoch);
-        let (found, dev_items) = self.read_chunk_tree(view.chunk_root)?;
+        let (found, dev_items) = self.read_chunk_tree(View::of(sb, 0).chunk_root)?;
         let mut map = ChunkMap::new();
         for c in sys.into_iter().chain(found) {
             let logical = c.logical;
@@ -348,11 +381,6 @@ impl Filesystem {
             map.insert_if_free(c.clone());
         }
         self.set_chunk_map(map);
-        let rt = self.tree_at(objectid::ROOT_TREE, view.root);
-        view.extent = find_root_in(&rt, objectid::EXTENT_TREE)?.map(|(_, l, _)| l);
-        view.csum = find_root_in(&rt, objectid::CSUM_TREE)?.map(|(_, l, _)| l);
-        view.uuid = find_root_in(&rt, objectid::UUID_TREE)?.map(|(_, l, _)| l);
-        *lock(&self.view) = view;
         Ok(dev_items)
     }
 
@@ -732,7 +760,121 @@ impl Filesystem {
     /// cache when it is there. When every copy fails and one failed its
     /// checksum, all are read once more: a block the kernel was writing
     /// just then reads whole the second time (and then shows it is newer).
+    ///
+    /// When reading for a rescue ([`Options::rescue`]), a block that no
+    /// copy gives is recorded as lost and read as an empty stand-in, unless
+    /// it was written over by a newer commit (which is retried as usual).
     pub fn tree_block(&self, e: &Expect) -> Result<Block> {
+        let err = match self.tree_block_strict(e) {
+            Ok(b) => return Ok(b),
+            Err(err) => err,
+        };
+        let Some(losses) = self.rescue.as_ref().filter(|_| !err.is_overwritten()) else {
+            return Err(err);
+        };
+        let generation = match e.generation {
+            Generation::Exactly(g) | Generation::AtMost(g) => g,
+        };
+        let why = match &err {
+            Error::BadTreeBlock { reason, .. } => reason.to_string(),
+            other => other.to_string(),
+        };
+        losses.add_block(BlockLoss {
+            tree: e.tree,
+            logical: e.logical,
+            level: e.level,
+            generation,
+            first_key: e.first_key,
+            mirrors: self.num_copies(e.logical),
+            why,
+        });
+        Ok(Block::stand_in(
+            e,
+            generation,
+            self.nodesize(),
+            &self.sb.metadata_fsid(),
+        ))
+    }
+
+    /// The log of what a rescue read lost, when reading for one.
+    pub fn rescue(&self) -> Option<&Losses> {
+        self.rescue.as_deref()
+    }
+
+    /// For a rescue whose superblock's root tree root no copy gives: the
+    /// newest root of the superblocks' backup roots (and those of the
+    /// other superblock copies) that reads, said in a notice, with the lost
+    /// root recorded. None when the superblock's own root reads, when not
+    /// rescuing, or when no backup reads either (the open then fails on
+    /// the superblock's root as usual).
+    fn rescue_root(&self, sb: &Superblock) -> Option<RootLocation> {
+        let losses = self.rescue.as_ref()?;
+        // The chunk tree maps the root tree's block: load it first.
+        self.load_chunks(sb).ok()?;
+        let current = RootLocation {
+            bytenr: sb.root(),
+            generation: sb.generation(),
+            level: sb.root_level(),
+        };
+        let expect = |r: &RootLocation| Expect {
+            logical: r.bytenr,
+            generation: Generation::Exactly(r.generation),
+            level: r.level,
+            first_key: None,
+            tree: objectid::ROOT_TREE,
+        };
+        let why = match self.tree_block_strict(&expect(&current)) {
+            Ok(_) => return None,
+            Err(e) => e,
+        };
+        let mut candidates: Vec<RootLocation> = self
+            .devices
+            .values()
+            .flat_map(|d| d.superblock_copies())
+            .filter(|c| c.fsid() == sb.fsid())
+            .flat_map(|c| {
+                let own = RootLocation {
+                    bytenr: c.root(),
+                    generation: c.generation(),
+                    level: c.root_level(),
+                };
+                std::iter::once(own).chain(c.backup_roots().into_iter().map(|b| RootLocation {
+                    bytenr: b.root,
+                    generation: b.root_generation,
+                    level: b.root_level,
+                }))
+            })
+            .filter(|r| *r != current && r.generation <= sb.generation())
+            .collect();
+        candidates.sort_by(|a, b| b.generation.cmp(&a.generation));
+        candidates.dedup();
+        let used = candidates
+            .into_iter()
+            .find(|r| self.tree_block_strict(&expect(r)).is_ok())?;
+        let reason = match &why {
+            Error::BadTreeBlock { reason, .. } => reason.to_string(),
+            other => other.to_string(),
+        };
+        losses.add_block(BlockLoss {
+            tree: objectid::ROOT_TREE,
+            logical: current.bytenr,
+            level: current.level,
+            generation: current.generation,
+            first_key: None,
+            mirrors: self.num_copies(current.bytenr),
+            why: reason.clone(),
+        });
+        self.say(
+            NoticeKind::Warning,
+            format!(
+                "root tree root at logical {} (generation {}) is unreadable ({reason}); using the backup root at logical {} of generation {}: changes of later commits are not seen",
+                current.bytenr, current.generation, used.bytenr, used.generation
+            ),
+        );
+        Some(used)
+    }
+
+    fn tree_block_strict(&self, e: &Expect) -> Result<Block> {
         if matches!(e.generation, Generation::Exactly(_)) {
             if let Some(data) = self.cache_get(e.logical) {
                 let b = Block::from_validated(data);

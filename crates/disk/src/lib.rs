@@ -11,7 +11,8 @@
 //!
 //! The modules form layers, each importing only those below it:
 //!
-//! 1. [`key`], [`csum`]: keys and key types, checksums;
+//! 1. [`key`], [`csum`]: keys and key types, checksums; [`rescue`]: what
+//!    a rescue read lost;
 //! 2. [`superblock`], [`items`], [`chunk`], [`block`]: decoding and
 //!    validation of on-disk structures (tree blocks with their cache), each
 //!    with its own error ([`superblock::SuperblockError`],
@@ -54,6 +55,7 @@ pub mod key;
 pub mod lookup;
 pub mod mem;
 pub mod mount;
+pub mod rescue;
 pub mod subvol;
 pub mod superblock;
 pub mod tree;

@@ -98,6 +98,31 @@ pub struct Superblock {
     csum_type: CsumType,
 }
 
+/// Offset of the backup roots ring in the superblock.
+const BACKUP_ROOTS_OFF: usize = 0xb2b;
+/// Size of one backup root.
+const BACKUP_ROOT_SIZE: usize = 168;
+/// Slots in the ring.
+const BACKUP_ROOTS: usize = 4;
+
+/// One slot of the superblock's backup roots: where the root tree and the
+/// chunk tree were at an earlier commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackupRoot {
+    /// Logical address of the root tree's root block.
+    pub root: u64,
+    /// Its generation (the commit's).
+    pub root_generation: u64,
+    /// Its level.
+    pub root_level: u8,
+    /// Logical address of the chunk tree's root block.
+    pub chunk_root: u64,
+    /// Its generation.
+    pub chunk_root_generation: u64,
+    /// Its level.
+    pub chunk_root_level: u8,
+}
+
 impl std::fmt::Debug for Superblock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Superblock")
@@ -300,6 +325,32 @@ impl Superblock {
     pub fn sys_chunk_array(&self) -> &[u8] {
         let n = (self.u32(0xa0) as usize).min(SYS_CHUNK_ARRAY_MAX);
         &self.raw[SYS_CHUNK_ARRAY_OFF..SYS_CHUNK_ARRAY_OFF + n]
+    }
+
+    /// The backup roots ring: the root and chunk trees of the last
+    /// commits, newest first, skipping empty slots and any slot whose
+    /// levels are out of range.
+    pub fn backup_roots(&self) -> Vec<BackupRoot> {
+        let mut v: Vec<BackupRoot> = (0..BACKUP_ROOTS)
+            .filter_map(|i| {
+                let o = BACKUP_ROOTS_OFF + i * BACKUP_ROOT_SIZE;
+                let r = BackupRoot {
+                    root: self.u64(o),
+                    root_generation: self.u64(o + 8),
+                    chunk_root: self.u64(o + 16),
+                    chunk_root_generation: self.u64(o + 24),
+                    root_level: u8_at(&self.raw[..], o + 152).unwrap_or(u8::MAX),
+                    chunk_root_level: u8_at(&self.raw[..], o + 153).unwrap_or(u8::MAX),
+                };
+                let usable = r.root != 0
+                    && r.root_generation != 0
+                    && r.root_level < 8
+                    && r.chunk_root_level < 8;
+                usable.then_some(r)
+            })
+            .collect();
+        v.sort_by(|a, b| b.root_generation.cmp(&a.root_generation));
+        v
     }
 
     /// Refuses feature flags and states this reader cannot handle, naming them.

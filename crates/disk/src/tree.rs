@@ -168,7 +168,9 @@ impl<'fs> Cursor<'fs> {
         self.path.clear();
         let mut b = self.tree.root_block()?;
         loop {
-            if b.is_leaf() {
+            // A node with no pointers is a rescue's stand-in for a lost
+            // block: an empty subtree.
+            if b.is_leaf() || b.is_empty() {
                 let slot = b.lower_bound(key);
                 let n = b.nritems();
                 self.path.push((b, slot));
@@ -191,7 +193,9 @@ impl<'fs> Cursor<'fs> {
         self.path.clear();
         let mut b = self.tree.root_block()?;
         loop {
-            if b.is_leaf() {
+            // A node with no pointers is a rescue's stand-in for a lost
+            // block: an empty subtree.
+            if b.is_leaf() || b.is_empty() {
                 match b.last_le(key) {
                     Some(slot) => {
                         self.path.push((b, slot));
@@ -253,7 +257,7 @@ impl<'fs> Cursor<'fs> {
             }
             *slot += 1;
             let mut b = self.tree.child(node, *slot)?;
-            while !b.is_leaf() {
+            while !b.is_leaf() && !b.is_empty() {
                 let child = self.tree.child(&b, 0)?;
                 self.path.push((b, 0));
                 b = child;

@@ -35,6 +35,7 @@ pub mod lineage;
 pub mod output;
 pub mod progress;
 pub mod record;
+pub mod rescue;
 pub mod send;
 pub mod snapshot_error;
 pub mod verify;

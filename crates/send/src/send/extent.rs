@@ -12,7 +12,7 @@ use super::clone::{Query, Source, MAX_SECTOR};
 use super::cmd::Cmd;
 use super::inode::Walk;
 use super::mode::{S_IFLNK, S_IFREG};
-use super::stop::Result;
+use super::stop::{Result, Stop};
 use btrfs_disk::data::encoded_len;
 use btrfs_disk::error::Error;
 use btrfs_disk::items::{key_type, Compression, ExtentKind, FileExtentItem};
@@ -95,6 +95,7 @@ impl Walk<'_, '_> {
                 next_write: self.cur.next_write_offset,
             },
         )?;
+        let found = found.filter(|src| !self.salvage_bad_source(src, fe));
         let len = end - offset;
         let clone = match found {
             Some(src) if end.is_multiple_of(self.sectorsize) => Some(src),
@@ -155,7 +156,12 @@ impl Walk<'_, '_> {
         // could not cover).
         if self.flavor.compressed && fe.compression() != Compression::None && encoded_len(fe) <= len
         {
-            return self.send_encoded(&inode, item_off, fe, offset, len, path);
+            match self.send_encoded(&inode, item_off, fe, offset, len, path.clone()) {
+                // A rescue: an extent no copy gives goes as a WRITE of
+                // zeros, read (and recorded) below.
+                Err(Stop::Read(_)) if self.salvage.is_some() => {}
+                r => return r,
+            }
         }
         let tree = self.send.tree;
         let zero = fe.kind() == ExtentKind::Prealloc
@@ -181,7 +187,9 @@ impl Walk<'_, '_> {
             let mut sums = Vec::new();
             if zero {
                 data.fill(0);
-            } else if n >= AHEAD_MIN && fe.kind() == ExtentKind::Regular {
+            } else if n >= AHEAD_MIN && fe.kind() == ExtentKind::Regular && self.salvage.is_none() {
+                // (A rescue reads here, so that what a read lost is known
+                // before a later extent may clone from it.)
                 // Read on a reader thread; a WRITE adds no directory entry
                 // (what `Walk::push` looks for).
                 let read = DataRead {

@@ -77,6 +77,9 @@ pub(super) struct Walk<'a, 'fs> {
     /// The stream's protocol version and flags.
     pub(super) flavor: Flavor,
     pub(super) sectorsize: u64,
+    /// What a rescue send leaves out (`None` unless the filesystem is read
+    /// for a rescue).
+    pub(super) salvage: Option<super::salvage::Salvage>,
     /// Whether the root directory changed after its last UTIMES.
     root_dirty: bool,
 }
@@ -110,6 +113,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             write_size: write_chunk,
             flavor,
             sectorsize: fs.sectorsize() as u64,
+            salvage: fs.rescue().map(|_| super::salvage::Salvage::default()),
             root_dirty: false,
         }
     }
@@ -193,6 +197,19 @@ impl<'a, 'fs> Walk<'a, 'fs> {
         left: Option<Side<'_>>,
         right: Option<Side<'_>>,
     ) -> Result<()> {
+        if self.salvage.is_some()
+            && key.item_type != key_type::INODE_ITEM
+            && key.objectid != self.cur.ino
+        {
+            // A rescue: items whose inode item was lost go nowhere; the
+            // inode before them still finishes.
+            self.finish_if_needed(Some(key))?;
+            if self.salvage_skips(key) {
+                self.start(key.objectid);
+                self.cur.ignore = true;
+                return Ok(());
+            }
+        }
         if change == Change::Same {
             match key.item_type {
                 key_type::INODE_REF | key_type::INODE_EXTREF => {
@@ -498,6 +515,9 @@ impl<'a, 'fs> Walk<'a, 'fs> {
                     return Ok(());
                 }
                 self.cur.set_left(l);
+                if !self.salvage_placeable(ino)? || !self.salvage_readable(&l)? {
+                    return Ok(());
+                }
                 if ino != objectid::FIRST_FREE {
                     self.create_if_needed()?;
                 }
@@ -596,7 +616,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
     }
 
     /// A symlink's target: its inline extent at offset 0, bounded by i_size.
-    fn read_symlink(&self, inode: &Inode) -> Result<Vec<u8>> {
+    pub(super) fn read_symlink(&self, inode: &Inode) -> Result<Vec<u8>> {
         let tree = self.send.tree;
         let key = Key::new(inode.ino, key_type::EXTENT_DATA, 0);
         let Some(item) = tree.search(&key)? else {

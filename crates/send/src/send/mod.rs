@@ -33,6 +33,7 @@ mod mode;
 mod moves;
 mod names;
 mod refs;
+mod salvage;
 mod sink;
 mod stop;
 mod utimes;

@@ -376,7 +376,9 @@ impl<'fs> Walk<'_, 'fs> {
     pub(super) fn record_new(&mut self, item: Option<&Item>) -> Result<()> {
         let Some(item) = item else { return Ok(()) };
         for (dir, name) in item_refs(self.send.id(), item)? {
-            self.record_ref(Side::Gained, dir, name)?;
+            if self.salvage_keeps(dir, &name)? {
+                self.record_ref(Side::Gained, dir, name)?;
+            }
         }
         Ok(())
     }

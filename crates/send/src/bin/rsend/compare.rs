@@ -41,7 +41,7 @@ pub(crate) struct CompareArgs {
 
 /// Opens the filesystem for a listing or a verify, and finds the snapshot.
 fn open_for_compare(args: &CompareArgs) -> anyhow::Result<(Filesystem, Subvolume)> {
-    let fs = open_fs(&args.devices, args.quiet, COMPARE_CACHE_BYTES)?;
+    let fs = open_fs(&args.devices, args.quiet, COMPARE_CACHE_BYTES, None)?;
     let sel = args
         .subvol
         .as_ref()

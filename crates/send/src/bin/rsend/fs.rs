@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use btrfs_disk::fs::{Filesystem, Options};
+use btrfs_disk::rescue::Losses;
 use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::{Notice, SubvolSelector};
 use btrfs_text::json::bytes_value;
@@ -91,16 +92,19 @@ pub(crate) fn cat_file(
 
 /// Opens the filesystem on `devices` for a send, a listing or a verify,
 /// with a tree block cache of `cache_bytes`; `quiet` keeps notes (not
-/// warnings) off standard error.
+/// warnings) off standard error. With `rescue`, what cannot be read is
+/// recorded there instead of failing (`--rescue`).
 pub(crate) fn open_fs(
     devices: &[PathBuf],
     quiet: bool,
     cache_bytes: usize,
+    rescue: Option<Arc<Losses>>,
 ) -> anyhow::Result<Filesystem> {
     // These read the trees once in order; a smaller block cache than the
     // reader's default keeps the peak RSS low at no measurable cost.
     let mut opts = Options {
         cache_bytes,
+        rescue,
         ..options()
     };
     if quiet {

@@ -171,6 +171,29 @@ struct Args {
     #[arg(long)]
     list: bool,
 
+    /// Send what can be read of a damaged filesystem, and say exactly what
+    /// could not be: exit code 3 when anything was lost
+    ///
+    /// A tree block no copy of which is valid loses the items under it and
+    /// the rest of the tree is still read; data no copy of which matches its
+    /// checksum is sent as zeros; an inode whose inode item or every name
+    /// was lost is left out. When the root tree's root cannot be read, the
+    /// newest of the superblocks' backup roots that can is used (and said).
+    /// The stream stays one btrfs receive and rreceive accept. The losses
+    /// are listed on standard error (and with --rescue-report in a file);
+    /// with -n nothing is written, and the files and bytes that can be
+    /// recovered are printed. Without --rescue the first unreadable block
+    /// stops the send (exit code 1).
+    #[arg(long, conflicts_with_all = ["resume", "no_data"])]
+    rescue: bool,
+
+    /// With --rescue, write the loss report to FILE: one JSON object per
+    /// line and loss (kind tree_block, inode, name, data or unverified,
+    /// with subvol, path, ino, ranges as [offset, length], logical and
+    /// mirrors tried)
+    #[arg(long, value_name = "FILE", requires = "rescue")]
+    rescue_report: Option<PathBuf>,
+
     /// List what changed from PARENT (-p) to SUBVOL instead of sending
     ///
     /// One line per change, sorted by path: `+ PATH` created, `- PATH`
@@ -360,7 +383,7 @@ fn run_on(args: &Args, named: Named) -> Result<(), Failure> {
                     .into())
             }
         };
-        send::send(&SendArgs {
+        let sent = send::send(&SendArgs {
             devices,
             subvols,
             labels: args
@@ -386,7 +409,12 @@ fn run_on(args: &Args, named: Named) -> Result<(), Failure> {
             parent_any: args.parent_any,
             one_stream: args.one_stream,
             mounted: args.devices.is_empty(),
+            rescue: args.rescue,
+            rescue_report: args.rescue_report.clone(),
         })?;
+        if sent == send::Sent::WithLosses {
+            return Err(Failure::Said(3));
+        }
     }
     Ok(())
 }

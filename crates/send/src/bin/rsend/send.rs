@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use btrfs_disk::rescue::Losses;
 use btrfs_disk::subvol::Subvolume;
+use btrfs_disk::Filesystem;
 use btrfs_disk::SubvolSelector;
 use btrfs_stream::resume::Token;
 use btrfs_stream::Writer;
@@ -70,12 +72,25 @@ pub(crate) struct SendArgs {
     /// With `parent_from`: pick the newest snapshot the destination holds
     /// of any subvolume, not only of the one sent (`--parent-any`).
     pub(crate) parent_any: bool,
+    /// Send what can be read of a damaged filesystem (`--rescue`).
+    pub(crate) rescue: bool,
+    /// Where the loss report goes, one JSON object per line.
+    pub(crate) rescue_report: Option<PathBuf>,
+}
+
+/// How a send ended when it did not fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// Everything was sent.
+    Whole,
+    /// A rescue lost something (exit code 3).
+    WithLosses,
 }
 
 /// Sends every subvolume of `args` as concatenated full streams, as
 /// `btrfs send SUBVOL...` does. On error the streams written so far are
 /// flushed, the failing one without its END.
-pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
+pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
     let mut proto = args.proto;
     if let Some(t) = &args.resume {
         if args.subvols.len() != 1 {
@@ -104,7 +119,15 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
     if to_stdout && !args.dry_run {
         refuse_terminal(&std::io::stdout(), "standard output")?;
     }
-    let fs = open_fs(&args.devices, args.quiet || args.mounted, SEND_CACHE_BYTES)?;
+    let rescue = args.rescue.then(|| Arc::new(Losses::new()));
+    let fs = open_fs(
+        &args.devices,
+        args.quiet || args.mounted,
+        SEND_CACHE_BYTES,
+        rescue,
+    )?;
+    // `--rescue -n` reads everything a send would, and writes nothing.
+    let measure = args.dry_run && !args.rescue;
     let mut svs = Vec::new();
     for sel in &args.subvols {
         svs.push(find_sendable(&fs, sel)?);
@@ -194,10 +217,10 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
     let output_error = |io: &std::io::Error| anyhow::anyhow!("{writing}: {}", plain_io(io));
     // Small commands are gathered; WRITEs (larger than the buffer) go straight out.
     let mut w = Writer::new(BufWriter::with_capacity(32 << 10, file));
-    let show_progress = !args.quiet && !args.dry_run && std::io::stderr().is_terminal();
+    let show_progress = !args.quiet && !measure && std::io::stderr().is_terminal();
     let mut total = 0u64;
     for (i, ((sv, parent), clone_srcs)) in svs.iter().zip(&parents).zip(&clone_sets).enumerate() {
-        if !args.quiet {
+        if !args.quiet && !args.dry_run {
             let label = args.labels.get(i).cloned();
             eprintln!("At subvol {}", label.unwrap_or_else(|| sv.path_lossy()));
         }
@@ -212,7 +235,7 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
             no_data: args.no_data,
             progress,
             no_clones: false,
-            dry_run: args.dry_run,
+            dry_run: measure,
             resume: args.resume.as_ref().map(|t| t.point),
             // -e: one stream for all, its header first and its END last.
             omit_header: args.one_stream && i > 0,
@@ -226,7 +249,18 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
         });
         match r {
             Ok(stats) => {
-                if args.dry_run {
+                if args.dry_run && args.rescue {
+                    let line = format!(
+                        "{}\t{} files\t{} bytes of file data\t{} bytes of stream",
+                        sv.path_lossy(),
+                        stats.files,
+                        stats.data_bytes + stats.encoded_file_bytes,
+                        stats.bytes
+                    );
+                    if !table_line(&line)? {
+                        return Ok(Sent::Whole);
+                    }
+                } else if args.dry_run {
                     total += stats.bytes;
                     let line = format!(
                         "{}\t{} bytes\t{} commands\t{} files\t{} bytes of file data\t{} cloned\t{} compressed",
@@ -239,7 +273,7 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
                         stats.encoded_bytes
                     );
                     if !table_line(&line)? {
-                        return Ok(());
+                        return Ok(Sent::Whole);
                     }
                 }
                 if let Some(t) = &args.resume {
@@ -299,10 +333,52 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<()> {
         btrfs_stream::WriteError::Io(io) => output_error(&io),
         e => anyhow::Error::new(e).context(writing.clone()),
     })?;
-    if args.dry_run {
+    if measure {
         table_line(&format!("size\t{total}"))?;
     }
-    Ok(())
+    if args.rescue {
+        return rescue_report(&fs, &svs, args);
+    }
+    Ok(Sent::Whole)
+}
+
+/// The loss report of a rescue send: a summary and each loss on standard
+/// error (the losses unless `-q`), and with `--rescue-report FILE` one
+/// JSON object per loss and line in FILE.
+fn rescue_report(fs: &Filesystem, svs: &[Subvolume], args: &SendArgs) -> anyhow::Result<Sent> {
+    /// Losses listed on standard error before the rest is only counted.
+    const SHOWN: usize = 50;
+    let losses = rsend::rescue::report(fs, svs).context("making the loss report")?;
+    if let Some(path) = &args.rescue_report {
+        let mut text = Vec::new();
+        for l in &losses {
+            serde_json::to_writer(&mut text, &l.json)?;
+            text.push(b'\n');
+        }
+        std::fs::write(path, text)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {}", path.display(), plain_io(&e)))?;
+    }
+    let said = match &args.rescue_report {
+        Some(p) => format!("; the report is in {}", p.display()),
+        None => String::new(),
+    };
+    eprintln!("rsend: rescue: {}{said}", rsend::rescue::summary(&losses));
+    if !args.quiet {
+        for l in losses.iter().take(SHOWN) {
+            eprintln!("rsend: lost: {}", l.text);
+        }
+        if losses.len() > SHOWN {
+            eprintln!(
+                "rsend: ... and {} more (--rescue-report FILE lists them all)",
+                losses.len() - SHOWN
+            );
+        }
+    }
+    Ok(if losses.is_empty() {
+        Sent::Whole
+    } else {
+        Sent::WithLosses
+    })
 }
 
 /// Prints one line of the dry run's table; false when standard output is a
