@@ -578,7 +578,13 @@ impl Filesystem {
         }
         if used == 0 && ctx.salvage {
             buf.fill(0);
-            self.lose(ctx, DataFate::Zeroed, file_offset, buf.len() as u64, logical);
+            self.lose(
+                ctx,
+                DataFate::Zeroed,
+                file_offset,
+                buf.len() as u64,
+                logical,
+            );
             return Ok(());
         }
         if used == 0 {
@@ -661,7 +667,14 @@ impl Filesystem {
 impl Filesystem {
     /// Records `len` bytes of the file `ctx` reads, at `file_offset` and
     /// `logical`, as lost for a rescue.
-    fn lose(&self, ctx: &FileCtx<'_, '_>, fate: DataFate, file_offset: u64, len: u64, logical: u64) {
+    fn lose(
+        &self,
+        ctx: &FileCtx<'_, '_>,
+        fate: DataFate,
+        file_offset: u64,
+        len: u64,
+        logical: u64,
+    ) {
         if let Some(l) = self.rescue() {
             let (offset, len, compressed) = match ctx.whole {
                 Some((o, n)) => (o, n, true),
@@ -701,7 +714,13 @@ impl Filesystem {
             let j = (i..n).find(|&j| have[j]).unwrap_or(n);
             let at = (i * ss) as u64;
             let bytes = ((j * ss).min(len) - i * ss) as u64;
-            self.lose(ctx, DataFate::Unverified, file_offset + at, bytes, logical + at);
+            self.lose(
+                ctx,
+                DataFate::Unverified,
+                file_offset + at,
+                bytes,
+                logical + at,
+            );
             i = j;
         }
     }

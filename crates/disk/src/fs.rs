@@ -846,7 +846,7 @@ impl Filesystem {
             })
             .filter(|r| *r != current && r.generation <= sb.generation())
             .collect();
-        candidates.sort_by(|a, b| b.generation.cmp(&a.generation));
+        candidates.sort_by_key(|r| std::cmp::Reverse(r.generation));
         candidates.dedup();
         let used = candidates
             .into_iter()

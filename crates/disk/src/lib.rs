@@ -11,13 +11,12 @@
 //!
 //! The modules form layers, each importing only those below it:
 //!
-//! 1. [`key`], [`csum`]: keys and key types, checksums; [`rescue`]: what
-//!    a rescue read lost;
+//! 1. [`key`], [`csum`]: keys and key types, checksums;
 //! 2. [`superblock`], [`items`], [`chunk`], [`block`]: decoding and
 //!    validation of on-disk structures (tree blocks with their cache), each
 //!    with its own error ([`superblock::SuperblockError`],
 //!    [`items::ItemError`], [`chunk::ChunkError`], [`block::BlockError`],
-//!    ...);
+//!    ...); beside them [`rescue`], the log of what a rescue read lost;
 //! 3. [`error`]: the reader's [`Error`], which carries those as reasons,
 //!    and the errors of reads that fail in turn (tree block and superblock
 //!    copies, file data): they hold an [`Error`] of their own, so they live

@@ -145,6 +145,9 @@ pub struct Lookup<'fs> {
     pub tree: Tree<'fs>,
     inodes: LruCache<u64, Option<InodeInfo>>,
     first_refs: LruCache<u64, Option<FirstRef>>,
+    /// Inode items taken as there when the tree has none (a rescue's
+    /// stand-in for a root directory whose item was lost).
+    assumed: Vec<(u64, InodeInfo)>,
 }
 
 fn cap(n: usize) -> NonZeroUsize {
@@ -173,7 +176,15 @@ impl<'fs> Lookup<'fs> {
             tree,
             inodes: LruCache::new(cap(INODE_CACHE)),
             first_refs: LruCache::new(cap(REF_CACHE)),
+            assumed: Vec::new(),
         }
+    }
+
+    /// From now on, takes `info` as the inode item of `ino` when the tree
+    /// has none.
+    pub fn assume(&mut self, ino: u64, info: InodeInfo) {
+        self.assumed.push((ino, info));
+        self.inodes.pop(&ino);
     }
 
     /// The tree id.
@@ -191,7 +202,11 @@ impl<'fs> Lookup<'fs> {
             Some(item) => Some(InodeInfo::from_item(
                 &InodeItem::parse(item.data()).map_err(Error::bad_item(self.tree.id, key))?,
             )),
-            None => None,
+            None => self
+                .assumed
+                .iter()
+                .find(|(i, _)| *i == ino)
+                .map(|(_, info)| *info),
         };
         self.inodes.put(ino, info);
         Ok(info)

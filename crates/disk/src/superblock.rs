@@ -349,7 +349,7 @@ impl Superblock {
                 usable.then_some(r)
             })
             .collect();
-        v.sort_by(|a, b| b.root_generation.cmp(&a.root_generation));
+        v.sort_by_key(|r| std::cmp::Reverse(r.root_generation));
         v
     }
 

@@ -470,6 +470,78 @@ mod tests {
         assert_eq!(errors, 1, "a range stops at the first error");
     }
 
+    /// Reads from `inner`, except the blocks at `lost`, for which it gives
+    /// a rescue's empty stand-in (as [`crate::Filesystem`] does with
+    /// [`crate::Options::rescue`]).
+    struct Lossy<'a> {
+        inner: &'a MemBlocks,
+        lost: Vec<u64>,
+    }
+
+    impl BlockSource for Lossy<'_> {
+        fn tree_block(&self, e: &Expect) -> Result<Block> {
+            if self.lost.contains(&e.logical) {
+                return Ok(Block::stand_in(e, GEN, NODESIZE, &Uuid::from_u128(1)));
+            }
+            self.inner.tree_block(e)
+        }
+    }
+
+    /// The keys under the block at `logical` of tree `t`, and that block's level.
+    fn keys_under(t: &Tree<'_>, b: &Block, logical: u64, inside: bool) -> Vec<Key> {
+        let inside = inside || b.bytenr() == logical;
+        if b.is_leaf() {
+            return if inside {
+                (0..b.nritems()).filter_map(|i| b.key(i)).collect()
+            } else {
+                Vec::new()
+            };
+        }
+        (0..b.nritems())
+            .flat_map(|i| keys_under(t, &t.child(b, i).unwrap(), logical, inside))
+            .collect()
+    }
+
+    #[test]
+    fn a_lost_leaf_or_node_is_walked_past_as_an_empty_subtree() {
+        let all = items(500);
+        let (m, root, level) = build(&all, 7, 4);
+        let whole = tree(&m, root, level);
+        let leaf = whole
+            .search(&Key::new(90, 0, 300))
+            .unwrap()
+            .unwrap()
+            .leaf()
+            .bytenr();
+        // The level-1 node above the item with key 900.
+        let mut c = whole.cursor();
+        c.seek_ge(&Key::new(900, 0, 3000)).unwrap();
+        let node = c.path[c.path.len() - 2].0.bytenr();
+        for lost in [leaf, node] {
+            let gone = keys_under(&whole, &whole.root_block().unwrap(), lost, false);
+            assert!(!gone.is_empty());
+            let src = Lossy {
+                inner: &m,
+                lost: vec![lost],
+            };
+            let t = Tree::new(&src, TREE, root.blockptr, root.generation, level);
+            let got: Vec<Key> = t
+                .range(Key::MIN, Key::MAX)
+                .map(|i| i.unwrap().key)
+                .collect();
+            let want: Vec<Key> = all
+                .iter()
+                .map(|(k, _)| *k)
+                .filter(|k| !gone.contains(k))
+                .collect();
+            assert_eq!(got, want, "lost block {lost}");
+            // A search into the lost range finds the first key after it.
+            let after = t.cursor().seek_ge(&gone[0]).unwrap().map(|i| i.key);
+            assert_eq!(after, want.iter().find(|k| **k > gone[0]).copied());
+            assert!(t.search(&gone[0]).unwrap().is_none());
+        }
+    }
+
     #[test]
     fn a_parent_pointer_that_disagrees_with_the_child_is_an_error() {
         let all = items(20);

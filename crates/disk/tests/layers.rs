@@ -9,7 +9,7 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &["bytes"],
     &["key", "csum"],
-    &["superblock", "items", "chunk", "block"],
+    &["superblock", "items", "chunk", "block", "rescue"],
     &["error"],
     &["device"],
     &["mount"],

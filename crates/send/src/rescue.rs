@@ -11,6 +11,7 @@ use btrfs_disk::key::key_type;
 use btrfs_disk::lookup::Lookup;
 use btrfs_disk::rescue::{BlockLoss, DataFate, InodeFault, Losses};
 use btrfs_disk::{Filesystem, Key, Subvolume};
+use btrfs_text::escape::escape;
 use btrfs_text::json::bytes_value;
 use serde_json::{json, Value};
 
@@ -43,7 +44,10 @@ pub fn report(fs: &Filesystem, svs: &[Subvolume]) -> Result<Vec<Loss>, btrfs_dis
     for sv in svs {
         SubvolReport::new(fs, sv, losses, &blocks).run(&mut out)?;
     }
-    for b in blocks.iter().filter(|b| !svs.iter().any(|s| s.id == b.tree)) {
+    for b in blocks
+        .iter()
+        .filter(|b| !svs.iter().any(|s| s.id == b.tree))
+    {
         out.push(block_loss(b, None, None, None));
     }
     Ok(out)
@@ -66,9 +70,17 @@ pub fn summary(report: &[Loss]) -> String {
     };
     let parts: Vec<String> = [
         say("tree_block", "tree block lost", "tree blocks lost"),
-        say("inode", "inode damaged or left out", "inodes damaged or left out"),
+        say(
+            "inode",
+            "inode damaged or left out",
+            "inodes damaged or left out",
+        ),
         say("name", "name not kept", "names not kept"),
-        say("data", "file range written as zeros", "file ranges written as zeros"),
+        say(
+            "data",
+            "file range written as zeros",
+            "file ranges written as zeros",
+        ),
         say(
             "unverified",
             "file range read without a checksum",
@@ -89,7 +101,12 @@ fn key_text(k: &Key) -> String {
     k.to_string()
 }
 
-fn block_loss(b: &BlockLoss, subvol: Option<&str>, next: Option<Key>, inodes: Option<(u64, u64)>) -> Loss {
+fn block_loss(
+    b: &BlockLoss,
+    subvol: Option<&str>,
+    next: Option<Key>,
+    inodes: Option<(u64, u64)>,
+) -> Loss {
     let json = json!({
         "kind": "tree_block",
         "subvol": subvol,
@@ -121,21 +138,38 @@ fn block_loss(b: &BlockLoss, subvol: Option<&str>, next: Option<Key>, inodes: Op
 
 /// The item types whose keys of inode `ino` fall in `[first, next)`.
 fn types_in(ino: u64, first: Key, next: Option<Key>) -> Vec<&'static str> {
-    const TYPES: [(u8, u8, &str); 5] = [
-        (key_type::INODE_ITEM, key_type::INODE_ITEM, "inode item"),
-        (key_type::INODE_REF, key_type::INODE_EXTREF, "names"),
-        (key_type::XATTR_ITEM, key_type::XATTR_ITEM, "xattrs"),
-        (key_type::DIR_ITEM, key_type::DIR_INDEX, "directory entries"),
-        (key_type::EXTENT_DATA, key_type::EXTENT_DATA, "file extents"),
+    // (first type, its lowest offset, last type, what they hold); an
+    // INODE_REF's offset is its directory's inode number.
+    const TYPES: [(u8, u64, u8, &str); 5] = [
+        (key_type::INODE_ITEM, 0, key_type::INODE_ITEM, "inode item"),
+        (
+            key_type::INODE_REF,
+            objectid::FIRST_FREE,
+            key_type::INODE_EXTREF,
+            "names",
+        ),
+        (key_type::XATTR_ITEM, 0, key_type::XATTR_ITEM, "xattrs"),
+        (
+            key_type::DIR_ITEM,
+            0,
+            key_type::DIR_INDEX,
+            "directory entries",
+        ),
+        (
+            key_type::EXTENT_DATA,
+            0,
+            key_type::EXTENT_DATA,
+            "file extents",
+        ),
     ];
     TYPES
         .iter()
-        .filter(|(lo, hi, _)| {
-            let a = Key::new(ino, *lo, 0);
+        .filter(|(lo, min, hi, _)| {
+            let a = Key::new(ino, *lo, *min);
             let z = Key::new(ino, *hi, u64::MAX);
             z >= first && next.is_none_or(|n| a < n)
         })
-        .map(|(_, _, name)| *name)
+        .map(|(_, _, _, name)| *name)
         .collect()
 }
 
@@ -164,7 +198,12 @@ struct SubvolReport<'a, 'fs> {
 }
 
 impl<'a, 'fs> SubvolReport<'a, 'fs> {
-    fn new(fs: &'fs Filesystem, sv: &'a Subvolume, losses: &'a Losses, all: &'a [BlockLoss]) -> Self {
+    fn new(
+        fs: &'fs Filesystem,
+        sv: &'a Subvolume,
+        losses: &'a Losses,
+        all: &'a [BlockLoss],
+    ) -> Self {
         SubvolReport {
             fs,
             sv,
@@ -178,6 +217,9 @@ impl<'a, 'fs> SubvolReport<'a, 'fs> {
     /// The path of `ino` from the subvolume's root by first names, when
     /// every directory on the way is there.
     fn path(&mut self, ino: u64) -> Option<Vec<u8>> {
+        if ino == objectid::FIRST_FREE {
+            return Some(b".".to_vec());
+        }
         let mut parts: Vec<Vec<u8>> = Vec::new();
         let mut d = ino;
         while d != objectid::FIRST_FREE {
@@ -192,15 +234,42 @@ impl<'a, 'fs> SubvolReport<'a, 'fs> {
         Some(parts.join(&b'/'))
     }
 
+    /// The path of directory `dir` with a trailing slash (empty for the
+    /// root): by first names, or by the entries `found` for directories
+    /// left out; `<directory inode N>/` where neither names it.
+    fn dir_path(&mut self, dir: u64, found: &BTreeMap<u64, (u64, &[u8])>) -> Vec<u8> {
+        let mut tail: Vec<&[u8]> = Vec::new();
+        let mut d = dir;
+        let mut head = loop {
+            if d == objectid::FIRST_FREE {
+                break Vec::new();
+            }
+            if let Some(mut p) = self.path(d) {
+                p.push(b'/');
+                break p;
+            }
+            match found.get(&d) {
+                Some((up, name)) if tail.len() < MAX_DEPTH => {
+                    tail.push(name);
+                    d = *up;
+                }
+                _ => break format!("<directory inode {d}>/").into_bytes(),
+            }
+        };
+        for name in tail.iter().rev() {
+            head.extend_from_slice(name);
+            head.push(b'/');
+        }
+        head
+    }
+
     fn path_value(&mut self, ino: u64) -> Value {
         self.path(ino).map_or(Value::Null, |p| bytes_value(&p))
     }
 
     fn path_text(&mut self, ino: u64) -> String {
-        self.path(ino).map_or_else(
-            || format!("inode {ino} (path unknown)"),
-            |p| String::from_utf8_lossy(&p).into_owned(),
-        )
+        self.path(ino)
+            .map_or_else(|| format!("inode {ino} (path unknown)"), |p| escape(&p))
     }
 
     fn loss(&self, kind: &'static str, fields: Value, text: String) -> Loss {
@@ -238,7 +307,12 @@ impl<'a, 'fs> SubvolReport<'a, 'fs> {
             };
             let lo = first.objectid.max(objectid::FIRST_FREE);
             let hi = last_ino.min(objectid::LAST_FREE);
-            out.push(block_loss(b, Some(&self.label), next, (lo <= hi).then_some((lo, hi))));
+            out.push(block_loss(
+                b,
+                Some(&self.label),
+                next,
+                (lo <= hi).then_some((lo, hi)),
+            ));
             spans.push((lo, hi));
             // The inodes whose items survive around the range.
             if lo <= hi {
@@ -259,23 +333,25 @@ impl<'a, 'fs> SubvolReport<'a, 'fs> {
         // The names of inodes not sent, kept by the walk and found in
         // directory entries anywhere in the tree.
         let mut named: BTreeSet<(u64, u64, Vec<u8>)> = BTreeSet::new();
-        for n in self.losses.names().into_iter().filter(|n| n.tree == self.sv.id) {
+        for n in self
+            .losses
+            .names()
+            .into_iter()
+            .filter(|n| n.tree == self.sv.id)
+        {
             named.insert((n.ino, n.dir, n.name));
         }
         if !spans.is_empty() {
             self.entries_into(&tree, &spans, &dropped, &mut named)?;
         }
+        // A directory left out is named by an entry found for it.
+        let mut found: BTreeMap<u64, (u64, &[u8])> = BTreeMap::new();
+        for (ino, dir, name) in &named {
+            found.entry(*ino).or_insert((*dir, name));
+        }
         let mut names: BTreeMap<u64, Vec<Vec<u8>>> = BTreeMap::new();
         for (ino, dir, name) in &named {
-            let mut path = if *dir == objectid::FIRST_FREE {
-                Vec::new()
-            } else {
-                let mut p = self
-                    .path(*dir)
-                    .unwrap_or_else(|| format!("<directory inode {dir}>").into_bytes());
-                p.push(b'/');
-                p
-            };
+            let mut path = self.dir_path(*dir, &found);
             path.extend_from_slice(name);
             names.entry(*ino).or_default().push(path);
         }
@@ -329,15 +405,26 @@ impl<'a, 'fs> SubvolReport<'a, 'fs> {
             let sent = fault.is_none() && !named_only;
             let paths: Vec<Vec<u8>> = match (sent, self.path(ino)) {
                 (true, Some(p)) => vec![p],
-                _ => names.get(&ino).cloned().unwrap_or_default(),
+                (_, own) => {
+                    let mut v: Vec<Vec<u8>> = own.into_iter().collect();
+                    for n in names.get(&ino).into_iter().flatten() {
+                        if !v.contains(n) {
+                            v.push(n.clone());
+                        }
+                    }
+                    v
+                }
             };
-            let shown = paths.first().map_or_else(
-                || format!("inode {ino} (no name found)"),
-                |p| String::from_utf8_lossy(p).into_owned(),
-            );
+            let shown = paths
+                .first()
+                .map_or_else(|| format!("inode {ino} (no name found)"), |p| escape(p));
             let text = format!(
                 "{shown}: {} ({why})",
-                if sent { "sent without what was lost" } else { "not sent" }
+                if sent {
+                    "sent without what was lost"
+                } else {
+                    "not sent"
+                }
             );
             out.push(self.loss(
                 "inode",
@@ -356,7 +443,7 @@ impl<'a, 'fs> SubvolReport<'a, 'fs> {
                 // Names of a sent inode that were not kept (their
                 // directory cannot be reached).
                 for path in names.get(&ino).into_iter().flatten() {
-                    let text = format!("{}: name not kept", String::from_utf8_lossy(path));
+                    let text = format!("{}: name not kept", escape(path));
                     out.push(self.loss(
                         "name",
                         json!({ "ino": ino, "path": bytes_value(path) }),
@@ -366,7 +453,12 @@ impl<'a, 'fs> SubvolReport<'a, 'fs> {
             }
         }
         // File data.
-        for d in self.losses.data().into_iter().filter(|d| d.tree == self.sv.id) {
+        for d in self
+            .losses
+            .data()
+            .into_iter()
+            .filter(|d| d.tree == self.sv.id)
+        {
             let (kind, what) = match d.fate {
                 DataFate::Zeroed => ("data", "written as zeros"),
                 DataFate::Unverified => ("unverified", "read without a checksum to check it"),
@@ -378,7 +470,11 @@ impl<'a, 'fs> SubvolReport<'a, 'fs> {
                 d.offset,
                 d.offset + d.len,
                 d.logical,
-                if d.compressed { ", a compressed extent" } else { "" }
+                if d.compressed {
+                    ", a compressed extent"
+                } else {
+                    ""
+                }
             );
             out.push(self.loss(
                 kind,
@@ -436,13 +532,19 @@ mod tests {
     fn the_types_and_extents_a_key_range_holds() {
         let first = Key::new(300, key_type::XATTR_ITEM, 5);
         let next = Some(Key::new(300, key_type::EXTENT_DATA, 65536));
-        assert_eq!(types_in(300, first, next), vec!["xattrs", "file extents"]);
+        assert_eq!(
+            types_in(300, first, next),
+            vec!["xattrs", "directory entries", "file extents"]
+        );
         assert_eq!(extents_in(300, first, next, 1 << 20), Some((0, 65536)));
         assert!(types_in(299, first, next).is_empty());
         // A range from inside one inode's extents into the next inode.
         let first = Key::new(300, key_type::EXTENT_DATA, 8192);
         let next = Some(Key::new(301, key_type::INODE_REF, 256));
-        assert_eq!(extents_in(300, first, next, 20000), Some((8192, 20000 - 8192)));
+        assert_eq!(
+            extents_in(300, first, next, 20000),
+            Some((8192, 20000 - 8192))
+        );
         assert_eq!(types_in(301, first, next), vec!["inode item"]);
         assert_eq!(types_in(302, first, next), Vec::<&str>::new());
     }

@@ -135,7 +135,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
     /// inodes, the pending directory times, END.
     pub(super) fn run(&mut self) -> Result<()> {
         let first = Key::new(objectid::FIRST_FREE, key_type::INODE_ITEM, 0);
-        if self.send.tree.search(&first)?.is_none() {
+        if self.send.tree.search(&first)?.is_none() && !self.salvage_root_lost() {
             return Err(Stop::Bad(
                 "the subvolume has no root directory (no INODE_ITEM for inode 256)".into(),
             ));
@@ -663,6 +663,10 @@ impl<'a, 'fs> Walk<'a, 'fs> {
 
     /// UTIMES of `ino` from the send snapshot's inode item.
     fn send_utimes(&mut self, ino: u64, gen: u64) -> Result<()> {
+        if self.salvage_dropped(ino) {
+            // A rescue: its inode item (with its times) was lost.
+            return Ok(());
+        }
         let inode = match self.cur.inode {
             Some(i) if i.ino == ino && i.generation == gen => i,
             _ => self.fs.inode_in(&self.send.tree, ino)?,

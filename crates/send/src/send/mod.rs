@@ -32,6 +32,7 @@ mod inode;
 mod mode;
 mod moves;
 mod names;
+mod omit;
 mod refs;
 mod salvage;
 mod sink;
