@@ -311,11 +311,12 @@ fn damage_at_random(name: &str) {
             failures.push(format!("{what}: send: {e:#}"));
             continue;
         }
-        let report: Vec<serde_json::Value> = rsend::rescue::report(&dfs, &[dsv.clone()])
-            .unwrap()
-            .into_iter()
-            .map(|l| l.json)
-            .collect();
+        let report: Vec<serde_json::Value> =
+            rsend::rescue::report(&dfs, std::slice::from_ref(&dsv))
+                .unwrap()
+                .into_iter()
+                .map(|l| l.json)
+                .collect();
         let model = match Model::replay(&w.into_inner()) {
             Ok(m) => m,
             Err(e) => {
