@@ -1,7 +1,8 @@
 //! The on-disk reader on hostile input: random and mutated tree blocks
 //! (walked as a tree held in memory), and a kernel-made image with mutated
 //! metadata (opened, its subvolumes listed, their trees walked, their files
-//! read). No input may panic or hang, and every error must say where.
+//! read); every other image is read as `rsend --rescue` reads. No input may
+//! panic or hang, and every error must say where.
 #![no_main]
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -132,13 +133,17 @@ fn image(data: &[u8]) {
     image_mut::mutate(&IMAGE, "csum-crc32c", data, run_image);
 }
 
-fn run_image(bytes: Arc<[u8]>, probes: &[u8]) {
+fn run_image(bytes: Arc<[u8]>, flags: u8, probes: &[u8]) {
     let dev = match Device::from_bytes("fuzz.img", bytes) {
         Ok(d) => d,
         Err(e) => return check(&e),
     };
+    // Every other input reads as `rsend --rescue` does (lost blocks walked
+    // past as empty ones, lost data as zeros).
+    let rescue = flags & 2 != 0;
     let opts = Options {
         notice: Arc::new(|_| {}),
+        rescue: rescue.then(|| Arc::new(btrfs_disk::rescue::Losses::new())),
         ..Options::default()
     };
     let fs = match Filesystem::from_devices(vec![dev], opts) {

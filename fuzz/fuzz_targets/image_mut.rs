@@ -43,15 +43,15 @@ impl Image {
     }
 }
 
-/// Input = records of (block u16, offset u16, value u8) applied to the
-/// image's metadata; the first byte's bit 0 re-checksums the changed
-/// blocks. `run` gets the mutated image and the rest of the input; the
-/// image is restored afterwards.
+/// Input = a flags byte, then records of (block u16, offset u16, value u8)
+/// applied to the image's metadata; flags bit 0 re-checksums the changed
+/// blocks, the other bits are the target's. `run` gets the mutated image,
+/// the flags and the records; the image is restored afterwards.
 pub fn mutate(
     state: &'static OnceLock<Mutex<Image>>,
     default: &str,
     data: &[u8],
-    run: impl FnOnce(Arc<[u8]>, &[u8]),
+    run: impl FnOnce(Arc<[u8]>, u8, &[u8]),
 ) {
     let Some((&flags, rest)) = data.split_first() else {
         return;
@@ -88,7 +88,7 @@ pub fn mutate(
             }
         }
     }
-    run(arc.clone(), rest);
+    run(arc.clone(), flags, rest);
     let img = Arc::get_mut(&mut arc).expect("image still shared");
     for (start, old) in undo {
         img[start..start + old.len()].copy_from_slice(&old);

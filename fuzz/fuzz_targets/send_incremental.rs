@@ -4,7 +4,8 @@
 //! snapshots is sent; no input may panic or hang, and an error must say
 //! where (subvolume, inode, tree or block). The snapshots sent before
 //! each one are its clone sources, so clone search reads mutated extent
-//! trees and shared leaves too.
+//! trees and shared leaves too. Every other input is sent as
+//! `rsend --rescue` sends, and its loss report made.
 #![no_main]
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -35,12 +36,16 @@ fn names_where(msg: &str) -> bool {
     .any(|w| msg.contains(w))
 }
 
-fn run(bytes: Arc<[u8]>, _rest: &[u8]) {
+fn run(bytes: Arc<[u8]>, flags: u8, _rest: &[u8]) {
     let Ok(dev) = Device::from_bytes("fuzz.img", bytes) else {
         return;
     };
+    // Every other input reads as `rsend --rescue` does: lost blocks
+    // walked past, lost data as zeros, and the loss report made.
+    let rescue = flags & 2 != 0;
     let opts = Options {
         notice: Arc::new(|_| {}),
+        rescue: rescue.then(|| Arc::new(btrfs_disk::rescue::Losses::new())),
         ..Options::default()
     };
     let Ok(fs) = Filesystem::from_devices(vec![dev], opts) else {
@@ -60,6 +65,13 @@ fn run(bytes: Arc<[u8]>, _rest: &[u8]) {
                 let msg = format!("{:#}", anyhow_chain(&e));
                 assert!(names_where(&msg), "error without a place: {msg}");
             }
+        }
+    }
+    if rescue {
+        let svs: Vec<_> = ro.iter().map(|s| (*s).clone()).collect();
+        if let Err(e) = rsend::rescue::report(&fs, &svs) {
+            let msg = format!("{:#}", anyhow_chain(&e));
+            assert!(names_where(&msg), "error without a place: {msg}");
         }
     }
 }

@@ -109,7 +109,8 @@ pub struct Losses {
 #[derive(Debug, Default)]
 struct State {
     blocks: Vec<BlockLoss>,
-    seen: HashSet<u64>,
+    /// (tree, logical) of the blocks recorded.
+    seen: HashSet<(u64, u64)>,
     data: Vec<DataLoss>,
     /// Logical ranges (start, end) whose data was zeroed.
     zeroed: Vec<(u64, u64)>,
@@ -129,10 +130,11 @@ impl Losses {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Records a lost tree block, once per address.
+    /// Records a lost tree block, once per tree and address (a block
+    /// shared by snapshots is recorded for each tree read through it).
     pub(crate) fn add_block(&self, b: BlockLoss) {
         let mut s = self.lock();
-        if s.seen.insert(b.logical) {
+        if s.seen.insert((b.tree, b.logical)) {
             s.blocks.push(b);
         }
     }

@@ -162,6 +162,24 @@ fn check_intact(fs: &Filesystem, reads: &[(&'static str, &Subvolume)]) -> Result
     Ok(())
 }
 
+/// For a rescue: an incremental send whose parent's tree lost blocks does
+/// not end, because what the receiver has is not known to be what the
+/// parent's lost items were: the stream gets no END.
+fn rescued_parent_whole(fs: &Filesystem, parent: Option<&Subvolume>) -> Result<(), Stop> {
+    let (Some(losses), Some(p)) = (fs.rescue(), parent) else {
+        return Ok(());
+    };
+    match losses.blocks().iter().find(|b| b.tree == p.id) {
+        None => Ok(()),
+        Some(b) => Err(Stop::Bad(format!(
+            "the parent {} lost the tree block at logical {} ({}): an incremental stream against it cannot be trusted; send in full, without -p",
+            p.path_lossy(),
+            b.logical,
+            b.why
+        ))),
+    }
+}
+
 /// The error for `fault` in subvolume `subvol`, at the walk's position
 /// `pos` (inode and path) if it had one.
 fn placed(subvol: String, pos: Option<(u64, String)>, fault: Fault) -> SendError {
@@ -509,6 +527,7 @@ pub fn send_with<W: Write>(
                 let r = walk.run().and_then(|()| {
                     // The data read ahead was read before the check too.
                     walk_readers.settle();
+                    rescued_parent_whole(fs, parent)?;
                     match check_intact(fs, reads) {
                         Ok(()) => walk.end(),
                         Err(e) => Err(Stop::Changed(Box::new(e))),
