@@ -763,13 +763,22 @@ impl Filesystem {
     ///
     /// When reading for a rescue ([`Options::rescue`]), a block that no
     /// copy gives is recorded as lost and read as an empty stand-in, unless
-    /// it was written over by a newer commit (which is retried as usual).
+    /// the filesystem is mounted and a newer commit wrote over it (which is
+    /// retried as usual).
     pub fn tree_block(&self, e: &Expect) -> Result<Block> {
         let err = match self.tree_block_strict(e) {
             Ok(b) => return Ok(b),
             Err(err) => err,
         };
-        let Some(losses) = self.rescue.as_ref().filter(|_| !err.is_overwritten()) else {
+        // On a mounted filesystem a block written over by a newer commit is
+        // read again from that commit (`with_retry`); on an image or an
+        // unmounted device nothing writes, and it is as lost as any other.
+        let live = self.devices.values().any(Device::is_direct);
+        let Some(losses) = self
+            .rescue
+            .as_ref()
+            .filter(|_| !(live && err.is_overwritten()))
+        else {
             return Err(err);
         };
         let generation = match e.generation {

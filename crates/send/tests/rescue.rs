@@ -273,9 +273,19 @@ fn damage_at_random(name: &str) {
         let mut what = Vec::new();
         for _ in 0..1 + rnd() % 3 {
             let b = &blocks[(rnd() % blocks.len() as u64) as usize];
+            // Random bytes, or (a misdirected write) another valid block of
+            // the tree, whose checksum matches but whose address does not.
+            let other = &blocks[(rnd() % blocks.len() as u64) as usize];
+            let misdirected = rnd() % 3 == 0 && other.logical != b.logical;
             for m in 1..=fs.num_copies(b.logical) {
                 let (dev, at) = physical(&fs, &devs, b.logical, m);
-                let junk: Vec<u8> = (0..fs.nodesize()).map(|_| rnd() as u8).collect();
+                let junk: Vec<u8> = if misdirected {
+                    let (odev, oat) = physical(&fs, &devs, other.logical, 1);
+                    let img = &pristine[devs.iter().position(|d| *d == odev).unwrap()];
+                    img[oat as usize..oat as usize + fs.nodesize()].to_vec()
+                } else {
+                    (0..fs.nodesize()).map(|_| rnd() as u8).collect()
+                };
                 overwrite(&dev, at, &junk);
             }
             expect.extend(&b.inodes);
