@@ -82,6 +82,10 @@ struct Walker<'fs> {
     root_level: usize,
     key: Key,
     end: bool,
+    /// Key ranges `[from, to)` (`to` none: to the end) under blocks a
+    /// rescue read could not read (empty stand-ins): what the other tree
+    /// has there is not known to differ.
+    lost: Vec<(Key, Option<Key>)>,
 }
 
 /// What advancing a tree may do.
@@ -109,6 +113,7 @@ impl<'fs> Walker<'fs> {
             root_level: level,
             key: key.unwrap_or_default(),
             end: empty,
+            lost: Vec::new(),
         })
     }
 
@@ -146,10 +151,16 @@ impl<'fs> Walker<'fs> {
             let (b, slot) = self.at(self.level)?;
             let child = self.tree.child(b, *slot)?;
             let empty = child.is_empty();
+            if empty {
+                // A rescue's stand-in for a lost block: nothing under it,
+                // and its key range is not known.
+                let from = b.key(*slot).unwrap_or_default();
+                let to = self.next_key_above(self.level, *slot + 1);
+                self.lost.push((from, to));
+            }
             self.level -= 1;
             self.path[self.level] = Some((child, 0));
             if empty {
-                // A rescue's stand-in for a lost block: nothing under it.
                 self.next_or_up()?;
             }
         }
@@ -157,6 +168,26 @@ impl<'fs> Walker<'fs> {
             self.update_key()?;
         }
         Ok(())
+    }
+
+    /// The first key after the pointer before `slot` at `level`: the key at
+    /// `slot` there, or the next one up the path (none at the end).
+    fn next_key_above(&self, level: usize, slot: usize) -> Option<Key> {
+        let (b, _) = self.path.get(level)?.as_ref()?;
+        if let Some(k) = b.key(slot) {
+            return Some(k);
+        }
+        (level + 1..=self.root_level).find_map(|l| {
+            let (b, s) = self.path.get(l)?.as_ref()?;
+            b.key(*s + 1)
+        })
+    }
+
+    /// Whether `key` lies under a block this tree lost.
+    fn lost_at(&self, key: &Key) -> bool {
+        self.lost
+            .iter()
+            .any(|(from, to)| key >= from && to.is_none_or(|t| *key < t))
     }
 
     fn next_or_up(&mut self) -> Result<(), DiffError> {
@@ -224,12 +255,14 @@ where
         if l.end {
             if r.level == 0 {
                 let (item, slot) = r.item()?;
-                f(
-                    item.key,
-                    Change::Deleted,
-                    None,
-                    Some(Side { item: &item, slot }),
-                )?;
+                if !l.lost_at(&item.key) {
+                    f(
+                        item.key,
+                        Change::Deleted,
+                        None,
+                        Some(Side { item: &item, slot }),
+                    )?;
+                }
             }
             adv_r = Advance::Normal;
             continue;
@@ -264,15 +297,17 @@ where
                     adv_l = Advance::Normal;
                 }
                 std::cmp::Ordering::Greater => {
-                    f(
-                        ri.key,
-                        Change::Deleted,
-                        None,
-                        Some(Side {
-                            item: &ri,
-                            slot: rs,
-                        }),
-                    )?;
+                    if !l.lost_at(&ri.key) {
+                        f(
+                            ri.key,
+                            Change::Deleted,
+                            None,
+                            Some(Side {
+                                item: &ri,
+                                slot: rs,
+                            }),
+                        )?;
+                    }
                     adv_r = Advance::Normal;
                 }
                 std::cmp::Ordering::Equal => {

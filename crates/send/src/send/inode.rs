@@ -197,18 +197,13 @@ impl<'a, 'fs> Walk<'a, 'fs> {
         left: Option<Side<'_>>,
         right: Option<Side<'_>>,
     ) -> Result<()> {
-        if self.salvage.is_some()
-            && key.item_type != key_type::INODE_ITEM
-            && key.objectid != self.cur.ino
-        {
+        if self.salvage_skips(key)? {
             // A rescue: items whose inode item was lost go nowhere; the
             // inode before them still finishes.
             self.finish_if_needed(Some(key))?;
-            if self.salvage_skips(key) {
-                self.start(key.objectid);
-                self.cur.ignore = true;
-                return Ok(());
-            }
+            self.start(key.objectid);
+            self.cur.ignore = true;
+            return Ok(());
         }
         if change == Change::Same {
             match key.item_type {

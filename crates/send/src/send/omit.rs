@@ -28,19 +28,24 @@ impl Walk<'_, '_> {
     }
 
     /// For a rescue: whether the item `key` belongs to no inode being sent
-    /// (its inode item was lost, or the inode was left out), and so is
+    /// because the snapshot has no inode item for it (lost), and so is
     /// passed over. The first such item of an inode records the loss.
-    pub(super) fn salvage_skips(&mut self, key: Key) -> bool {
-        let Some(s) = self.salvage.as_mut() else {
-            return false;
-        };
-        if key.item_type == key_type::INODE_ITEM
+    pub(super) fn salvage_skips(&mut self, key: Key) -> Result<bool> {
+        if self.salvage.is_none()
+            || key.item_type == key_type::INODE_ITEM
             || key.objectid == self.cur.ino
             || key.objectid < objectid::FIRST_FREE
             || key.objectid > objectid::LAST_FREE
         {
-            return false;
+            return Ok(false);
         }
+        // (An incremental send meets items of inodes it does not send.)
+        if self.send.inode(key.objectid)?.is_some() {
+            return Ok(false);
+        }
+        let Some(s) = self.salvage.as_mut() else {
+            return Ok(false);
+        };
         if s.dropped.insert(key.objectid) {
             if let Some(l) = self.fs.rescue() {
                 l.add_inode(InodeLoss {
@@ -50,7 +55,7 @@ impl Walk<'_, '_> {
                 });
             }
         }
-        true
+        Ok(true)
     }
 
     /// For a rescue, before a new inode `ino` is created: whether it has a
