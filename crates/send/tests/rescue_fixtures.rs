@@ -1,5 +1,5 @@
 //! `rsend --rescue` on the damaged images of `testdata/rescue/` (made by
-//! `testdata/make-rescue.sh` from kernel-made filesystems, each with the
+//! `testdata/make-rescue.py` from kernel-made filesystems, each with the
 //! manifest of its intact snapshot and `truth.json`, what was destroyed and
 //! which files it touched).
 //!

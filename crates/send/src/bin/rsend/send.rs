@@ -362,7 +362,9 @@ fn rescue_report(fs: &Filesystem, svs: &[Subvolume], args: &SendArgs) -> anyhow:
         Some(p) => format!("; the report is in {}", p.display()),
         None => String::new(),
     };
-    eprintln!("rsend: rescue: {}{said}", rsend::rescue::summary(&losses));
+    if !(args.quiet && losses.is_empty()) {
+        eprintln!("rsend: rescue: {}{said}", rsend::rescue::summary(&losses));
+    }
     if !args.quiet {
         for l in losses.iter().take(SHOWN) {
             eprintln!("rsend: lost: {}", l.text);
