@@ -244,6 +244,7 @@ class Case:
         self.snapid = int(run("btrfs", "inspect-internal", "rootid", self.snap).strip())
         self.manifest = run("python3", MANIFEST_PY, "--links", self.snap)
         self.damage, self.affected, self.lossless = [], {}, False
+        self.snapshot, self.parent = "snap", None
 
     def affect(self, ino, types=None, ranges=None):
         a = self.affected.setdefault(ino, {"ino": ino, "paths": resolve(self.snap, ino),
@@ -300,7 +301,8 @@ class Case:
         with open(os.path.join(out, "snap.manifest"), "w") as f:
             f.write(self.manifest)
         names = [os.path.basename(d) for d in self.devs]
-        truth = {"case": self.name, "snapshot": "snap", "snapshot_id": self.snapid, "devices": names,
+        truth = {"case": self.name, "snapshot": self.snapshot, "parent": self.parent,
+                 "snapshot_id": self.snapid, "devices": names,
                  "mkfs": " ".join(self.mkfs), "mount": self.opts, "damage": self.damage,
                  "lossless": self.lossless,
                  "affected": [self.affected[k] for k in sorted(self.affected)]}
@@ -312,6 +314,43 @@ class Case:
         for d in self.devs:
             run("zstd", "-q", "-19", "--long=27", "-f", d, "-o", os.path.join(out, os.path.basename(d) + ".zst"))
         print(f"{self.name}: {len(self.damage)} damaged, {len(self.affected)} inodes touched", file=sys.stderr)
+
+
+def incremental():
+    """An incremental send: `snap` is the parent, `snap2` the snapshot
+    after changes; a leaf of snap2's tree that snap does not share is lost."""
+    c = Case("incremental", ["-m", "single", "-d", "single"], nfiles=300, big=2)
+    vol = os.path.join(c.mnt, "vol")
+    for i in range(0, 300, 3):
+        p = os.path.join(vol, ["a", "b", "c/deep"][i % 3], f"f{i:05d}")
+        with open(p, "ab") as f:
+            f.write(b"changed after the parent\n")
+        run("touch", "-h", "-d", TIME, p)
+    for i in range(20):
+        with open(os.path.join(vol, "b", f"new{i:03d}"), "wb") as f:
+            f.write(b"new in snap2\n" * (i + 1))
+    for i in range(1, 60, 9):
+        os.unlink(os.path.join(vol, ["a", "b", "c/deep"][i % 3], f"f{i:05d}"))
+    for d in ["", "a", "b", "c", "c/deep"]:
+        run("touch", "-h", "-d", TIME, os.path.join(vol, d))
+    snap2 = os.path.join(c.mnt, "snap2")
+    run("btrfs", "subvolume", "snapshot", "-r", vol, snap2)
+    run("sync")
+    c.snap, c.snapshot, c.parent = snap2, "snap2", "snap"
+    c.snapid = int(run("btrfs", "inspect-internal", "rootid", snap2).strip())
+    c.manifest = run("python3", MANIFEST_PY, "--links", snap2)
+    _, parent_text = tree_root(c.devs[0], int(run("btrfs", "inspect-internal", "rootid",
+                                                    os.path.join(c.mnt, "snap")).strip()))
+    shared = {b[0] for b in tree_blocks(parent_text)}
+    _, text = tree_root(c.devs[0], c.snapid)
+    leaves = [b for b in tree_blocks(text) if b[1] == 0 and b[0] not in shared]
+
+    def files_only(b):
+        _, keys, _ = block_keys(c.devs[0], b[0])
+        objs = {k[0] for k in keys}
+        return "256" not in objs and len(objs) >= 3
+    c.lose_tree_block(middle(leaves, files_only)[0], c.snapid)
+    c.finish()
 
 
 def middle(blocks, pred):
@@ -441,6 +480,7 @@ CASES = {
     "superblock": superblock,
     "csum-tree": csum_tree,
     "compressed": compressed,
+    "incremental": incremental,
 }
 
 

@@ -81,6 +81,18 @@ impl Case {
         self.truth["snapshot"].as_str().unwrap_or("snap").to_owned()
     }
 
+    /// The parent of an incremental case.
+    fn parent(&self) -> Option<String> {
+        self.truth["parent"].as_str().map(str::to_owned)
+    }
+
+    /// `-p PARENT` for an incremental case.
+    fn parent_args(&self) -> Vec<String> {
+        self.parent()
+            .map(|p| vec!["-p".to_owned(), p])
+            .unwrap_or_default()
+    }
+
     fn lossless(&self) -> bool {
         self.truth["lossless"].as_bool().unwrap_or(false)
     }
@@ -150,11 +162,12 @@ fn merged(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
     out
 }
 
-/// The rescue send of the case's snapshot by the library: the stream and
-/// the loss report.
+/// The rescue send of the case's snapshot by the library (incremental
+/// from `parent` when given): the stream and the loss report.
 fn rescue_send(
     devs: &[PathBuf],
     snap: &str,
+    parent: Option<&str>,
     compressed: bool,
 ) -> Result<(Vec<u8>, Vec<Value>), String> {
     let losses = Arc::new(Losses::new());
@@ -172,7 +185,14 @@ fn rescue_send(
         compressed,
         ..Default::default()
     };
-    rsend::send::send_subvolume(&fs, &sv, &mut w, &send_opts)
+    let parent = match parent {
+        Some(p) => Some(
+            fs.find_subvolume(&SubvolSelector::Path(p.into()))
+                .map_err(|e| format!("find {p}: {e}"))?,
+        ),
+        None => None,
+    };
+    rsend::send::send_with(&fs, &sv, parent.as_ref(), &[], &mut w, &send_opts)
         .map_err(|e| format!("send: {e:#}"))?;
     let report = rsend::rescue::report(&fs, std::slice::from_ref(&sv))
         .map_err(|e| format!("report: {e}"))?
@@ -306,14 +326,29 @@ fn each_damaged_image_replays_to_what_survived_and_reports_exactly_the_rest() {
                     ""
                 }
             );
-            let (stream, report) = match rescue_send(&devs, &case.snapshot(), compressed) {
-                Ok(r) => r,
-                Err(e) => {
-                    failures.push(format!("{what}: {e}"));
-                    continue;
+            let parent = case.parent();
+            let (stream, report) =
+                match rescue_send(&devs, &case.snapshot(), parent.as_deref(), compressed) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        failures.push(format!("{what}: {e}"));
+                        continue;
+                    }
+                };
+            // An incremental goes onto the parent's full stream (intact).
+            let base = match &parent {
+                None => None,
+                Some(p) => {
+                    let (s, r) = rescue_send(&devs, p, None, compressed).unwrap();
+                    assert!(r.is_empty(), "{what}: the parent lost {r:?}");
+                    Some(Model::replay(&s).unwrap())
                 }
             };
-            let model = match Model::replay(&stream) {
+            let replayed = match &base {
+                None => Model::replay(&stream),
+                Some(b) => Model::replay_onto(b, &stream),
+            };
+            let model = match replayed {
                 Ok(m) => m,
                 Err(e) => {
                     failures.push(format!("{what}: replay: {e}"));
@@ -355,11 +390,26 @@ fn each_damaged_image_goes_through_btrfs_receive_and_rreceive_onto_ext4() {
         let devs = case.devices(tmp.path());
         let stream = tmp.path().join(format!("{}.stream", case.name));
         let report = tmp.path().join(format!("{}.jsonl", case.name));
+        let parent_stream = tmp.path().join(format!("{}.parent.stream", case.name));
+        if let Some(p) = case.parent() {
+            let mut cmd = Command::new(&rsend);
+            cmd.arg("-q");
+            for d in &devs {
+                cmd.arg("-d").arg(d);
+            }
+            let o = cmd.arg("-f").arg(&parent_stream).arg(&p).output().unwrap();
+            assert!(
+                o.status.success(),
+                "{}: the parent's send failed",
+                case.name
+            );
+        }
         let mut cmd = Command::new(&rsend);
         cmd.args(["--rescue", "-q", "--rescue-report"]).arg(&report);
         for d in &devs {
             cmd.arg("-d").arg(d);
         }
+        cmd.args(case.parent_args());
         cmd.arg("-f").arg(&stream).arg(case.snapshot());
         let out = cmd.output().unwrap();
         let code = out.status.code();
@@ -383,6 +433,12 @@ fn each_damaged_image_goes_through_btrfs_receive_and_rreceive_onto_ext4() {
                 Receiver::RreceiveExt4 => Dest::Ext4(testkit::ext4_image(256, &[], "")),
                 _ => Dest::Btrfs(testkit::BtrfsImage::new(256, &[], "")),
             };
+            if case.parent().is_some() {
+                if let Err(e) = rx.receive(&rreceive, &parent_stream, dest.mnt()) {
+                    failures.push(format!("{what}: the parent: {e}"));
+                    continue;
+                }
+            }
             if let Err(e) = rx.receive(&rreceive, &stream, dest.mnt()) {
                 failures.push(format!("{what}: {e}"));
                 continue;
@@ -437,7 +493,7 @@ fn the_command_line_exit_codes_dry_run_and_a_send_without_rescue() {
             for d in &devs {
                 cmd.arg("-d").arg(d);
             }
-            cmd.args(args).arg(case.snapshot());
+            cmd.args(args).args(case.parent_args()).arg(case.snapshot());
             cmd.output().unwrap()
         };
         let lossy = !case.lossless();

@@ -48,7 +48,11 @@ Examples:
       rsend -d /dev/sdb --resume \"$t\" snaps/today | ssh backup rreceive /srv/backup
 
   How large the stream would be, without reading file data:
-    rsend -d /dev/sdb -p snaps/mon snaps/tue -n";
+    rsend -d /dev/sdb -p snaps/mon snaps/tue -n
+
+  A damaged filesystem: everything that can be read, and a list of what
+  could not be (exit code 3 when anything was lost):
+    rsend -d /dev/sdb --rescue --rescue-report lost.jsonl snaps/tue | btrfs receive /mnt/recovered";
 
 /// Send btrfs subvolumes as `btrfs send` does, reading devices or image files (no kernel, no mount).
 #[derive(Parser)]
