@@ -344,13 +344,16 @@ def incremental():
     shared = {b[0] for b in tree_blocks(parent_text)}
     _, text = tree_root(c.devs[0], c.snapid)
     leaves = [b for b in tree_blocks(text) if b[1] == 0 and b[0] not in shared]
-
-    def files_only(b):
-        _, keys, _ = block_keys(c.devs[0], b[0])
-        objs = {k[0] for k in keys}
-        return "256" not in objs and len(objs) >= 3
-    c.lose_tree_block(middle(leaves, files_only)[0], c.snapid)
+    c.lose_tree_block(middle(leaves, lambda b: files_only(c, b))[0], c.snapid)
     c.finish()
+
+
+def files_only(c, b):
+    """Whether block `b` holds items of three inodes or more, none of them
+    the root directory's."""
+    _, keys, _ = block_keys(c.devs[0], b[0])
+    objs = {k[0] for k in keys}
+    return "256" not in objs and len(objs) >= 3
 
 
 def middle(blocks, pred):
@@ -364,12 +367,7 @@ def fs_leaf():
     c = Case("fs-leaf", ["-m", "single", "-d", "single"])
     _, text = tree_root(c.devs[0], c.snapid)
     leaves = [b for b in tree_blocks(text) if b[1] == 0]
-
-    def files_only(b):
-        _, keys, _ = block_keys(c.devs[0], b[0])
-        objs = {k[0] for k in keys}
-        return "256" not in objs and len(objs) >= 3
-    c.lose_tree_block(middle(leaves, files_only)[0], c.snapid)
+    c.lose_tree_block(middle(leaves, lambda b: files_only(c, b))[0], c.snapid)
     c.finish()
 
 

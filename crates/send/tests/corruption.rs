@@ -11,7 +11,7 @@ use std::process::Command;
 use btrfs_disk::chunk::Profile;
 use btrfs_disk::items::ExtentKind;
 use btrfs_disk::{Error, Filesystem, NoticeKind, Subvolume};
-use common::{fixtures, manifest_of, read_manifest, recording_options, Fixture};
+use common::{fixtures, manifest_of, physical, read_manifest, recording_options, Fixture};
 
 /// The first fixture (decompressed into `tmp`) for which `pred` holds on the opened filesystem.
 ///
@@ -52,15 +52,6 @@ fn data_profile(f: &Fixture, fs: &Filesystem) -> Option<Profile> {
 
 fn info<'a>(f: &'a Fixture, k: &str) -> &'a str {
     f.info.get(k).map(String::as_str).unwrap_or("")
-}
-
-/// Device path and physical offset of mirror `mirror` of `logical` (non-parity profiles).
-fn physical(fs: &Filesystem, devs: &[PathBuf], logical: u64, mirror: u32) -> (PathBuf, u64) {
-    let chunks = fs.chunks();
-    let c = chunks.lookup(logical).expect("mapped");
-    let m = c.map_mirror(logical, 1, mirror).expect("mirror");
-    let devid = c.stripes[m.stripe].devid;
-    (devs[(devid - 1) as usize].clone(), m.physical)
 }
 
 fn xor_bytes(path: &Path, at: u64, len: usize, x: u8) {

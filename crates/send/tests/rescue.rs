@@ -12,23 +12,14 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use btrfs_disk::items::{key_type, objectid};
 use btrfs_disk::rescue::Losses;
 use btrfs_disk::{Filesystem, Options, Subvolume};
 use common::model::Model;
-use common::{fixtures, hex, read_manifest};
-
-/// Device path and physical offset of copy `mirror` of `logical`.
-fn physical(fs: &Filesystem, devs: &[PathBuf], logical: u64, mirror: u32) -> (PathBuf, u64) {
-    let chunks = fs.chunks();
-    let c = chunks.lookup(logical).expect("mapped");
-    let m = c.map_mirror(logical, 1, mirror).expect("mirror");
-    let devid = c.stripes[m.stripe].devid;
-    (devs[(devid - 1) as usize].clone(), m.physical)
-}
+use common::{fixtures, hex, physical, read_manifest};
 
 fn overwrite(path: &Path, at: u64, bytes: &[u8]) {
     let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();

@@ -408,3 +408,13 @@ pub fn expected_truncates(f: &Fixture, id: u64) -> usize {
     }
     files.values().filter(|(size, last)| last != size).count()
 }
+
+/// Device path and physical offset of copy `mirror` (1-based) of `logical`
+/// (profiles without parity), `devs` in devid order.
+pub fn physical(fs: &Filesystem, devs: &[PathBuf], logical: u64, mirror: u32) -> (PathBuf, u64) {
+    let chunks = fs.chunks();
+    let c = chunks.lookup(logical).expect("mapped");
+    let m = c.map_mirror(logical, 1, mirror).expect("mirror");
+    let devid = c.stripes[m.stripe].devid;
+    (devs[(devid - 1) as usize].clone(), m.physical)
+}
