@@ -47,12 +47,12 @@ Examples:
     t=$(ssh backup rreceive --resume-token /srv/backup/today) &&
       rsend -d /dev/sdb --resume \"$t\" snaps/today | ssh backup rreceive /srv/backup
 
-  How large the stream would be, without reading file data:
-    rsend -d /dev/sdb -p snaps/mon snaps/tue -n
-
   A damaged filesystem: everything that can be read, and a list of what
   could not be (exit code 3 when anything was lost):
-    rsend -d /dev/sdb --rescue --rescue-report lost.jsonl snaps/tue | btrfs receive /mnt/recovered";
+    rsend -d /dev/sdb --rescue --rescue-report lost.jsonl snaps/tue | btrfs receive /mnt/recovered
+
+  How large the stream would be, without reading file data:
+    rsend -d /dev/sdb -p snaps/mon snaps/tue -n";
 
 /// Send btrfs subvolumes as `btrfs send` does, reading devices or image files (no kernel, no mount).
 #[derive(Parser)]

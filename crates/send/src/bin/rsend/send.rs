@@ -220,7 +220,7 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
     let show_progress = !args.quiet && !measure && std::io::stderr().is_terminal();
     let mut total = 0u64;
     for (i, ((sv, parent), clone_srcs)) in svs.iter().zip(&parents).zip(&clone_sets).enumerate() {
-        if !args.quiet && !args.dry_run {
+        if !args.quiet {
             let label = args.labels.get(i).cloned();
             eprintln!("At subvol {}", label.unwrap_or_else(|| sv.path_lossy()));
         }
