@@ -838,18 +838,11 @@ impl FileCtx<'_, '_> {
             Err(_) if self.salvage => {
                 // Any bad sector loses the whole extent: all the file
                 // range it backs reads as zeros.
-                if let Some(l) = fs.rescue() {
-                    l.add_data(DataLoss {
-                        fate: DataFate::Zeroed,
-                        tree: self.tree.id,
-                        ino: self.ino,
-                        offset: start,
-                        len: fe.num_bytes(),
-                        logical: bytenr,
-                        compressed: true,
-                        mirrors: fs.num_copies(bytenr),
-                    });
-                }
+                let whole = FileCtx {
+                    whole: Some((start, fe.num_bytes())),
+                    ..*self
+                };
+                fs.lose(&whole, DataFate::Zeroed, start, fe.num_bytes(), bytenr);
                 return Ok(Arc::new(vec![0u8; fe.ram_bytes() as usize]));
             }
             Err(e) => return Err(e),

@@ -781,12 +781,20 @@ impl Filesystem {
         else {
             return Err(err);
         };
+        let generation = self.lose_block(losses, e, &err);
+        Ok(Block::stand_in(
+            e,
+            generation,
+            self.nodesize(),
+            &self.sb.metadata_fsid(),
+        ))
+    }
+
+    /// Records the block `e` as lost to `losses` for `err`; returns the
+    /// generation its parent gave.
+    fn lose_block(&self, losses: &Losses, e: &Expect, err: &Error) -> u64 {
         let generation = match e.generation {
             Generation::Exactly(g) | Generation::AtMost(g) => g,
-        };
-        let why = match &err {
-            Error::BadTreeBlock { reason, .. } => reason.to_string(),
-            other => other.to_string(),
         };
         losses.add_block(BlockLoss {
             tree: e.tree,
@@ -795,14 +803,9 @@ impl Filesystem {
             generation,
             first_key: e.first_key,
             mirrors: self.num_copies(e.logical),
-            why,
+            why: refusal(err),
         });
-        Ok(Block::stand_in(
-            e,
-            generation,
-            self.nodesize(),
-            &self.sb.metadata_fsid(),
-        ))
+        generation
     }
 
     /// The log of what a rescue read lost, when reading for one.
@@ -860,19 +863,8 @@ impl Filesystem {
         let used = candidates
             .into_iter()
             .find(|r| self.tree_block_strict(&expect(r)).is_ok())?;
-        let reason = match &why {
-            Error::BadTreeBlock { reason, .. } => reason.to_string(),
-            other => other.to_string(),
-        };
-        losses.add_block(BlockLoss {
-            tree: objectid::ROOT_TREE,
-            logical: current.bytenr,
-            level: current.level,
-            generation: current.generation,
-            first_key: None,
-            mirrors: self.num_copies(current.bytenr),
-            why: reason.clone(),
-        });
+        self.lose_block(losses, &expect(&current), &why);
+        let reason = refusal(&why);
         self.say(
             NoticeKind::Warning,
             format!(
@@ -1056,6 +1048,15 @@ impl Filesystem {
             }
         }
         Ok(head.map(|k| (k, refs)))
+    }
+}
+
+/// Why a tree block was not read, for a loss record: the copies' refusals
+/// alone when that is the error (the block and tree are recorded beside).
+fn refusal(err: &Error) -> String {
+    match err {
+        Error::BadTreeBlock { reason, .. } => reason.to_string(),
+        other => other.to_string(),
     }
 }
 

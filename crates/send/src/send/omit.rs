@@ -47,13 +47,7 @@ impl Walk<'_, '_> {
             return Ok(false);
         };
         if s.dropped.insert(key.objectid) {
-            if let Some(l) = self.fs.rescue() {
-                l.add_inode(InodeLoss {
-                    tree: self.send.id(),
-                    ino: key.objectid,
-                    fault: InodeFault::NoInodeItem,
-                });
-            }
+            self.lose_inode(key.objectid, InodeFault::NoInodeItem);
         }
         Ok(true)
     }
@@ -90,8 +84,8 @@ impl Walk<'_, '_> {
             s.dropped.insert(ino);
             s.reachable.insert(ino, false);
         }
+        self.lose_inode(ino, fault);
         if let Some(l) = self.losses() {
-            l.add_inode(InodeLoss { tree, ino, fault });
             for (dir, name) in refs.into_iter().flatten() {
                 l.add_name(NameLoss {
                     tree,
@@ -216,13 +210,18 @@ impl Walk<'_, '_> {
                 ..InodeInfo::default()
             },
         );
-        if let Some(l) = self.fs.rescue() {
+        self.lose_inode(objectid::FIRST_FREE, InodeFault::NoInodeItem);
+        true
+    }
+
+    /// Records inode `ino` of the send snapshot as left out for `fault`.
+    fn lose_inode(&self, ino: u64, fault: InodeFault) {
+        if let Some(l) = self.losses() {
             l.add_inode(InodeLoss {
                 tree: self.send.id(),
-                ino: objectid::FIRST_FREE,
-                fault: InodeFault::NoInodeItem,
+                ino,
+                fault,
             });
         }
-        true
     }
 }
