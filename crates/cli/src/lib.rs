@@ -74,15 +74,22 @@ impl ExtraArgs {
     }
 }
 
-/// Heading that makes a command's after-help text the man page's EXAMPLES.
-const EXAMPLES: &str = "Examples:";
+/// After-help headings that become man page sections, each with the lines
+/// below it kept as laid out.
+const SECTIONS: [(&str, &str); 3] = [
+    ("Examples:", "EXAMPLES"),
+    ("Exit status:", "EXIT STATUS"),
+    ("See also:", "SEE ALSO"),
+];
 
 /// Writes `what` for the command line `cmd` (such as `Args::command()`) to
 /// `out`. Completions are for the program named by `cmd`'s name.
 ///
-/// In the man page, an after-help text (`after_long_help`, else
-/// `after_help`) whose first line is `Examples:` becomes an EXAMPLES section,
-/// its lines kept as laid out; any other becomes clap_mangen's EXTRA section.
+/// In the man page, the SYNOPSIS names every option with its argument
+/// (`[-d|--device PATH]...`), and the after-help text (`after_long_help`,
+/// else `after_help`) is cut at the lines `Examples:`, `Exit status:` and
+/// `See also:` into the EXAMPLES, EXIT STATUS and SEE ALSO sections; text
+/// before the first of them becomes clap_mangen's EXTRA section.
 pub fn extra(mut cmd: clap::Command, what: &Extra, out: &mut dyn Write) -> io::Result<()> {
     match *what {
         Extra::Completions(shell) => {
@@ -95,31 +102,153 @@ pub fn extra(mut cmd: clap::Command, what: &Extra, out: &mut dyn Write) -> io::R
             shell.try_generate(&cmd, &mut script)?;
             out.write_all(&script)
         }
-        Extra::Man => {
-            let after = cmd
-                .get_after_long_help()
-                .or_else(|| cmd.get_after_help())
-                .map(|s| s.to_string());
-            let examples = after.as_deref().and_then(|s| {
-                let (head, body) = s.split_once('\n')?;
-                (head.trim_end() == EXAMPLES).then_some(body)
-            });
-            let Some(examples) = examples else {
-                return clap_mangen::Man::new(cmd).render(out);
-            };
-            let cmd = cmd
-                .after_help(None::<&'static str>)
-                .after_long_help(None::<&'static str>);
-            clap_mangen::Man::new(cmd).render(out)?;
+        Extra::Man => out.write_all(manual(cmd)?.as_bytes()),
+    }
+}
+
+/// The man page of `cmd`, in roff.
+fn manual(mut cmd: clap::Command) -> io::Result<String> {
+    cmd.build();
+    let after = cmd
+        .get_after_long_help()
+        .or_else(|| cmd.get_after_help())
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    let (extra, sections) = after_sections(&after);
+    let cmd = match extra.trim().is_empty() {
+        true => cmd.after_long_help(None::<&'static str>),
+        false => cmd.after_long_help(extra.trim_end().to_owned()),
+    }
+    .after_help(None::<&'static str>);
+    let man = clap_mangen::Man::new(cmd.clone());
+
+    // Each part is rendered with roff's preamble; it is kept once.
+    let preamble = roff::Roff::new().render();
+    let mut page = String::new();
+    let mut add = |render: &dyn Fn(&mut Vec<u8>) -> io::Result<()>| -> io::Result<()> {
+        let mut buf = Vec::new();
+        render(&mut buf)?;
+        let text = String::from_utf8(buf).map_err(io::Error::other)?;
+        let body = match page.is_empty() {
+            true => text.as_str(),
+            false => text.strip_prefix(&preamble).unwrap_or(&text),
+        };
+        page.push_str(body);
+        Ok(())
+    };
+    add(&|w| man.render_title(w))?;
+    add(&|w| man.render_name_section(w))?;
+    add(&|w| synopsis(&cmd).to_writer(w))?;
+    add(&|w| man.render_description_section(w))?;
+    add(&|w| man.render_options_section(w))?;
+    if !extra.trim().is_empty() {
+        add(&|w| man.render_extra_section(w))?;
+    }
+    for (heading, body) in &sections {
+        add(&|w| {
             let mut roff = roff::Roff::new();
-            roff.control("SH", ["EXAMPLES"]).control("nf", []);
-            for line in examples.lines() {
+            roff.control("SH", [*heading]).control("nf", []);
+            for line in body.trim_end().lines() {
                 roff.text([roff::roman(line)]);
             }
             roff.control("fi", []);
-            roff.to_writer(out)
+            roff.to_writer(w)
+        })?;
+    }
+    if cmd.get_version().is_some() {
+        add(&|w| man.render_version_section(w))?;
+    }
+    Ok(page)
+}
+
+/// `after` cut at the [`SECTIONS`] headings: the text before the first,
+/// and each section's man heading with its lines, in their order.
+fn after_sections(after: &str) -> (String, Vec<(&'static str, String)>) {
+    let mut extra = String::new();
+    let mut sections: Vec<(&'static str, String)> = Vec::new();
+    for line in after.lines() {
+        let heading = SECTIONS
+            .iter()
+            .find(|(h, _)| line.trim_end() == *h)
+            .map(|(_, man)| *man);
+        match (heading, sections.last_mut()) {
+            (Some(man), _) => sections.push((man, String::new())),
+            (None, Some((_, body))) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+            (None, None) => {
+                extra.push_str(line);
+                extra.push('\n');
+            }
         }
     }
+    (extra, sections)
+}
+
+/// The SYNOPSIS section: the tool, each visible option with its argument
+/// (`...` after one that repeats), then the positional arguments.
+fn synopsis(cmd: &clap::Command) -> roff::Roff {
+    use clap::ArgAction;
+    use roff::{bold, italic, roman};
+    let value = |arg: &clap::Arg| -> String {
+        match arg.get_value_names() {
+            Some(names) => names.join(" "),
+            None => arg.get_id().as_str().to_uppercase(),
+        }
+    };
+    let repeats = |arg: &clap::Arg| {
+        matches!(arg.get_action(), ArgAction::Append | ArgAction::Count)
+            || arg.get_num_args().is_some_and(|n| n.max_values() > 1)
+    };
+    let mut line = vec![bold(cmd.get_name()), roman(" ")];
+    for arg in cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && !a.is_positional())
+    {
+        let (open, close) = match arg.is_required_set() {
+            true => ("", ""),
+            false => ("[", "]"),
+        };
+        line.push(roman(open));
+        let names: Vec<String> = arg
+            .get_short()
+            .map(|s| format!("-{s}"))
+            .into_iter()
+            .chain(arg.get_long().map(|l| format!("--{l}")))
+            .collect();
+        for (i, name) in names.iter().enumerate() {
+            if i > 0 {
+                line.push(roman("|"));
+            }
+            line.push(bold(name));
+        }
+        if arg.get_num_args().is_some_and(|n| n.takes_values()) {
+            line.push(roman(" "));
+            line.push(italic(value(arg)));
+        }
+        line.push(roman(close));
+        if repeats(arg) {
+            line.push(roman("..."));
+        }
+        line.push(roman(" "));
+    }
+    for arg in cmd.get_positionals().filter(|a| !a.is_hide_set()) {
+        let (open, close) = match arg.is_required_set() {
+            true => ("", ""),
+            false => ("[", "]"),
+        };
+        line.push(roman(open));
+        line.push(italic(value(arg)));
+        line.push(roman(close));
+        if repeats(arg) {
+            line.push(roman("..."));
+        }
+        line.push(roman(" "));
+    }
+    let mut roff = roff::Roff::new();
+    roff.control("SH", ["SYNOPSIS"]).text(line);
+    roff
 }
 
 /// Writes `what` for `cmd` to standard output, the whole of a `main` that
@@ -266,6 +395,11 @@ mod tests {
         /// Be loud.
         #[arg(long)]
         loud: bool,
+        /// A device.
+        #[arg(short, long, value_name = "PATH")]
+        device: Vec<String>,
+        /// Files.
+        files: Vec<String>,
         #[command(flatten)]
         extra: ExtraArgs,
     }
@@ -325,6 +459,43 @@ mod tests {
             s.contains("\n.SH EXTRA\nSee also btrfs\\-send(8).\n"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn synopsis_gives_each_option_its_argument() {
+        let s = render(Extra::Man);
+        let synopsis = s.split_once("\n.SH SYNOPSIS\n").expect("SYNOPSIS").1;
+        let synopsis = synopsis.split_once("\n.SH ").expect("more").0;
+        for want in [
+            "[\\fB\\-\\-loud\\fR]",
+            "[\\fB\\-d\\fR|\\fB\\-\\-device\\fR \\fIPATH\\fR]...",
+            "[\\fB\\-\\-completions\\fR \\fISHELL\\fR]",
+            "[\\fIFILES\\fR]...",
+        ] {
+            assert!(synopsis.contains(want), "{want} in {synopsis}");
+        }
+    }
+
+    #[test]
+    fn after_help_headings_become_sections_in_their_order() {
+        let cmd = Args::command().after_long_help(
+            "Examples:\n  Be loud:\n    demo --loud\n\nExit status:\n  0  fine\n  1  not\n\n\
+             See also:\n  other(1)",
+        );
+        let mut out = Vec::new();
+        extra(cmd, &Extra::Man, &mut out).expect("render");
+        let s = String::from_utf8(out).expect("utf-8");
+        assert!(
+            s.contains(
+                "\n.SH EXAMPLES\n.nf\n  Be loud:\n    demo \\-\\-loud\n.fi\n\
+                 .SH \"EXIT STATUS\"\n.nf\n  0  fine\n  1  not\n.fi\n\
+                 .SH \"SEE ALSO\"\n.nf\n  other(1)\n.fi\n"
+            ),
+            "{s}"
+        );
+        // roff's preamble once, at the top.
+        assert_eq!(s.matches(".ds Aq").count(), 2, "{s}");
+        assert!(!s.contains("EXTRA"), "{s}");
     }
 
     #[test]

@@ -993,7 +993,9 @@ fn man_page_and_completions() {
     let roff = text(&man.stdout);
     assert!(roff.contains("\n.TH rsend 1 "), "{roff}");
     assert!(roff.contains("\n.SH NAME\nrsend \\- "), "{roff}");
-    let examples = roff.split_once("\n.SH EXAMPLES\n.nf\n").map(|x| x.1);
+    let examples = roff
+        .split_once("\n.SH EXAMPLES\n.nf\n")
+        .map(|x| x.1.split_once("\n.SH ").map_or(x.1, |(e, _)| e));
     let examples = examples.unwrap_or_else(|| panic!("no EXAMPLES: {roff}"));
     assert!(
         examples.contains("rsend \\-d /dev/sdb \\-\\-parent\\-from \\- snaps/today"),

@@ -8,8 +8,13 @@ use clap::Parser;
 use rdump::{buffered, dump_input, DumpError, Input, JsonDump, Streams, Summary, TextDump};
 use rsend_cli::Failure;
 
-/// Real jobs, shown at the end of `--help` and in the man page.
-const EXAMPLES: &str = "\
+/// The end of `-h`: where the rest is.
+const SHORT_HELP: &str = "More: `rdump --help` (examples, exit status), `man rdump`,\n\
+                          the guide /usr/share/doc/rdump/rdump.md (docs/rdump.md in the source)";
+
+/// Real jobs, what the exit codes mean and where to read more: the end of
+/// `--help`, and the EXAMPLES, EXIT STATUS and SEE ALSO of the man page.
+const AFTER_HELP: &str = "\
 Examples:
   Inspect a stream file, one line per command as `btrfs receive --dump` prints:
     rdump backup.stream
@@ -18,12 +23,22 @@ Examples:
     rsend -d /dev/sdb -p snaps/mon snaps/tue | rdump --summary
 
   The files a stream writes data to, from the JSON lines:
-    rdump --json backup.stream | jq -c 'select(.command == \"write\") | .path' | sort -u";
+    rdump --json backup.stream | jq -c 'select(.command == \"write\") | .path' | sort -u
+
+Exit status:
+  0  the stream was printed whole
+  1  an error: the stream is malformed, cut short or cannot be read (the message gives
+     the byte offset and command number), or standard output cannot be written
+  2  the command line is wrong
+
+See also:
+  rsend(1), rreceive(1), btrfs-receive(8) (--dump)
+  The guide: /usr/share/doc/rdump/rdump.md (installed), docs/rdump.md (source); recipes in recipes.md beside it";
 
 /// Print a btrfs send stream as `btrfs receive --dump` does, as JSON lines,
 /// or as a summary.
 #[derive(Parser)]
-#[command(name = "rdump", version, after_long_help = EXAMPLES)]
+#[command(name = "rdump", version, after_help = SHORT_HELP, after_long_help = AFTER_HELP)]
 struct Args {
     /// One JSON object per command per line.
     #[arg(long, conflicts_with = "summary")]

@@ -22,7 +22,7 @@ use rsend_cli::Failure;
 /// away (a full disk, a cut stream, a signal): resume it, or receive the
 /// same stream again when nothing was kept.
 #[derive(Parser)]
-#[command(name = "rreceive", version, after_long_help = EXAMPLES)]
+#[command(name = "rreceive", version, after_help = SHORT_HELP, after_long_help = AFTER_HELP)]
 struct Args {
     /// Read the stream from FILE instead of standard input (as btrfs
     /// receive).
@@ -173,8 +173,13 @@ struct Args {
     extra: rsend_cli::ExtraArgs,
 }
 
-/// Real jobs, shown at the end of `--help` and in the man page.
-const EXAMPLES: &str = "\
+/// The end of `-h`: where the rest is.
+const SHORT_HELP: &str = "More: `rreceive --help` (examples, exit status), `man rreceive`,\n\
+                          the guide /usr/share/doc/rreceive/rreceive.md (docs/rreceive.md in the source)";
+
+/// Real jobs, what the exit codes mean and where to read more: the end of
+/// `--help`, and the EXAMPLES, EXIT STATUS and SEE ALSO of the man page.
+const AFTER_HELP: &str = "\
 Examples:
   Receive a backup sent over ssh (on the backup host):
     rsend -d /dev/sdb -p snaps/mon snaps/tue | ssh backup rreceive /srv/backup
@@ -187,7 +192,19 @@ Examples:
 
   Complete a receive that stopped (exit 3: a full disk, a cut connection, a kill):
     t=$(ssh backup rreceive --resume-token /srv/backup/tue) &&
-      rsend -d /dev/sdb --resume \"$t\" snaps/tue | ssh backup rreceive /srv/backup";
+      rsend -d /dev/sdb --resume \"$t\" snaps/tue | ssh backup rreceive /srv/backup
+
+Exit status:
+  0  the stream was received whole
+  1  an error that would happen again (the reason is recorded for --resume-token):
+     fix it, or --delete-incomplete and send again
+  2  the command line is wrong
+  3  stopped for a cause that can go away (a full disk, a cut stream, a signal):
+     resume it (--resume-token), or receive the same stream again
+
+See also:
+  rsend(1), rdump(1), btrfs-receive(8)
+  The guide: /usr/share/doc/rreceive/rreceive.md (installed), docs/rreceive.md (source); recipes in recipes.md beside it";
 
 fn input(
     file: Option<&std::path::Path>,

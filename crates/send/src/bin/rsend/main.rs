@@ -27,8 +27,13 @@ use crate::compare::CompareArgs;
 use crate::named::Named;
 use crate::send::SendArgs;
 
-/// Real jobs, shown at the end of `--help` and in the man page.
-const EXAMPLES: &str = "\
+/// The end of `-h`: where the rest is.
+const SHORT_HELP: &str = "More: `rsend --help` (examples, exit status), `man rsend`,\n\
+                          the guide /usr/share/doc/rsend/rsend.md (docs/rsend.md in the source)";
+
+/// Real jobs, what the exit codes mean and where to read more: the end of
+/// `--help`, and the EXAMPLES, EXIT STATUS and SEE ALSO of the man page.
+const AFTER_HELP: &str = "\
 Examples:
   Back up a snapshot incrementally to another machine over ssh, naming the
   snapshots where the filesystem is mounted, as btrfs send does (its devices
@@ -52,11 +57,23 @@ Examples:
     rsend -d /dev/sdb --rescue --rescue-report lost.jsonl snaps/tue | btrfs receive /mnt/recovered
 
   How large the stream would be, without reading file data:
-    rsend -d /dev/sdb -p snaps/mon snaps/tue -n";
+    rsend -d /dev/sdb -p snaps/mon snaps/tue -n
+
+Exit status:
+  0  the stream was written whole (with --verify: the copy is identical)
+  1  an error; a stream cut short has no END, so a receiver refuses it (with --verify:
+     also when the copy differs)
+  2  the command line is wrong
+  3  with --rescue: the stream is whole but something could not be read (the loss
+     report says what)
+
+See also:
+  rreceive(1), rdump(1), btrfs-send(8), btrfs-subvolume(8)
+  The guide: /usr/share/doc/rsend/rsend.md (installed), docs/rsend.md (source); recipes in recipes.md beside it";
 
 /// Send btrfs subvolumes as `btrfs send` does, reading devices or image files (no kernel, no mount).
 #[derive(Parser)]
-#[command(name = "rsend", version, after_long_help = EXAMPLES)]
+#[command(name = "rsend", version, after_help = SHORT_HELP, after_long_help = AFTER_HELP)]
 struct Args {
     /// A device or image file of the filesystem; repeat for multi-device filesystems
     ///

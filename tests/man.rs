@@ -1,0 +1,170 @@
+//! Each tool's man page (`TOOL --man`): a SYNOPSIS that names every option
+//! of `--help` with its argument, and the EXAMPLES, EXIT STATUS and SEE
+//! ALSO sections; where man is installed, it renders without a warning.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use testkit::{rdump_bin, rreceive_bin, rsend_bin};
+
+fn tools() -> [(&'static str, PathBuf); 3] {
+    [
+        ("rsend", rsend_bin()),
+        ("rreceive", rreceive_bin()),
+        ("rdump", rdump_bin()),
+    ]
+}
+
+fn stdout(bin: &PathBuf, arg: &str) -> String {
+    let out = Command::new(bin).arg(arg).output().expect("run the tool");
+    assert!(out.status.success(), "{} {arg}: {:?}", bin.display(), out);
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// The options `-h` lists: (short, long, argument), e.g.
+/// `(Some("-d"), Some("--device"), Some("PATH"))` for `-d, --device <PATH>`.
+fn help_options(help: &str) -> Vec<(Option<String>, Option<String>, Option<String>)> {
+    let mut opts = Vec::new();
+    for line in help.lines() {
+        let t = line.trim_start();
+        // Options start at column 2, or 6 when there is no short name.
+        if !t.starts_with('-') || !matches!(line.len() - t.len(), 2 | 6) {
+            continue;
+        }
+        // `-v, --verbose...`: help marks a repeatable flag as the synopsis does.
+        let spec = t.split("  ").next().unwrap_or(t).trim_end_matches("...");
+        let (names, arg) = match spec.split_once(" <") {
+            Some((n, a)) => (n, a.strip_suffix('>').map(str::to_owned)),
+            None => (spec, None),
+        };
+        let mut short = None;
+        let mut long = None;
+        for n in names.split(", ") {
+            if n.starts_with("--") {
+                long = Some(n.to_owned());
+            } else {
+                short = Some(n.to_owned());
+            }
+        }
+        opts.push((short, long, arg));
+    }
+    opts
+}
+
+/// roff's escapes undone for the few characters the pages use.
+fn plain(roff: &str) -> String {
+    roff.replace("\\fB", "")
+        .replace("\\fI", "")
+        .replace("\\fR", "")
+        .replace("\\-", "-")
+}
+
+#[test]
+fn synopsis_names_every_option_with_its_argument() {
+    for (tool, bin) in tools() {
+        let help = stdout(&bin, "-h");
+        let roff = stdout(&bin, "--man");
+        let synopsis = roff
+            .split_once("\n.SH SYNOPSIS\n")
+            .and_then(|(_, rest)| rest.split_once("\n.SH ").map(|(s, _)| plain(s)))
+            .unwrap_or_else(|| panic!("{tool}: no SYNOPSIS: {roff}"));
+        let opts = help_options(&help);
+        assert!(opts.len() >= 5, "{tool}: options of --help: {opts:?}");
+        for (short, long, arg) in opts {
+            let names: Vec<String> = short.into_iter().chain(long).collect();
+            let mut want = format!("[{}", names.join("|"));
+            if let Some(a) = &arg {
+                want.push(' ');
+                want.push_str(a);
+            }
+            want.push(']');
+            assert!(
+                synopsis.contains(&want),
+                "{tool}: SYNOPSIS has no {want}: {synopsis}"
+            );
+        }
+    }
+}
+
+#[test]
+fn sections_examples_exit_status_and_see_also() {
+    for (tool, bin) in tools() {
+        let roff = stdout(&bin, "--man");
+        let headings: Vec<&str> = roff
+            .lines()
+            .filter_map(|l| l.strip_prefix(".SH "))
+            .collect();
+        let order = [
+            "NAME",
+            "SYNOPSIS",
+            "DESCRIPTION",
+            "OPTIONS",
+            "EXAMPLES",
+            "\"EXIT STATUS\"",
+            "\"SEE ALSO\"",
+        ];
+        let mut at = 0;
+        for want in order {
+            let Some(i) = headings[at..].iter().position(|h| *h == want) else {
+                panic!("{tool}: no {want} after {:?}: {headings:?}", &order[..at]);
+            };
+            at += i + 1;
+        }
+        let section = |name: &str| {
+            let start = roff.find(&format!("\n.SH {name}\n")).expect("section") + 1;
+            let body = &roff[start..];
+            let end = body[4..].find("\n.SH ").map_or(body.len(), |e| e + 4);
+            plain(&body[..end])
+        };
+        let status = section("\"EXIT STATUS\"");
+        for code in ["0", "1", "2"] {
+            assert!(
+                status
+                    .lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{code}  "))),
+                "{tool}: exit code {code} not explained: {status}"
+            );
+        }
+        let see = section("\"SEE ALSO\"");
+        assert!(see.contains(&format!("docs/{tool}.md")), "{see}");
+        assert!(see.contains("(1)") && see.contains("(8)"), "{see}");
+        // The same text ends --help, and -h points to it.
+        let help = stdout(&bin, "--help");
+        assert!(help.contains("\nExit status:\n  0  "), "{help}");
+        let short = stdout(&bin, "-h");
+        assert!(short.contains(&format!("`man {tool}`")), "{short}");
+        assert!(short.contains(&format!("docs/{tool}.md")), "{short}");
+    }
+}
+
+#[test]
+fn man_renders_each_page_without_warnings() {
+    if Command::new("man").arg("--version").output().is_err() {
+        println!("SKIP man_renders_each_page_without_warnings: man is not installed");
+        return;
+    }
+    for (tool, bin) in tools() {
+        let dir = tempfile::tempdir().unwrap();
+        let page = dir.path().join(format!("{tool}.1"));
+        std::fs::write(&page, stdout(&bin, "--man")).unwrap();
+        let out = Command::new("man")
+            .arg("-l")
+            .arg(&page)
+            .env("MANPAGER", "cat")
+            .env("MANWIDTH", "80")
+            .env("MANROFFOPT", "-ww")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run man");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{tool}: {out:?}");
+        assert!(
+            out.stderr.is_empty(),
+            "{tool}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for heading in ["SYNOPSIS", "EXIT STATUS", "EXAMPLES", "SEE ALSO"] {
+            assert!(text.contains(&format!("\n{heading}\n")), "{tool}: {text}");
+        }
+    }
+}
