@@ -597,6 +597,11 @@ fn help_ends_with_examples() {
     let (_, examples) = help
         .split_once("\nExamples:\n")
         .unwrap_or_else(|| panic!("no Examples: {help}"));
+    // Then what the exit codes mean and where to read more.
+    let examples = examples
+        .split_once("\nExit status:\n")
+        .map(|(e, _)| e)
+        .unwrap_or_else(|| panic!("no Exit status after the examples: {help}"));
     for want in [
         "    rsend -d /dev/sdb -p snaps/mon snaps/tue | ssh backup rreceive /srv/backup\n",
         "    rreceive --list /srv/backup\n",
@@ -629,6 +634,7 @@ fn man_page_and_completions() {
     let (_, examples) = roff
         .split_once("\n.SH EXAMPLES\n.nf\n")
         .unwrap_or_else(|| panic!("no EXAMPLES: {roff}"));
+    let examples = examples.split_once("\n.SH ").map_or(examples, |(e, _)| e);
     assert!(
         examples.contains("    rreceive \\-\\-list /srv/backup\n"),
         "{examples}"

@@ -960,6 +960,10 @@ fn help_ends_with_examples() {
     let (_, examples) = help
         .split_once("\nExamples:\n")
         .unwrap_or_else(|| panic!("no Examples: {help}"));
+    // Then what the exit codes mean and where to read more.
+    let (examples, _) = examples
+        .split_once("\n\nExit status:\n")
+        .unwrap_or_else(|| panic!("no Exit status after the examples: {help}"));
     for want in [
         "    rsend -p /mnt/pool/snaps/mon /mnt/pool/snaps/tue | ssh backup rreceive /srv/backup\n",
         "    rsend -d /dev/sdb -p snaps/mon snaps/tue | ssh backup rreceive /srv/backup\n",

@@ -328,11 +328,18 @@ fn subvolume_mounted_with_subvol_or_subvolid_is_found_from_its_root() {
             "@/snaps/tue".into(),
         ] as &[OsString]);
         assert!(mixed == want, "{opts}: -d with a mounted path");
-        // "At subvol" names the argument as given.
-        let o = rsend_in(&mnt, &["-n", "snaps/tue"]);
+        // "At subvol" and the -n table name the argument as given; -n
+        // prints no "At subvol".
+        let o = rsend_in(&mnt, &["-f", "/dev/null", "snaps/tue"]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "{opts}: {err}");
         assert!(err.contains("At subvol snaps/tue\n"), "{opts}: {err}");
+        let o = rsend_in(&mnt, &["-n", "snaps/tue"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{opts}: {err}");
+        assert!(!err.contains("At subvol"), "{opts}: {err}");
+        let table = String::from_utf8_lossy(&o.stdout);
+        assert!(table.starts_with("snaps/tue\t"), "{opts}: {table}");
     }
     // --changes takes mounted paths too.
     let listed = |args: &[&OsStr]| {

@@ -220,9 +220,15 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
     let show_progress = !args.quiet && !measure && std::io::stderr().is_terminal();
     let mut total = 0u64;
     for (i, ((sv, parent), clone_srcs)) in svs.iter().zip(&parents).zip(&clone_sets).enumerate() {
-        if !args.quiet {
-            let label = args.labels.get(i).cloned();
-            eprintln!("At subvol {}", label.unwrap_or_else(|| sv.path_lossy()));
+        // As the argument was given (a mounted path stays one).
+        let label = args
+            .labels
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| sv.path_lossy());
+        // A dry run's table names each subvolume already.
+        if !args.quiet && !args.dry_run {
+            eprintln!("At subvol {label}");
         }
         let bar = show_progress.then(|| Arc::new(Bar::new(&sv.path_lossy())));
         let progress: Arc<dyn Progress> = match &bar {
@@ -251,8 +257,7 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
             Ok(stats) => {
                 if args.dry_run && args.rescue {
                     let line = format!(
-                        "{}\t{} files\t{} bytes of file data\t{} bytes of stream",
-                        sv.path_lossy(),
+                        "{label}\t{} files\t{} bytes of file data\t{} bytes of stream",
                         stats.files,
                         stats.data_bytes + stats.encoded_file_bytes,
                         stats.bytes
@@ -263,8 +268,7 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
                 } else if args.dry_run {
                     total += stats.bytes;
                     let line = format!(
-                        "{}\t{} bytes\t{} commands\t{} files\t{} bytes of file data\t{} cloned\t{} compressed",
-                        sv.path_lossy(),
+                        "{label}\t{} bytes\t{} commands\t{} files\t{} bytes of file data\t{} cloned\t{} compressed",
                         stats.bytes,
                         stats.commands,
                         stats.files,
