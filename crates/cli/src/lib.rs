@@ -363,6 +363,20 @@ impl Ending for ExitCode {
     }
 }
 
+/// Refuses to read a stream from standard input when it is a terminal: a
+/// person typing cannot give one, and waiting for it would look like a
+/// hang. `hint` says how to give the tool a stream (such as `pipe one in
+/// (rsend ... | rreceive DEST) or name a stream file with -f FILE`).
+pub fn stream_from_stdin(hint: &str) -> Result<(), Failure> {
+    use std::io::IsTerminal;
+    if !io::stdin().is_terminal() {
+        return Ok(());
+    }
+    Err(Failure::Usage(format!(
+        "standard input is a terminal, not a send stream: {hint}"
+    )))
+}
+
 /// Prints `TOOL: error: MESSAGE` to standard error, as [`exit`] does, for
 /// a tool that says more after it (and then ends with [`Failure::Said`]).
 pub fn say_error(tool: &str, message: impl std::fmt::Display) {

@@ -137,3 +137,25 @@ fn install_script_installs_the_tool_its_completions_and_man_page() {
     assert!(!dest.join("bad").exists());
     std::fs::remove_dir_all(&dest).unwrap();
 }
+
+/// A terminal on standard input cannot give a stream: rdump says how to
+/// give one (exit code 2) instead of waiting.
+#[test]
+fn a_terminal_on_standard_input_is_refused_with_a_hint() {
+    let bin = std::ffi::OsStr::new(env!("CARGO_BIN_EXE_rdump"));
+    for args in ["", "-", "--summary"] {
+        let cmd = format!("{} {args}", testkit::sh_quote(bin));
+        let Some((code, out)) = testkit::on_terminal(&cmd) else {
+            return testkit::no_script("a_terminal_on_standard_input_is_refused_with_a_hint");
+        };
+        let shown = String::from_utf8_lossy(&out);
+        assert_eq!(code, Some(2), "rdump {args}: {shown}");
+        assert!(
+            shown.starts_with(
+                "rdump: error: standard input is a terminal, not a send stream: pipe one in \
+                 (rsend ... | rdump) or name a stream file (rdump FILE)"
+            ),
+            "rdump {args}: {shown}"
+        );
+    }
+}

@@ -676,3 +676,44 @@ fn refusals_of_an_existing_name_are_single_spaced() {
         assert!(!err.contains("  "), "{err:?}");
     }
 }
+
+/// A terminal on standard input cannot give a stream: rreceive says how to
+/// give one (exit code 2) instead of waiting, and leaves DEST alone.
+#[test]
+fn a_terminal_on_standard_input_is_refused_with_a_hint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("backup");
+    std::fs::create_dir(&dest).unwrap();
+    for args in ["", "--dump", "-f -"] {
+        let cmd = format!(
+            "{} {args} {}",
+            sh_quote(OsStr::new(rreceive_bin())),
+            sh_quote(dest.as_os_str())
+        );
+        let Some((code, out)) = on_terminal(&cmd) else {
+            return no_script("a_terminal_on_standard_input_is_refused_with_a_hint");
+        };
+        let shown = text(&out);
+        assert_eq!(code, Some(2), "rreceive {args}: {shown}");
+        assert!(
+            shown.starts_with(
+                "rreceive: error: standard input is a terminal, not a send stream: pipe one in \
+                 (rsend ... | rreceive DEST) or name a stream file with -f FILE"
+            ),
+            "rreceive {args}: {shown}"
+        );
+        assert_eq!(std::fs::read_dir(&dest).unwrap().count(), 0, "{args}");
+    }
+    // A stream file still goes, whatever standard input is.
+    let cmd = format!(
+        "{} -q -f {} {}",
+        sh_quote(OsStr::new(rreceive_bin())),
+        sh_quote(kernel_stream("full-v1").as_os_str()),
+        sh_quote(dest.as_os_str())
+    );
+    let Some((code, out)) = on_terminal(&cmd) else {
+        return no_script("a_terminal_on_standard_input_is_refused_with_a_hint");
+    };
+    assert_eq!(code, Some(0), "{}", text(&out));
+    assert!(dest.join("s1").is_dir());
+}

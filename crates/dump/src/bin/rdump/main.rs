@@ -62,9 +62,15 @@ fn main() -> ExitCode {
 
 /// Prints the stream the command line names.
 fn run(args: Args) -> Result<(), Failure> {
+    let stdin = || {
+        rsend_cli::stream_from_stdin(
+            "pipe one in (rsend ... | rdump) or name a stream file (rdump FILE)",
+        )?;
+        Ok::<_, Failure>(Input::stdin())
+    };
     let input = match args.file.as_deref() {
-        None => Input::stdin(),
-        Some(p) if p.as_os_str() == "-" => Input::stdin(),
+        None => stdin()?,
+        Some(p) if p.as_os_str() == "-" => stdin()?,
         Some(p) => {
             Input::open(p).map_err(|e| Failure::msg(format!("cannot open {}: {e}", p.display())))?
         }

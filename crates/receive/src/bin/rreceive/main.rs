@@ -221,9 +221,15 @@ fn input(
             _ => Box::new(io::stdin().lock()),
         }
     };
+    let from_stdin = || match rsend_cli::stream_from_stdin(
+        "pipe one in (rsend ... | rreceive DEST) or name a stream file with -f FILE",
+    ) {
+        Ok(()) => Ok(stdin()),
+        Err(e) => Err(rsend_cli::exit("rreceive", Err(e))),
+    };
     match file {
-        None => Ok(stdin()),
-        Some(p) if p.as_os_str() == "-" => Ok(stdin()),
+        None => from_stdin(),
+        Some(p) if p.as_os_str() == "-" => from_stdin(),
         Some(p) => match File::open(p) {
             Ok(f) => Ok(Box::new(f)),
             Err(e) => Err(rsend_cli::exit(
