@@ -423,8 +423,9 @@ pub fn receive_with<R: Read>(
     ));
     if rx.stats.skipped > 0 {
         rx.log.warning(format_args!(
-            "{} item(s) this filesystem cannot store were skipped (-v lists them)",
-            rx.stats.skipped
+            "{} item(s) this filesystem cannot store were skipped: {} (-v lists them)",
+            rx.stats.skipped,
+            rx.skipped.said()
         ));
     }
     Ok(rx.stats)

@@ -208,3 +208,72 @@ mod tests {
         assert_eq!(told(2), verbose);
     }
 }
+
+/// What a receive skipped because the destination cannot store it, by kind
+/// (such as `xattr btrfs.compression` or `inode flags`), for the warning
+/// at the end. At most [`Skipped::KINDS`] kinds are told apart; the rest
+/// count as `other`.
+#[derive(Debug, Default)]
+pub(crate) struct Skipped {
+    kinds: Vec<(String, u64)>,
+}
+
+impl Skipped {
+    /// Kinds told apart (a hostile stream may name any number of xattrs).
+    pub const KINDS: usize = 8;
+
+    /// Counts `n` items of `kind`.
+    pub fn add(&mut self, kind: &str, n: u64) {
+        if let Some(k) = self.kinds.iter_mut().find(|(k, _)| k == kind) {
+            k.1 += n;
+        } else if self.kinds.len() < Self::KINDS {
+            self.kinds.push((kind.to_owned(), n));
+        } else {
+            self.add_other(n);
+        }
+    }
+
+    fn add_other(&mut self, n: u64) {
+        match self.kinds.iter_mut().find(|(k, _)| k == "other") {
+            Some(k) => k.1 += n,
+            None => self.kinds.push(("other".to_owned(), n)),
+        }
+    }
+
+    /// The kinds, most first and `other` last: `4940 xattr
+    /// btrfs.compression, 4 inode flags`; empty when nothing was skipped.
+    pub fn said(&self) -> String {
+        let mut kinds: Vec<&(String, u64)> = self.kinds.iter().collect();
+        kinds.sort_by(|a, b| {
+            (a.0 == "other")
+                .cmp(&(b.0 == "other"))
+                .then(b.1.cmp(&a.1))
+                .then(a.0.cmp(&b.0))
+        });
+        kinds
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+#[cfg(test)]
+mod skipped_tests {
+    use super::Skipped;
+
+    #[test]
+    fn kinds_are_said_most_first_and_bounded() {
+        let mut s = Skipped::default();
+        assert_eq!(s.said(), "");
+        s.add("inode flags", 1);
+        s.add("xattr btrfs.compression", 3);
+        s.add("inode flags", 1);
+        assert_eq!(s.said(), "3 xattr btrfs.compression, 2 inode flags");
+        for i in 0..20 {
+            s.add(&format!("xattr user.{i}"), 1);
+        }
+        assert!(s.kinds.len() <= Skipped::KINDS + 1);
+        assert!(s.said().ends_with("14 other"), "{}", s.said());
+    }
+}

@@ -717,3 +717,59 @@ fn a_terminal_on_standard_input_is_refused_with_a_hint() {
     assert_eq!(code, Some(0), "{}", text(&out));
     assert!(dest.join("s1").is_dir());
 }
+
+/// The warning about items the destination cannot store names their kinds
+/// (here btrfs's compression property, which only btrfs stores), most first.
+#[test]
+fn the_skip_warning_names_the_kinds_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    // btrfs would store the property.
+    let on_btrfs = nix::sys::statfs::statfs(tmp.path())
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::BTRFS_SUPER_MAGIC);
+    if on_btrfs {
+        println!(
+            "SKIP the_skip_warning_names_the_kinds_skipped: the temporary directory is on btrfs"
+        );
+        return;
+    }
+    let dest = tmp.path().join("backup");
+    std::fs::create_dir(&dest).unwrap();
+    let mut w = Writer::new(Vec::new());
+    w.start_stream(1).unwrap();
+    w.write_command(&Cmd::Subvol {
+        path: b"s",
+        uuid: uuid::Uuid::from_u128(0x5c1),
+        ctransid: 7,
+    })
+    .unwrap();
+    for name in [&b"a"[..], b"b", b"c"] {
+        w.write_command(&Cmd::Mkfile { path: name, ino: 0 })
+            .unwrap();
+    }
+    for path in [&b""[..], b"a", b"b"] {
+        w.write_command(&Cmd::SetXattr {
+            path,
+            name: b"btrfs.compression",
+            data: b"zstd",
+        })
+        .unwrap();
+    }
+    w.write_command(&Cmd::SetXattr {
+        path: b"c",
+        name: b"btrfs.nosuchproperty",
+        data: b"1",
+    })
+    .unwrap();
+    w.write_command(&Cmd::End {}).unwrap();
+    let o = receive_piped(&w.into_inner(), &dest);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "warning: 4 item(s) this filesystem cannot store were skipped: 3 xattr \
+             btrfs.compression, 1 xattr btrfs.nosuchproperty (-v lists them)\n"
+        ),
+        "{err}"
+    );
+    assert!(dest.join("s/c").is_file());
+}

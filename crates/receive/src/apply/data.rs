@@ -308,7 +308,9 @@ impl Receiver<'_> {
                 ));
             }
             Err(Errno::EOPNOTSUPP) => {
+                // `f` borrows the current subvolume: not through self.skip().
                 self.stats.skipped += 1;
+                self.skipped.add(&format!("fallocate mode {mode:#x}"), 1);
                 self.log.note(format_args!(
                     "fallocate mode {mode:#x} not supported by this filesystem; skipped for '{}'",
                     escape(path)
@@ -343,7 +345,7 @@ impl Receiver<'_> {
         match ioctl::enable_verity(f.as_fd(), algorithm, block_size, salt, sig) {
             Ok(()) | Err(Errno::EEXIST) => {}
             Err(e @ (Errno::ENOTTY | Errno::EOPNOTSUPP)) => {
-                self.stats.skipped += 1;
+                self.skip("fs-verity", 1);
                 self.log.note(format_args!(
                     "fs-verity not available here ({e}); not enabled on '{}'",
                     escape(path)

@@ -129,7 +129,7 @@ impl Receiver<'_> {
     /// `--fake-super` CHOWN: records the owner (see [`fake_super`]).
     fn fake_chown(&mut self, path: &[u8], uid: u32, gid: u32) -> R<Flow> {
         if let Some(kind) = self.fake_record(path, |s| s.chown(uid, gid))? {
-            self.stats.skipped += 1;
+            self.skip("owners of symlinks and special files (--fake-super)", 1);
             self.log.note(format_args!(
                 "owner {uid}:{gid} of {} '{}' not kept: only regular files and directories \
                  carry user.rreceive.stat",
@@ -160,7 +160,7 @@ impl Receiver<'_> {
                     .chmod(want)
                     .map_err(CmdError::os("chmod"))?;
                 if want != mode {
-                    self.stats.skipped += 1;
+                    self.skip("modes of special files (--fake-super)", 1);
                     self.log.note(format_args!(
                         "mode {mode:04o} of special file '{}' applied as {want:04o}: only \
                          regular files and directories carry user.rreceive.stat",
@@ -283,7 +283,7 @@ impl Receiver<'_> {
                     && meta::errno(&e) == Some(Errno::EPERM)
                     && !name.starts_with(b"user.") =>
             {
-                self.stats.skipped += 1;
+                self.skip(&format!("xattr {} (needs root)", escape(name)), 1);
                 self.log.note(format_args!(
                     "xattr {} of '{}' needs root; skipped (--fake-super)",
                     escape(name),
@@ -292,7 +292,7 @@ impl Receiver<'_> {
                 Ok(())
             }
             Err(e) if meta::errno(&e) == Some(Errno::EOPNOTSUPP) => {
-                self.stats.skipped += 1;
+                self.skip(&format!("xattr {}", escape(name)), 1);
                 self.log.note(format_args!(
                     "xattr {} of '{}' not supported by this filesystem; skipped",
                     escape(name),
@@ -341,7 +341,7 @@ impl Receiver<'_> {
         let now = match ioctl::get_inode_flags(f.as_fd()) {
             Ok(n) => n,
             Err(e) => {
-                self.stats.skipped += 1;
+                self.skip("inode flags (chattr)", 1);
                 self.log.note(format_args!(
                     "fileattr {attr:#x} of '{}' not applied: {e}",
                     escape(path)
@@ -354,7 +354,7 @@ impl Receiver<'_> {
         let early = (now & !managed_flags()) | (want & !LATE_FLAGS) | (now & want & LATE_FLAGS);
         if early != now {
             if let Err(e) = ioctl::set_inode_flags(f.as_fd(), early) {
-                self.stats.skipped += 1;
+                self.skip("inode flags (chattr)", 1);
                 self.log.note(format_args!(
                     "fileattr {attr:#x} of '{}' not applied: {e}",
                     escape(path)
@@ -370,7 +370,7 @@ impl Receiver<'_> {
                 }
                 cur.deferred.push((f, late));
             } else {
-                self.stats.skipped += 1;
+                self.skip("immutable/append flags", 1);
                 self.log.note(format_args!(
                     "too many immutable/append files; flags of '{}' not applied",
                     escape(path)

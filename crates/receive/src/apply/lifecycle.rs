@@ -261,7 +261,7 @@ impl Receiver<'_> {
                     s.shared
                 ));
                 if s.flags_dropped > 0 {
-                    self.stats.skipped += s.flags_dropped;
+                    self.skip("immutable/append flags", s.flags_dropped);
                     self.log.note(format_args!(
                         "immutable/append flags of {} copied files not kept (too many)",
                         s.flags_dropped
@@ -339,7 +339,7 @@ impl Receiver<'_> {
             {
                 Ok(()) => {}
                 Err(e) => {
-                    self.stats.skipped += 1;
+                    self.skip("immutable/append flags", 1);
                     self.log
                         .note(format_args!("immutable/append flag not applied: {e}"));
                 }

@@ -169,6 +169,8 @@ pub(crate) struct Receiver<'o> {
     pub log: Log<'o>,
     /// Counters.
     pub stats: Stats,
+    /// What was skipped ([`Stats::skipped`]), by kind.
+    pub skipped: crate::report::Skipped,
     /// Failed commands already reported while applying a later one.
     pub extra_errors: u64,
     closer: Arc<Closer>,
@@ -331,6 +333,7 @@ impl<'o> Receiver<'o> {
             cur: None,
             log,
             stats: Stats::default(),
+            skipped: Default::default(),
             extra_errors: 0,
             closer: Arc::new(Closer::new(background_sync)),
             me: (
@@ -433,6 +436,12 @@ impl<'o> Receiver<'o> {
         }
         self.closer.wait();
         self.collect()
+    }
+
+    /// Counts `n` items of `kind` this destination cannot store.
+    fn skip(&mut self, kind: &str, n: u64) {
+        self.stats.skipped += n;
+        self.skipped.add(kind, n);
     }
 
     fn merge_counts(&mut self) {

@@ -571,7 +571,7 @@ impl Receiver<'_> {
                     }
                 }
                 Err(e) => {
-                    self.stats.skipped += 1;
+                    self.skip("immutable/append flags", 1);
                     self.log.note(format_args!(
                         "immutable/append flag of '{}' not applied: {e}",
                         escape(&p)
@@ -605,7 +605,7 @@ impl Receiver<'_> {
                 }
             }
             Err(e) => {
-                self.stats.skipped += wanted.len() as u64;
+                self.skip("immutable/append flags", wanted.len() as u64);
                 self.log.note(format_args!(
                     "immutable/append flags of {} file(s) not applied: {e}",
                     wanted.len()
