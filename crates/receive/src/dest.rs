@@ -646,18 +646,23 @@ impl Dest {
         subvol::lookup(self.fd(), name).map(recorded)
     }
 
-    /// The received uuid of the subvolume in DEST whose own uuid is `own`.
+    /// The received uuid of the subvolume whose own uuid is `own`: one in
+    /// DEST, else one anywhere on its filesystem (as `btrfs receive` finds
+    /// parents anywhere; that search needs root).
     fn received_uuid_of_own(&self, own: Uuid) -> Option<Uuid> {
         if own.is_nil() {
             return None;
         }
         let names = self.child_dirs().ok()?;
-        names.into_iter().find_map(|n| {
-            let f = open_dir_at(self.fd(), &n).ok()?;
-            let info = ioctl::get_subvol_info(f.as_fd()).ok()?;
-            let ru = Uuid::from_bytes(info.received_uuid);
-            (Uuid::from_bytes(info.uuid) == own && !ru.is_nil()).then_some(ru)
-        })
+        names
+            .into_iter()
+            .find_map(|n| {
+                let f = open_dir_at(self.fd(), &n).ok()?;
+                let info = ioctl::get_subvol_info(f.as_fd()).ok()?;
+                let ru = Uuid::from_bytes(info.received_uuid);
+                (Uuid::from_bytes(info.uuid) == own && !ru.is_nil()).then_some(ru)
+            })
+            .or_else(|| crate::elsewhere::received_uuid_of(self.fd(), own))
     }
 
     fn child_dirs(&self) -> io::Result<Vec<Vec<u8>>> {

@@ -30,6 +30,11 @@ const FS_TREE: u64 = 5;
 const UUID_TREE: u64 = 9;
 /// `BTRFS_ROOT_BACKREF_KEY`.
 const ROOT_BACKREF: u32 = 144;
+/// `BTRFS_ROOT_ITEM_KEY`.
+const ROOT_ITEM: u32 = 132;
+/// Where a `btrfs_root_item` holds its uuid (its received uuid follows
+/// its parent uuid, 32 bytes on).
+const ROOT_ITEM_UUID: usize = 247;
 /// `BTRFS_UUID_KEY_SUBVOL`.
 const UUID_KEY_SUBVOL: u32 = 251;
 /// `BTRFS_UUID_KEY_RECEIVED_SUBVOL`.
@@ -97,6 +102,26 @@ fn subvol_ids(fd: BorrowedFd<'_>, uuid: Uuid, received: bool) -> nix::Result<Vec
             })
         })
         .collect())
+}
+
+/// The received uuid of the subvolume whose own uuid is `own`, wherever it
+/// is on the filesystem of `fd` (the UUID tree, then its root item; the
+/// search needs CAP_SYS_ADMIN). None when no subvolume has that uuid, it
+/// was not received, or the search is not allowed.
+pub(crate) fn received_uuid_of(fd: BorrowedFd<'_>, own: Uuid) -> Option<Uuid> {
+    let id = *subvol_ids(fd, own, false).ok()?.first()?;
+    let item = ioctl::tree_search(fd, ROOT_TREE, id, ROOT_ITEM, (0, u64::MAX), 1)
+        .ok()?
+        .into_iter()
+        .next()?;
+    let uuid_at = |at: usize| -> Option<Uuid> {
+        let b = item.data.get(at..at + 16)?;
+        Some(Uuid::from_bytes(b.try_into().ok()?))
+    };
+    if uuid_at(ROOT_ITEM_UUID)? != own {
+        return None;
+    }
+    uuid_at(ROOT_ITEM_UUID + 32).filter(|u| !u.is_nil())
 }
 
 /// The path of subvolume `id` from the top level, as

@@ -111,6 +111,28 @@ fn the_parent_is_found_beside_dest_by_received_uuid_as_btrfs_receive_finds_it() 
         received,
         show(&want.mnt().join("dest/b/s2"), "Received UUID:")
     );
+    // `rreceive --list` of DEST/b names s2's parent by the uuid the stream
+    // named it by (a/s1's received uuid), whichever receive filled it.
+    let parent = stream_uuids(&full)[0].hyphenated().to_string();
+    for (tag, img) in [("btrfs receive", &want), ("rreceive", &got)] {
+        let dest = img.mnt().join("dest/b");
+        let list = run(Command::new(rreceive_bin()).arg("--list").arg(&dest)).stdout;
+        let list = String::from_utf8_lossy(&list);
+        let s2: Vec<&str> = list.lines().next().unwrap_or("").split('\t').collect();
+        assert_eq!(s2.first(), Some(&"s2"), "{tag}: {list}");
+        assert_eq!(s2.get(3), Some(&parent.as_str()), "{tag}: {list}");
+        let json = run(Command::new(rreceive_bin())
+            .args(["--list", "--json"])
+            .arg(&dest))
+        .stdout;
+        let json = String::from_utf8_lossy(&json);
+        assert!(
+            json.contains(&format!(
+                "\"incremental\":true,\"parent_uuid\":\"{parent}\""
+            )),
+            "{tag}: {json}"
+        );
+    }
 }
 
 #[test]
