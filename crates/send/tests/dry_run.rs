@@ -455,6 +455,8 @@ fn dry_run_never_opens_the_output_file() {
     let snap = "changed_files.c";
     let base = rsend(&img, &["-n", snap]);
     assert!(base.status.success(), "{}", text(&base.stderr));
+    // Quiet: the table names the subvolume, no "At subvol" line.
+    assert_eq!(text(&base.stderr), "", "rsend -n says nothing more");
     let missing = tmp.path().join("missing.stream");
     let o = rsend(&img, &["-n", "-f", missing.to_str().unwrap(), snap]);
     assert!(o.status.success(), "{}", text(&o.stderr));
