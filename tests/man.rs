@@ -57,6 +57,8 @@ fn plain(roff: &str) -> String {
         .replace("\\fI", "")
         .replace("\\fR", "")
         .replace("\\-", "-")
+        .replace("\\ ", " ")
+        .replace("\\&", "")
 }
 
 #[test]

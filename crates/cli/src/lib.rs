@@ -138,7 +138,7 @@ fn manual(mut cmd: clap::Command) -> io::Result<String> {
     };
     add(&|w| man.render_title(w))?;
     add(&|w| man.render_name_section(w))?;
-    add(&|w| synopsis(&cmd).to_writer(w))?;
+    add(&|w| w.write_all(synopsis(&cmd).as_bytes()))?;
     add(&|w| man.render_description_section(w))?;
     add(&|w| man.render_options_section(w))?;
     if !extra.trim().is_empty() {
@@ -186,9 +186,17 @@ fn after_sections(after: &str) -> (String, Vec<(&'static str, String)>) {
     (extra, sections)
 }
 
-/// The SYNOPSIS section: the tool, each visible option with its argument
-/// (`...` after one that repeats), then the positional arguments.
-fn synopsis(cmd: &clap::Command) -> roff::Roff {
+/// Stands for roff's unbreakable space (`\\ `) in text given to the roff
+/// crate, which escapes backslashes; replaced once rendered.
+const UNBREAKABLE: char = '\u{e000}';
+/// Stands for roff's zero-width `\\&`, which keeps a line that ends in
+/// `...` from being taken as a sentence's end (two spaces after it).
+const NO_SENTENCE_END: char = '\u{e001}';
+
+/// The SYNOPSIS section, in roff: the tool, each visible option with its
+/// argument (`...` after one that repeats), then the positional
+/// arguments, each kept whole on a line (`.SY`, as groff's man pages do).
+fn synopsis(cmd: &clap::Command) -> String {
     use clap::ArgAction;
     use roff::{bold, italic, roman};
     let value = |arg: &clap::Arg| -> String {
@@ -201,54 +209,48 @@ fn synopsis(cmd: &clap::Command) -> roff::Roff {
         matches!(arg.get_action(), ArgAction::Append | ArgAction::Count)
             || arg.get_num_args().is_some_and(|n| n.max_values() > 1)
     };
-    let mut line = vec![bold(cmd.get_name()), roman(" ")];
-    for arg in cmd
-        .get_arguments()
-        .filter(|a| !a.is_hide_set() && !a.is_positional())
+    let mut roff = roff::Roff::new();
+    roff.control("SH", ["SYNOPSIS"])
+        .control("SY", [cmd.get_name()]);
+    let options = cmd.get_arguments().filter(|a| !a.is_positional());
+    for arg in options
+        .chain(cmd.get_positionals())
+        .filter(|a| !a.is_hide_set())
     {
         let (open, close) = match arg.is_required_set() {
             true => ("", ""),
             false => ("[", "]"),
         };
-        line.push(roman(open));
-        let names: Vec<String> = arg
-            .get_short()
-            .map(|s| format!("-{s}"))
-            .into_iter()
-            .chain(arg.get_long().map(|l| format!("--{l}")))
-            .collect();
-        for (i, name) in names.iter().enumerate() {
-            if i > 0 {
-                line.push(roman("|"));
-            }
-            line.push(bold(name));
-        }
-        if arg.get_num_args().is_some_and(|n| n.takes_values()) {
-            line.push(roman(" "));
+        let mut line = vec![roman(open)];
+        if arg.is_positional() {
             line.push(italic(value(arg)));
+        } else {
+            let names = arg
+                .get_short()
+                .map(|s| format!("-{s}"))
+                .into_iter()
+                .chain(arg.get_long().map(|l| format!("--{l}")));
+            for (i, name) in names.enumerate() {
+                if i > 0 {
+                    line.push(roman("|"));
+                }
+                line.push(bold(name));
+            }
+            if arg.get_num_args().is_some_and(|n| n.takes_values()) {
+                line.push(roman(UNBREAKABLE.to_string()));
+                line.push(italic(value(arg)));
+            }
         }
         line.push(roman(close));
         if repeats(arg) {
-            line.push(roman("..."));
+            line.push(roman(format!("...{NO_SENTENCE_END}")));
         }
-        line.push(roman(" "));
+        roff.text(line);
     }
-    for arg in cmd.get_positionals().filter(|a| !a.is_hide_set()) {
-        let (open, close) = match arg.is_required_set() {
-            true => ("", ""),
-            false => ("[", "]"),
-        };
-        line.push(roman(open));
-        line.push(italic(value(arg)));
-        line.push(roman(close));
-        if repeats(arg) {
-            line.push(roman("..."));
-        }
-        line.push(roman(" "));
-    }
-    let mut roff = roff::Roff::new();
-    roff.control("SH", ["SYNOPSIS"]).text(line);
-    roff
+    roff.control("YS", []);
+    roff.render()
+        .replace(UNBREAKABLE, "\\ ")
+        .replace(NO_SENTENCE_END, "\\&")
 }
 
 /// Writes `what` for `cmd` to standard output, the whole of a `main` that
@@ -481,10 +483,11 @@ mod tests {
         let synopsis = s.split_once("\n.SH SYNOPSIS\n").expect("SYNOPSIS").1;
         let synopsis = synopsis.split_once("\n.SH ").expect("more").0;
         for want in [
-            "[\\fB\\-\\-loud\\fR]",
-            "[\\fB\\-d\\fR|\\fB\\-\\-device\\fR \\fIPATH\\fR]...",
-            "[\\fB\\-\\-completions\\fR \\fISHELL\\fR]",
-            "[\\fIFILES\\fR]...",
+            ".SY demo\n",
+            "\n[\\fB\\-\\-loud\\fR]\n",
+            "\n[\\fB\\-d\\fR|\\fB\\-\\-device\\fR\\ \\fIPATH\\fR]...\\&\n",
+            "\n[\\fB\\-\\-completions\\fR\\ \\fISHELL\\fR]\n",
+            "\n[\\fIFILES\\fR]...\\&\n.YS",
         ] {
             assert!(synopsis.contains(want), "{want} in {synopsis}");
         }
