@@ -11,7 +11,9 @@
 #   PREFIX/share/zsh/site-functions/_TOOL
 #   PREFIX/share/fish/vendor_completions.d/TOOL.fish
 #   PREFIX/share/man/man1/TOOL.1
-#   PREFIX/bin/btrfs-rsend                    the front: `btrfs send` runs
+#   PREFIX/share/doc/TOOL/TOOL.md             the tool's guide (docs/TOOL.md)
+#   PREFIX/share/doc/TOOL/recipes.md          cron, systemd, btrbk, restore
+#   PREFIX/bin/btrfs-rsend                    with rsend: the front: `btrfs send` runs
 #                                             rsend, `btrfs receive` rreceive,
 #                                             the rest the real btrfs
 #   PREFIX/lib/rsend/btrfs -> ../../bin/btrfs-rsend
@@ -26,7 +28,9 @@
 # `cargo build --release --locked` already built, so the build need not run
 # as root: build as yourself, then `sudo scripts/install.sh --no-build`.
 # CARGO_TARGET_DIR is honoured. TOOLS (default "rsend rreceive rdump")
-# picks which tools to build and install.
+# picks which tools to build and install; the front comes with rsend.
+# ZSH_DIR (default share/zsh/site-functions) is where under PREFIX zsh
+# completions go (Debian's packages: share/zsh/vendor-completions).
 set -eu
 
 build=1
@@ -45,6 +49,7 @@ case $prefix in
 esac
 root=${DESTDIR:-}$prefix
 tools=${TOOLS:-rsend rreceive rdump}
+zsh_dir=${ZSH_DIR:-share/zsh/site-functions}
 
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}/release
@@ -78,15 +83,24 @@ done
 for tool in $tools; do
     install -D -m 755 "$target/$tool" "$root/bin/$tool"
     install -D -m 644 "$tmp/$tool.bash" "$root/share/bash-completion/completions/$tool"
-    install -D -m 644 "$tmp/$tool.zsh" "$root/share/zsh/site-functions/_$tool"
+    install -D -m 644 "$tmp/$tool.zsh" "$root/$zsh_dir/_$tool"
     install -D -m 644 "$tmp/$tool.fish" "$root/share/fish/vendor_completions.d/$tool.fish"
     install -D -m 644 "$tmp/$tool.1" "$root/share/man/man1/$tool.1"
+    for doc in "docs/$tool.md" docs/recipes.md; do
+        if [ -f "$doc" ]; then
+            install -D -m 644 "$doc" "$root/share/doc/$tool/${doc#docs/}"
+        fi
+    done
     echo "installed $tool in $root"
 done
 
-install -D -m 755 scripts/btrfs-rsend "$root/bin/btrfs-rsend"
-mkdir -p "$root/lib/rsend"
-for name in btrfs btrfs-send btrfs-receive; do
-    ln -sfn ../../bin/btrfs-rsend "$root/lib/rsend/$name"
-done
-echo "installed btrfs-rsend in $root (put $prefix/lib/rsend first in PATH)"
+case " $tools " in
+    *" rsend "*)
+        install -D -m 755 scripts/btrfs-rsend "$root/bin/btrfs-rsend"
+        mkdir -p "$root/lib/rsend"
+        for name in btrfs btrfs-send btrfs-receive; do
+            ln -sfn ../../bin/btrfs-rsend "$root/lib/rsend/$name"
+        done
+        echo "installed btrfs-rsend in $root (put $prefix/lib/rsend first in PATH)"
+        ;;
+esac

@@ -2,6 +2,9 @@
 # Demo on bundled data, no kernel help: read a snapshot straight from a btrfs
 # image (rsend), print the stream (rdump), replay it into a plain directory
 # (rreceive), and check the result against the snapshot's manifest.
+#
+# RSEND_BINDIR=/usr/bin runs it on installed tools (the packages) instead
+# of building them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for tool in zstd getfattr setfattr python3; do
@@ -10,9 +13,31 @@ for tool in zstd getfattr setfattr python3; do
         exit 1
     fi
 done
-# The root is a plain workspace: this builds rsend, rreceive and rdump.
-cargo build --release -q
-bin=target/release
+if [ -n "${RSEND_BINDIR:-}" ]; then
+    bin=$RSEND_BINDIR
+    echo "== the tools installed in $bin"
+else
+    # The minimum Rust version is the workspace's rust-version.
+    need=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)
+    if ! command -v cargo >/dev/null; then
+        echo "demo.sh: needs cargo, from Rust $need or newer (https://rustup.rs, or Debian's cargo where it is new enough)" >&2
+        exit 1
+    fi
+    have=$(cargo --version | awk '{print $2}')
+    if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]; then
+        echo "demo.sh: needs Rust $need or newer; cargo is $have (rustup update, or https://rustup.rs)" >&2
+        exit 1
+    fi
+    if ! command -v cc >/dev/null && ! command -v gcc >/dev/null && ! command -v clang >/dev/null; then
+        echo "demo.sh: needs a C compiler to build zstd (Debian: apt-get install build-essential)" >&2
+        exit 1
+    fi
+    # The root is a plain workspace: this builds rsend, rreceive and rdump
+    # (a few minutes the first time).
+    echo "== cargo build --release (rsend, rreceive, rdump)"
+    cargo build --release
+    bin=target/release
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
