@@ -1,6 +1,6 @@
 //! Every flag of the installed `btrfs send` and `btrfs receive` (read from
 //! their own `--help`) is a flag of rsend or rreceive and has a row in the
-//! README's table of what each means there.
+//! drop-in table (docs/recipes.md) of what each means there.
 
 use std::process::Command;
 
@@ -47,14 +47,16 @@ fn clap_defines(help: &str, flag: &str) -> bool {
     })
 }
 
-/// The README's table rows under the heading that names `btrfs send` and
+/// The recipes' table rows under the heading that names `btrfs send` and
 /// `btrfs receive` as what the tools replace.
-fn readme_table() -> Vec<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
-    let text = std::fs::read_to_string(path).expect("README.md");
+fn dropin_table() -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/recipes.md");
+    let text = std::fs::read_to_string(path).expect("docs/recipes.md");
     let start = text
         .find("\n## Drop-in for `btrfs send` and `btrfs receive`")
-        .expect("README has a section \"## Drop-in for `btrfs send` and `btrfs receive`\"");
+        .expect(
+            "docs/recipes.md has a section \"## Drop-in for `btrfs send` and `btrfs receive`\"",
+        );
     let section = &text[start + 1..];
     let end = section[3..].find("\n## ").map_or(section.len(), |e| e + 3);
     section[..end]
@@ -93,7 +95,7 @@ fn check(sub: &str, ours: &str, our_help: &str) {
         flags.len() >= 8,
         "btrfs {sub} --help lists only {flags:?}:\n{theirs}"
     );
-    let rows = readme_table();
+    let rows = dropin_table();
     let mut missing = Vec::new();
     for f in &flags {
         if !clap_defines(our_help, f) {
@@ -107,7 +109,7 @@ fn check(sub: &str, ours: &str, our_help: &str) {
         });
         if !named {
             missing.push(format!(
-                "README's drop-in table has no row for `btrfs {sub} {f}`"
+                "the drop-in table of docs/recipes.md has no row for `btrfs {sub} {f}`"
             ));
         }
     }
@@ -115,8 +117,8 @@ fn check(sub: &str, ours: &str, our_help: &str) {
 }
 
 #[test]
-fn every_btrfs_send_flag_is_an_rsend_flag_in_the_readme_table() {
-    if !real_btrfs("every_btrfs_send_flag_is_an_rsend_flag_in_the_readme_table") {
+fn every_btrfs_send_flag_is_an_rsend_flag_in_the_dropin_table() {
+    if !real_btrfs("every_btrfs_send_flag_is_an_rsend_flag_in_the_dropin_table") {
         return;
     }
     check(
@@ -127,8 +129,8 @@ fn every_btrfs_send_flag_is_an_rsend_flag_in_the_readme_table() {
 }
 
 #[test]
-fn every_btrfs_receive_flag_is_an_rreceive_flag_in_the_readme_table() {
-    if !real_btrfs("every_btrfs_receive_flag_is_an_rreceive_flag_in_the_readme_table") {
+fn every_btrfs_receive_flag_is_an_rreceive_flag_in_the_dropin_table() {
+    if !real_btrfs("every_btrfs_receive_flag_is_an_rreceive_flag_in_the_dropin_table") {
         return;
     }
     check(

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use testkit::{rdump_bin, rreceive_bin, rsend_bin};
 
-/// The README's bound on each installed binary.
+/// The bound docs/development.md gives for each installed binary.
 const MAX_BYTES: u64 = 10_000_000;
 
 #[test]

@@ -21,7 +21,7 @@ use testkit::{
     kernel_available, peak_rss_kib, rdump_bin, rreceive_bin, rsend_bin, run, BtrfsImage, Rng,
 };
 
-/// The bound the README gives for each tool.
+/// The bound docs/development.md gives for each tool.
 const LIMIT_KIB: u64 = 64 << 10;
 /// How much more the ten-times-larger tree may take.
 const GROWTH: f64 = 1.5;

@@ -237,7 +237,7 @@ fn info(path: &Path) -> BTreeMap<String, String> {
 }
 
 /// Whether rsend's stream `ours` is the kernel's `kernel` but for the two
-/// documented differences (README, docs/PERFORMANCE-extra.md): one more
+/// documented differences (docs/rsend.md, docs/PERFORMANCE-extra.md): one more
 /// UTIMES of the subvolume root before END, and CLONEs of the same range
 /// from another source (the kernel takes the first its backref walk finds,
 /// rsend weighs them). Compared as `btrfs receive --dump` prints them: Ok
