@@ -121,6 +121,13 @@ fn install_script_installs_the_tool_its_completions_and_man_page() {
     assert!(read("share/zsh/site-functions/_rdump").contains("--summary"));
     assert!(read("share/fish/vendor_completions.d/rdump.fish").contains("summary"));
     assert!(read("share/man/man1/rdump.1").contains(".TH rdump 1"));
+    // The guide --help and the man page point to.
+    assert!(read("share/doc/rdump/rdump.md").starts_with("# rdump\n"));
+    assert!(read("share/doc/rdump/recipes.md").starts_with("# Recipes\n"));
+    assert!(
+        !root.join("bin/btrfs-rsend").exists(),
+        "the front comes with rsend"
+    );
     let v = Command::new(root.join("bin/rdump"))
         .arg("--version")
         .output()
