@@ -8,6 +8,8 @@ use std::process::Command;
 
 use testkit::{rdump_bin, rreceive_bin, rsend_bin};
 
+mod help;
+
 fn repo() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
@@ -25,18 +27,7 @@ fn help_options(bin: &PathBuf) -> Vec<String> {
         .expect("run --help");
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).expect("utf-8");
-    help.lines()
-        .filter_map(|line| {
-            let t = line.trim_start();
-            // Options start at column 2, or 6 when there is no short name;
-            // their explanations are indented further.
-            if !t.starts_with('-') || !matches!(line.len() - t.len(), 2 | 6) {
-                return None;
-            }
-            let spec = t.split("  ").next().unwrap_or(t).trim_end_matches("...");
-            Some(spec.replace(" <", " ").replace('>', ""))
-        })
-        .collect()
+    help::options(&help).iter().map(|o| o.spec(", ")).collect()
 }
 
 /// The `### ` sections under `## Options` of a guide page: heading and body.

@@ -7,6 +7,8 @@ use std::process::{Command, Stdio};
 
 use testkit::{rdump_bin, rreceive_bin, rsend_bin};
 
+mod help;
+
 fn tools() -> [(&'static str, PathBuf); 3] {
     [
         ("rsend", rsend_bin()),
@@ -19,36 +21,6 @@ fn stdout(bin: &PathBuf, arg: &str) -> String {
     let out = Command::new(bin).arg(arg).output().expect("run the tool");
     assert!(out.status.success(), "{} {arg}: {:?}", bin.display(), out);
     String::from_utf8(out.stdout).expect("utf-8")
-}
-
-/// The options `-h` lists: (short, long, argument), e.g.
-/// `(Some("-d"), Some("--device"), Some("PATH"))` for `-d, --device <PATH>`.
-fn help_options(help: &str) -> Vec<(Option<String>, Option<String>, Option<String>)> {
-    let mut opts = Vec::new();
-    for line in help.lines() {
-        let t = line.trim_start();
-        // Options start at column 2, or 6 when there is no short name.
-        if !t.starts_with('-') || !matches!(line.len() - t.len(), 2 | 6) {
-            continue;
-        }
-        // `-v, --verbose...`: help marks a repeatable flag as the synopsis does.
-        let spec = t.split("  ").next().unwrap_or(t).trim_end_matches("...");
-        let (names, arg) = match spec.split_once(" <") {
-            Some((n, a)) => (n, a.strip_suffix('>').map(str::to_owned)),
-            None => (spec, None),
-        };
-        let mut short = None;
-        let mut long = None;
-        for n in names.split(", ") {
-            if n.starts_with("--") {
-                long = Some(n.to_owned());
-            } else {
-                short = Some(n.to_owned());
-            }
-        }
-        opts.push((short, long, arg));
-    }
-    opts
 }
 
 /// roff's escapes undone for the few characters the pages use.
@@ -70,16 +42,10 @@ fn synopsis_names_every_option_with_its_argument() {
             .split_once("\n.SH SYNOPSIS\n")
             .and_then(|(_, rest)| rest.split_once("\n.SH ").map(|(s, _)| plain(s)))
             .unwrap_or_else(|| panic!("{tool}: no SYNOPSIS: {roff}"));
-        let opts = help_options(&help);
-        assert!(opts.len() >= 5, "{tool}: options of --help: {opts:?}");
-        for (short, long, arg) in opts {
-            let names: Vec<String> = short.into_iter().chain(long).collect();
-            let mut want = format!("[{}", names.join("|"));
-            if let Some(a) = &arg {
-                want.push(' ');
-                want.push_str(a);
-            }
-            want.push(']');
+        let opts = help::options(&help);
+        assert!(opts.len() >= 5, "{tool}: options of -h: {opts:?}");
+        for opt in opts {
+            let want = format!("[{}]", opt.spec("|"));
             assert!(
                 synopsis.contains(&want),
                 "{tool}: SYNOPSIS has no {want}: {synopsis}"
