@@ -1,8 +1,9 @@
 #!/bin/sh
 # Builds rsend, rreceive and rdump and installs them under PREFIX (default
 # /usr/local) with their shell completions (bash, zsh, fish) and man pages,
-# which each built tool prints itself (--completions SHELL, --man), and the
-# btrfs front (scripts/btrfs-rsend).
+# which each built tool prints itself (--completions SHELL, --man), and with
+# rsend the btrfs front (scripts/btrfs-rsend) and the nightly backup command
+# (scripts/rsend-nightly).
 #
 #   scripts/install.sh [--no-build] [PREFIX]
 #
@@ -13,6 +14,10 @@
 #   PREFIX/share/man/man1/TOOL.1
 #   PREFIX/share/doc/TOOL/TOOL.md             the tool's guide (docs/TOOL.md)
 #   PREFIX/share/doc/TOOL/recipes.md          cron, systemd, btrbk, restore
+#   PREFIX/bin/rsend-nightly                  with rsend: the nightly backup job
+#                                             (cron, systemd); it runs the rsend
+#                                             and rreceive beside it
+#   PREFIX/share/man/man1/rsend-nightly.1     its man page (rsend-nightly --man)
 #   PREFIX/bin/btrfs-rsend                    with rsend: the front: `btrfs send` runs
 #                                             rsend, `btrfs receive` rreceive,
 #                                             the rest the real btrfs
@@ -79,6 +84,9 @@ for tool in $tools; do
     "$bin" --completions fish >"$tmp/$tool.fish"
     "$bin" --man >"$tmp/$tool.1"
 done
+case " $tools " in
+    *" rsend "*) bash scripts/rsend-nightly --man >"$tmp/rsend-nightly.1" ;;
+esac
 
 for tool in $tools; do
     install -D -m 755 "$target/$tool" "$root/bin/$tool"
@@ -96,6 +104,9 @@ done
 
 case " $tools " in
     *" rsend "*)
+        install -D -m 755 scripts/rsend-nightly "$root/bin/rsend-nightly"
+        install -D -m 644 "$tmp/rsend-nightly.1" "$root/share/man/man1/rsend-nightly.1"
+        echo "installed rsend-nightly in $root"
         install -D -m 755 scripts/btrfs-rsend "$root/bin/btrfs-rsend"
         mkdir -p "$root/lib/rsend"
         for name in btrfs btrfs-send btrfs-receive; do

@@ -1,5 +1,5 @@
-//! The cron job, scripts/nightly-backup.sh, run the way cron runs it, for
-//! five nights, against the real kernel (root, loop devices, the btrfs
+//! The cron job, rsend-nightly (scripts/rsend-nightly), run the way cron
+//! runs it, for five nights, against the real kernel (root, loop devices, the btrfs
 //! module; one SKIP line otherwise, a failure under RSEND_REQUIRE_KERNEL=1).
 //!
 //! The source is a btrfs in an image file, mounted; subvolume `data`
@@ -519,7 +519,7 @@ impl FakeSsh {
 // ---------------------------------------------------------------------------
 // The job
 
-/// What one run of nightly-backup.sh did.
+/// What one run of rsend-nightly did.
 struct Job {
     code: Option<i32>,
     log: String,
@@ -544,7 +544,7 @@ impl Job {
     }
 }
 
-/// scripts/nightly-backup.sh -w 0 -d IMAGE SNAP DEST [HOST], with the
+/// scripts/rsend-nightly -w 0 -d IMAGE SNAP DEST [HOST], with the
 /// rsend of this build and `rreceive`; over the destination's fake ssh
 /// when `over_ssh`.
 fn nightly_backup(
@@ -558,7 +558,7 @@ fn nightly_backup(
     run_job(src.image(), snap, &dest.dir, rreceive, ssh, &[])
 }
 
-/// scripts/nightly-backup.sh -w 0 EXTRA -d IMAGE SNAP DIR [HOST], HOST
+/// scripts/rsend-nightly -w 0 EXTRA -d IMAGE SNAP DIR [HOST], HOST
 /// reached with `ssh`.
 fn run_job(
     image: &Path,
@@ -568,8 +568,7 @@ fn run_job(
     ssh: Option<&FakeSsh>,
     extra: &[&str],
 ) -> Job {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nightly-backup.sh");
-    let mut cmd = Command::new(script);
+    let mut cmd = Command::new(nightly_script());
     cmd.args(["-w", "0"])
         .args(extra)
         .arg("-d")
@@ -889,7 +888,8 @@ impl SmallDest {
 
 /// Five nights of the job over ssh onto two small destinations, one run
 /// with --delete-incomplete: night 2 meets a full disk (a stop that can go
-/// on: no retry within the run, and the next run resumes it once there is
+/// on, but not within minutes: no retry within the run though the default
+/// 3 attempts are allowed, and the next run resumes it once there is
 /// room), night 4 a corrupt stream (a stop that would happen again: never
 /// retried; with --delete-incomplete the partial subvolume is deleted and
 /// sent again at once, without it the log says what to delete, and after
@@ -929,12 +929,20 @@ fn the_job_resumes_a_full_disk_and_never_retries_what_would_fail_again() {
             };
             match n {
                 2 => {
-                    // The parent's copy fits, the night's changes do not.
+                    // The parent's copy fits, the night's changes do not:
+                    // the disk is full, which the minutes to a retry do
+                    // not mend, so one attempt though 3 are allowed.
                     dest.squeeze(16);
                     let before = dest.receives();
-                    let j = job(extra);
+                    let j = job(&extra[2..]);
                     assert_eq!(j.code, Some(1), "{what}: {}", j.log);
-                    j.says("stopped (rreceive exit 3): it can go on later", &what);
+                    j.says("No space left on device", &what);
+                    j.says("attempt 1 stopped (rreceive exit 3): ", &what);
+                    j.says(
+                        "is full; not retried in this run: make room, and the next run resumes it",
+                        &what,
+                    );
+                    j.never_says("attempt 2", &what);
                     j.never_says("cannot be resumed", &what);
                     assert_eq!(dest.receives(), before + 1, "{what}: {}", j.log);
                     dest.grow();
@@ -995,6 +1003,546 @@ fn the_job_resumes_a_full_disk_and_never_retries_what_would_fail_again() {
             );
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// What the job passes to rsend and rreceive, and a copy that cannot fit
+
+/// scripts/rsend-nightly in this checkout.
+fn nightly_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/rsend-nightly")
+}
+
+/// Bytes in use on the filesystem that holds `path`.
+fn used_bytes(path: &Path) -> u64 {
+    let st = nix::sys::statvfs::statvfs(path).unwrap();
+    (st.blocks() - st.blocks_free()) * st.fragment_size()
+}
+
+/// The inode number of `path`.
+fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .ino()
+}
+
+/// Panics unless `rsend -d IMAGE --verify DIR --ignore IGNORE SNAP` finds
+/// the copy in DIR equal to the snapshot.
+fn verify(image: &Path, dir: &Path, ignore: &str, snap: &str, what: &str) {
+    let o = Command::new(env!("CARGO_BIN_EXE_rsend"))
+        .arg("-d")
+        .arg(image)
+        .arg("--verify")
+        .arg(dir)
+        .args(["--ignore", ignore, snap])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{what}: rsend --verify {} {snap}: {}{}",
+        dir.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The lines of a job's log that start an attempt.
+fn attempts(job: &Job) -> usize {
+    job.log
+        .lines()
+        .filter(|l| l.contains(" attempt "))
+        .filter(|l| l.contains(": sending ") || l.contains(": resuming "))
+        .count()
+}
+
+/// 36 MiB in 18 files of 2 MiB, and 200 small ones (one with a second
+/// name).
+const LARGE_TREE: &str = r#"
+mkdir big small
+for i in $(seq 1 18); do head -c 2M /dev/urandom > big/b$i; done
+for i in $(seq 1 200); do echo "small $i" > small/s$i; done
+ln small/s1 small/s1-link
+"#;
+
+/// Nights 2 and 3 of [`LARGE_TREE`]: a few hundred KiB of changes each.
+const LARGE_TREE_NIGHTS: [&str; 2] = [
+    r#"
+head -c 300000 /dev/urandom >> big/b1
+echo new > small/new
+mv small/s2 small/s2-renamed
+rm small/s3
+"#,
+    r#"
+dd if=/dev/urandom of=big/b2 bs=4096 seek=10 count=4 conv=notrunc status=none
+echo changed > small/s4
+mkdir small/sub
+mv small/s5 small/sub/
+"#,
+];
+
+/// Onto ext4 (no reflinks) an incremental receive without --link or
+/// --in-place starts from a whole copy of its parent. A 64 MiB ext4 holds
+/// night 1 (36 MiB) but not a copy of it:
+///
+/// - without either flag the job meets rreceive's refusal ("a copy of
+///   parent night1 needs ...: too little space", exit 3) once, though 3
+///   attempts are allowed (a retry minutes later could not fit either),
+///   exits 1, says to pass --link or --in-place, and leaves nothing; the
+///   same night with --link then goes through;
+/// - with --link (over ssh: the receive's command line holds it) nights 2
+///   and 3 each take a few MiB, not the 36 a copy takes, their unchanged
+///   files are the parent's inodes, and each equals its snapshot (but for
+///   link counts);
+/// - with --in-place the parent's directory becomes the new snapshot (the
+///   parent is gone, its unchanged files keep their inodes), a few MiB
+///   each night, and each equals its snapshot.
+#[test]
+fn link_and_in_place_go_to_rreceive_and_a_copy_that_cannot_fit_is_tried_once() {
+    let test = "link_and_in_place_go_to_rreceive_and_a_copy_that_cannot_fit_is_tried_once";
+    if !kernel_available(test) {
+        return;
+    }
+    let rreceive = rreceive_bin();
+    let src = Source::new();
+    let data = src.mnt().join("data");
+    testkit::sh(&data, LARGE_TREE);
+    let mut snaps = vec![src.snapshot(1)];
+    for (k, night) in LARGE_TREE_NIGHTS.iter().enumerate() {
+        testkit::sh(&data, night);
+        snaps.push(src.snapshot(k + 2));
+    }
+    let parent_bytes = 36 << 20;
+    let copy = ext4_image(64, &[], "noatime");
+    let linked = ext4_image(64, &[], "noatime");
+    let in_place = ext4_image(64, &[], "noatime");
+    let ssh = FakeSsh::new();
+    let dir = |fs: &LoopImage| fs.mnt().join("backup");
+    for fs in [&copy, &linked, &in_place] {
+        std::fs::create_dir(dir(fs)).unwrap();
+    }
+    let job = |fs: &LoopImage, n: usize, ssh: Option<&FakeSsh>, extra: &[&str]| {
+        let j = run_job(src.image(), &snaps[n - 1], &dir(fs), &rreceive, ssh, extra);
+        (j, format!("night{n} {extra:?}"))
+    };
+
+    // Night 1 in full, then night 2 without --link or --in-place: refused
+    // once, nothing left.
+    let (j, what) = job(&copy, 1, None, &[]);
+    assert_eq!(j.code, Some(0), "{what}: {}", j.log);
+    let before = used_bytes(copy.mnt());
+    let (j, what) = job(&copy, 2, None, &[]);
+    assert_eq!(j.code, Some(1), "{what}: {}", j.log);
+    assert_eq!(attempts(&j), 1, "{what}: one attempt wanted:\n{}", j.log);
+    j.says("a copy of parent night1 needs", &what);
+    j.says("too little space", &what);
+    j.says("attempt 1: the copy of the parent does not fit in", &what);
+    j.says("not retried in this run: pass --link or --in-place", &what);
+    j.never_says("after 3 attempts", &what);
+    assert!(!dir(&copy).join("night2").exists(), "{what}: {}", j.log);
+    assert!(
+        used_bytes(copy.mnt()) < before + (1 << 20),
+        "{what}: {} bytes more in use",
+        used_bytes(copy.mnt()) - before
+    );
+    // Night 1, in full, onto the others, with their flag.
+    for (fs, ssh, extra) in [
+        (&linked, Some(&ssh), &["--link"][..]),
+        (&in_place, None, &["--in-place"][..]),
+    ] {
+        let (j, what) = job(fs, 1, ssh, extra);
+        assert_eq!(j.code, Some(0), "{what}: {}", j.log);
+    }
+    for fs in [&copy, &linked, &in_place] {
+        verify(
+            src.image(),
+            &dir(fs).join("night1"),
+            "flags",
+            "snaps/night1",
+            "night1",
+        );
+    }
+    // What the log says to do.
+    let (j, what) = job(&copy, 2, None, &["--link"]);
+    assert_eq!(j.code, Some(0), "{what}: {}", j.log);
+    verify(
+        src.image(),
+        &dir(&copy).join("night2"),
+        "flags,links",
+        "snaps/night2",
+        &what,
+    );
+
+    for n in 2..=3 {
+        let parent = format!("night{}", n - 1);
+        let name = format!("night{n}");
+        let snap = format!("snaps/{name}");
+
+        // --link, over ssh.
+        let before = used_bytes(linked.mnt());
+        let calls_before = ssh.calls().len();
+        let (j, what) = job(&linked, n, Some(&ssh), &["--link"]);
+        assert_eq!(j.code, Some(0), "{what}: {}", j.log);
+        assert_eq!(attempts(&j), 1, "{what}: {}", j.log);
+        j.says(&format!("rsend: parent snaps/{parent} (subvolume"), &what);
+        let calls = ssh.calls();
+        let receive = calls[calls_before..]
+            .iter()
+            .find(|c| c.stream.is_some())
+            .unwrap_or_else(|| panic!("{what}: no receive over ssh"));
+        assert!(
+            receive.command.split_whitespace().any(|w| w == "--link"),
+            "{what}: the receive ran {}",
+            receive.command
+        );
+        let grew = used_bytes(linked.mnt()) - before;
+        assert!(
+            grew < 8 << 20 && grew * 4 < parent_bytes,
+            "{what}: {grew} bytes more in use, as for a copy of the {parent_bytes} of {parent}"
+        );
+        println!("{what}: {grew} bytes more in use");
+        // (A file with two names is copied, to keep its names a group of
+        // their own.)
+        for f in ["big/b10", "small/s100"] {
+            assert_eq!(
+                inode(&dir(&linked).join(&name).join(f)),
+                inode(&dir(&linked).join(&parent).join(f)),
+                "{what}: {f} is not {parent}'s {f} linked"
+            );
+        }
+        verify(
+            src.image(),
+            &dir(&linked).join(&name),
+            "flags,links",
+            &snap,
+            &what,
+        );
+        verify(
+            src.image(),
+            &dir(&linked).join(&parent),
+            "flags,links",
+            &format!("snaps/{parent}"),
+            &what,
+        );
+
+        // --in-place.
+        let before = used_bytes(in_place.mnt());
+        let inodes: Vec<u64> = ["big/b10", "small/s100"]
+            .iter()
+            .map(|f| inode(&dir(&in_place).join(&parent).join(f)))
+            .collect();
+        let (j, what) = job(&in_place, n, None, &["--in-place"]);
+        assert_eq!(j.code, Some(0), "{what}: {}", j.log);
+        assert_eq!(attempts(&j), 1, "{what}: {}", j.log);
+        assert!(
+            !dir(&in_place).join(&parent).exists(),
+            "{what}: {parent} is still there: not received in place"
+        );
+        for (f, ino) in ["big/b10", "small/s100"].iter().zip(inodes) {
+            assert_eq!(
+                inode(&dir(&in_place).join(&name).join(f)),
+                ino,
+                "{what}: {f} is not {parent}'s"
+            );
+        }
+        let grew = used_bytes(in_place.mnt()).saturating_sub(before);
+        assert!(
+            grew < 8 << 20 && grew * 4 < parent_bytes,
+            "{what}: {grew} bytes more in use, as for a copy of the {parent_bytes} of {parent}"
+        );
+        println!("{what}: {grew} bytes more in use");
+        verify(
+            src.image(),
+            &dir(&in_place).join(&name),
+            "flags",
+            &snap,
+            &what,
+        );
+    }
+}
+
+/// The other flags a backup host may need go through as well, over ssh:
+/// --proto 2 and --compressed-data to rsend (the stream the receive got
+/// is of version 2), --fake-super, --force-decompress and --plain to
+/// rreceive (the owner the stream gives a file is recorded in
+/// user.rreceive.stat, not applied), --plain to rreceive --list too.
+#[test]
+fn the_send_and_receive_flags_go_through() {
+    let test = "the_send_and_receive_flags_go_through";
+    if !kernel_available(test) {
+        return;
+    }
+    let rreceive = rreceive_bin();
+    let src = Source::new();
+    let data = src.mnt().join("data");
+    testkit::sh(
+        &data,
+        "echo hello > owned && chown 1234:2345 owned && head -c 100000 /dev/urandom > data",
+    );
+    let snap = src.snapshot(1);
+    let dest = SmallDest::new();
+    let flags = [
+        "--proto",
+        "2",
+        "--compressed-data",
+        "--fake-super",
+        "--force-decompress",
+        "--plain",
+    ];
+    let j = run_job(
+        src.image(),
+        &snap,
+        &dest.dir,
+        &rreceive,
+        Some(&dest.ssh),
+        &flags,
+    );
+    assert_eq!(j.code, Some(0), "{}", j.log);
+    let calls = dest.ssh.calls();
+    let words =
+        |c: &Call| -> Vec<String> { c.command.split_whitespace().map(str::to_owned).collect() };
+    let receive = calls
+        .iter()
+        .find(|c| c.stream.is_some())
+        .expect("a receive over ssh");
+    for flag in ["--fake-super", "--force-decompress", "--plain"] {
+        assert!(
+            words(receive).iter().any(|w| w == flag),
+            "no {flag} in the receive: {}",
+            receive.command
+        );
+    }
+    let list = calls
+        .iter()
+        .find(|c| c.command.contains("--list"))
+        .expect("a --list over ssh");
+    assert!(
+        words(list).iter().any(|w| w == "--plain"),
+        "{}",
+        list.command
+    );
+    let stream = receive.stream.as_ref().unwrap();
+    assert!(
+        stream.len() > 17 && stream.starts_with(b"btrfs-stream\0"),
+        "the stream starts {:?}",
+        &stream[..stream.len().min(17)]
+    );
+    assert_eq!(
+        u32::from_le_bytes(stream[13..17].try_into().unwrap()),
+        2,
+        "the stream's version"
+    );
+    let owned = dest.dir.join("night1/owned");
+    let o = run(Command::new("getfattr")
+        .args(["--only-values", "-n", "user.rreceive.stat"])
+        .arg(&owned));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "100644 0,0 1234:2345",
+        "user.rreceive.stat of {}",
+        owned.display()
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&owned).unwrap().uid(), 0);
+}
+
+// ---------------------------------------------------------------------------
+// The installed command
+
+/// scripts/install.sh installs rsend-nightly beside rsend and rreceive,
+/// with its man page. Under cron's environment (`env -i
+/// PATH=/usr/bin:/bin`: neither PREFIX/bin nor the tools on PATH) the
+/// installed command, run by its full path, prints its help on standard
+/// output (exit 0) and refuses a wrong command line (exit 2); where the
+/// kernel is usable it backs up a snapshot in full and then incrementally
+/// into a directory, with the rsend and rreceive installed beside it.
+#[test]
+fn install_sh_installs_rsend_nightly_which_runs_under_crons_path() {
+    let test = "install_sh_installs_rsend_nightly_which_runs_under_crons_path";
+    let dir = tempfile::Builder::new()
+        .prefix("rsend-nightly-install-")
+        .tempdir()
+        .unwrap();
+    // install.sh --no-build takes the tools from CARGO_TARGET_DIR/release.
+    let release = dir.path().join("target/release");
+    std::fs::create_dir_all(&release).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_rsend"), release.join("rsend")).unwrap();
+    std::os::unix::fs::symlink(rreceive_bin(), release.join("rreceive")).unwrap();
+    let prefix = dir.path().join("prefix");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install.sh");
+    run(Command::new(script)
+        .arg("--no-build")
+        .arg(&prefix)
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .env("TOOLS", "rsend rreceive")
+        .env_remove("DESTDIR"));
+    let bin = prefix.join("bin");
+    let nightly = bin.join("rsend-nightly");
+    assert!(
+        std::fs::read(&nightly).ok() == std::fs::read(nightly_script()).ok(),
+        "{} is missing, or is not scripts/rsend-nightly",
+        nightly.display()
+    );
+    let mode = std::fs::metadata(&nightly).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o755, "{}", nightly.display());
+
+    // As cron runs it.
+    let cron = |args: &[&std::ffi::OsStr]| {
+        Command::new("env")
+            .args(["-i", "PATH=/usr/bin:/bin"])
+            .arg(&nightly)
+            .args(args)
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let help = cron(&["--help".as_ref()]);
+    assert_eq!(help.status.code(), Some(0), "--help: {help:?}");
+    assert!(help.stderr.is_empty(), "--help: {}", text(&help.stderr));
+    let help = text(&help.stdout);
+    assert!(
+        help.contains(
+            "\nUsage: rsend-nightly [OPTIONS] -d DEVICE [-d DEVICE...] SNAPSHOT DEST [HOST]\n"
+        ) && help.contains("\nExit status:\n  0  "),
+        "--help:\n{help}"
+    );
+    let short = cron(&["-h".as_ref()]);
+    assert_eq!(short.status.code(), Some(0));
+    assert_eq!(text(&short.stdout), help, "-h and --help differ");
+    for args in [
+        &[][..],
+        &["--bogus".as_ref()][..],
+        &["snaps/x".as_ref(), "/tmp".as_ref()][..],
+    ] {
+        let o = cron(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
+        assert!(o.stdout.is_empty(), "{args:?}: {}", text(&o.stdout));
+        assert!(
+            text(&o.stderr).contains("\nusage: rsend-nightly [OPTIONS] -d DEVICE"),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+    }
+
+    // Its man page: each option of --help in OPTIONS, the sections man
+    // pages have, rendered by man without a warning.
+    let page = prefix.join("share/man/man1/rsend-nightly.1");
+    let roff = std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+    assert_eq!(roff, text(&cron(&["--man".as_ref()]).stdout));
+    let options = help
+        .split_once("\nOptions:\n")
+        .and_then(|(_, rest)| rest.split_once("\n\n"))
+        .map(|(o, _)| o)
+        .unwrap_or_else(|| panic!("no Options in --help:\n{help}"));
+    let mut flags = 0;
+    for line in options.lines().filter(|l| l.starts_with("  -")) {
+        // The option and its value, before the description.
+        let spec = line[2..].split("  ").next().unwrap();
+        for flag in spec.split_whitespace().filter(|w| w.starts_with('-')) {
+            flags += 1;
+            let flag = flag.trim_end_matches(',');
+            let roffed = format!("\\fB{}\\fR", flag.replace('-', "\\-"));
+            assert!(roff.contains(&roffed), "the man page has no {roffed}");
+        }
+    }
+    assert!(flags >= 14, "{flags} flags in --help's Options:\n{options}");
+    for section in [
+        "NAME",
+        "SYNOPSIS",
+        "DESCRIPTION",
+        "OPTIONS",
+        "EXAMPLES",
+        "\"EXIT STATUS\"",
+        "\"SEE ALSO\"",
+    ] {
+        assert!(
+            roff.contains(&format!("\n.SH {section}\n")),
+            "the man page has no {section}"
+        );
+    }
+    if Command::new("man").arg("--version").output().is_ok() {
+        let out = Command::new("man")
+            .arg("-l")
+            .arg(&page)
+            .env("MANPAGER", "cat")
+            .env("MANWIDTH", "80")
+            .env("MANROFFOPT", "-ww")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "man -l: {out:?}");
+        assert!(out.stderr.is_empty(), "man -l: {}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("\nEXIT STATUS\n"));
+    }
+
+    if !kernel_available(test) {
+        return;
+    }
+    // The installed rsend and rreceive leave a mark, to show that they are
+    // the ones the command ran.
+    let marks = dir.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    for tool in ["rsend", "rreceive"] {
+        std::fs::rename(bin.join(tool), bin.join(format!("{tool}.real"))).unwrap();
+        let wrapper = format!(
+            "#!/bin/sh\n: > '{}/{tool}'\nexec \"$(dirname \"$0\")/{tool}.real\" \"$@\"\n",
+            marks.display()
+        );
+        std::fs::write(bin.join(tool), wrapper).unwrap();
+        std::fs::set_permissions(bin.join(tool), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let src = Source::new();
+    let data = src.mnt().join("data");
+    testkit::sh(&data, "echo one > a && mkdir d && echo two > d/b");
+    let night1 = src.snapshot(1);
+    testkit::sh(&data, "echo three > c && rm a && mv d/b d/b2");
+    let night2 = src.snapshot(2);
+    let dest = dir.path().join("backup");
+    std::fs::create_dir(&dest).unwrap();
+    for (n, snap) in [(1, &night1), (2, &night2)] {
+        let o = cron(&[
+            "-w".as_ref(),
+            "0".as_ref(),
+            "-d".as_ref(),
+            src.image().as_os_str(),
+            snap.as_ref(),
+            dest.as_os_str(),
+        ]);
+        let log = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "night{n}: {log}");
+        assert!(
+            log.contains(&format!("night{n} is complete in")),
+            "night{n}: {log}"
+        );
+        if n == 2 {
+            assert!(
+                log.contains("rsend: parent snaps/night1 (subvolume"),
+                "night{n}: {log}"
+            );
+        }
+        verify(
+            src.image(),
+            &dest.join(format!("night{n}")),
+            "flags",
+            snap,
+            &format!("night{n}"),
+        );
+    }
+    for tool in ["rsend", "rreceive"] {
+        assert!(
+            marks.join(tool).exists(),
+            "the installed {tool} did not run"
+        );
+    }
+    let list = text(&run(Command::new(rreceive_bin()).arg("--list").arg(&dest)).stdout);
+    let complete: Vec<&str> = list
+        .lines()
+        .filter(|l| l.ends_with("\tcomplete"))
+        .filter_map(|l| l.split('\t').next())
+        .collect();
+    assert_eq!(complete, ["night1", "night2"], "{list}");
 }
 
 // ---------------------------------------------------------------------------
