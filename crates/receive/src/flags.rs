@@ -31,6 +31,18 @@ const FLAG_MAP: &[(u64, u32)] = &[
     (1 << 11, FS_COMPR_FL),
 ];
 
+/// Makes the empty file open at `fd` one whose blocks are overwritten in
+/// place (FS_NOCOW_FL on btrfs), so that rewriting room it already holds
+/// needs no new space on a full copy-on-write filesystem. Filesystems
+/// without the flag (and non-empty files) are left as they are.
+pub(crate) fn overwrite_in_place(fd: std::os::fd::BorrowedFd<'_>) {
+    if let Ok(f) = crate::ioctl::get_inode_flags(fd) {
+        if f & FS_NOCOW_FL == 0 {
+            let _ = crate::ioctl::set_inode_flags(fd, f | FS_NOCOW_FL);
+        }
+    }
+}
+
 /// FS_*_FL bits for btrfs inode flags.
 pub(crate) fn map_inode_flags(btrfs: u64) -> u32 {
     FLAG_MAP

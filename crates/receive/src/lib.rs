@@ -317,6 +317,21 @@ pub fn receive_with<R: Read>(
                 not_resumable: None,
                 stats: rx.stats,
             }),
+            Err(why) if rx.unstarted() => {
+                // Nothing of the stream is in it yet (the disk was full
+                // from the start, say): it goes, and the same stream
+                // received again starts over.
+                let mut f = fail(rx, error);
+                if f.incomplete.is_some() {
+                    if rx.discard() {
+                        f.incomplete = None;
+                    } else if let Some(name) = rx.current_name() {
+                        rx.record_refusal(&name, &why);
+                        f.not_resumable = Some(why);
+                    }
+                }
+                f
+            }
             Err(why) => refuse(rx, error, why),
         }
     };

@@ -637,8 +637,12 @@ impl RecordFile {
             .max()
             .unwrap_or(0);
         // Room for a usual record in each, so that a full disk still takes
-        // a checkpoint.
+        // a checkpoint (overwritten in place, also on btrfs).
         for f in &files {
+            if f.metadata().is_ok_and(|m| m.len() == 0) {
+                use std::os::fd::AsFd;
+                crate::flags::overwrite_in_place(f.as_fd());
+            }
             let _ = nix::fcntl::fallocate(
                 f.as_raw_fd(),
                 nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,

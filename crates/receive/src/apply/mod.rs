@@ -375,6 +375,27 @@ impl<'o> Receiver<'o> {
         }
     }
 
+    /// Whether the subvolume being received holds nothing of its stream
+    /// yet: made by this receive (not resumed), only its first command
+    /// applied.
+    pub(crate) fn unstarted(&self) -> bool {
+        self.cur.as_ref().is_some_and(|c| c.track.unstarted())
+    }
+
+    /// After [`Receiver::abort`]: removes the subvolume being received
+    /// with its side files and journal, so that receiving the same stream
+    /// again starts it over (`false` when it could not be removed).
+    pub(crate) fn discard(&mut self) -> bool {
+        let Some(name) = self.current_name() else {
+            return false;
+        };
+        if self.dest.delete_incomplete(&name).is_err() {
+            return false;
+        }
+        self.cur = None;
+        true
+    }
+
     /// Closes everything after a failure; the subvolume stays incomplete.
     /// A parent taken over in place and not changed yet is given back:
     /// then its name in DEST is returned.

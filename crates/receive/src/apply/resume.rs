@@ -72,6 +72,8 @@ pub(super) struct Track {
     pub(super) version: u32,
     /// False once the stream can no longer be resumed (a failed command).
     pub(super) broken: bool,
+    /// The count it was resumed at (0: received from its first command).
+    pub(super) resumed_at: u64,
 }
 
 impl Track {
@@ -90,6 +92,12 @@ impl Track {
         if self.digest.add(cmd, data_len, self.version).is_err() {
             self.broken = true;
         }
+    }
+
+    /// Whether nothing but the first command of a receive started here
+    /// (not resumed) was applied: the subvolume holds nothing of the stream.
+    pub(super) fn unstarted(&self) -> bool {
+        self.resumed_at == 0 && self.count <= 1
     }
 
     /// Where the stream stands: after the last command counted.
@@ -363,6 +371,7 @@ impl Receiver<'_> {
             digest: Digest::from_value(p.digest),
             version: pos.version,
             broken: false,
+            resumed_at: p.commands,
         };
         // A snapshot linked to its parent's files stays so, whatever the
         // options now: its work directory says.
@@ -1024,6 +1033,10 @@ impl Receiver<'_> {
             Mode::from_bits_truncate(0o600),
         )?;
         let f = File::from(fd);
+        if f.metadata()?.len() == 0 {
+            use std::os::fd::AsFd;
+            crate::flags::overwrite_in_place(f.as_fd());
+        }
         let mut body = format!(
             "# rreceive: where the receive stopped (point), what END still needs (flags BITS PATH, \
              caps PATH VALUE), which commands after the point were applied (applied UNTIL, again \
@@ -1043,6 +1056,9 @@ impl Receiver<'_> {
     /// for what a stop writes, so that a stop on a full filesystem can
     /// still record where it stopped.
     pub(super) fn reserve_side(&self, name: &[u8]) {
+        // Made anew, so that its room is overwritten in place on btrfs
+        // (one made by an older rreceive may be copy-on-write).
+        let _ = self.write_side(name, "");
         let _ = self.write_side(name, &"\n".repeat(SIDE_RESERVE));
     }
 }
