@@ -268,6 +268,7 @@ pub fn receive_with<R: Read>(
     };
     raise_fd_limit();
     let mut rx = Receiver::new(opts, dest, log);
+    rx.sweep_orphans();
     let mut reader = Reader::new(input);
     let mut failed = 0u64;
     let fail = |rx: &mut Receiver<'_>, error: Error| {

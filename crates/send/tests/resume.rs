@@ -1763,6 +1763,103 @@ fn delete_incomplete_removes_the_subvolume_and_its_journal() {
     compare(&Manifest::committed(BIG), &dest.join(BIG)).unwrap();
 }
 
+/// A subvolume removed by hand (`rm -rf`, as rreceive's message says off
+/// btrfs) after its receive was killed leaves its journal in memory and
+/// its side files in DEST: the next receive into DEST removes them, and
+/// the journal of a DEST that is gone, but not the journal of a receive
+/// that is still running.
+#[test]
+fn the_next_receive_removes_journals_and_side_files_of_subvolumes_gone() {
+    const OTHER: &str = "btrfs_016_punch_hole.p";
+    let s = Setup::incremental();
+    let big = s.file("big.whole");
+    let stream = s.stream(&[BIG], &big).unwrap();
+    std::fs::write(&big, &stream).unwrap();
+    let other = s.file("other.whole");
+    let o = s.stream(&[OTHER], &other).unwrap();
+    std::fs::write(&other, &o).unwrap();
+    let jdir = s.dir("journals");
+    let journals = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&jdir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let receive = |file: &Path, dest: &Path| {
+        let mut c = rreceive_cmd(&[OsStr::new("-q"), OsStr::new("-f"), file.as_os_str()]);
+        c.arg(dest).env("RRECEIVE_JOURNAL_DIR", &jdir);
+        c
+    };
+    let n = frames(&stream).len() / 2;
+    let killed = |dest: &Path| {
+        let o = receive(&big, dest)
+            .env("RRECEIVE_TEST_KILL", format!("{n}:1"))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), None, "not killed: {}", text(&o.stderr));
+    };
+    // Killed, then removed by hand.
+    let dest = s.dir("dest");
+    killed(&dest);
+    remove_tree(&dest.join(BIG));
+    let sides: Vec<_> = std::fs::read_dir(&dest).unwrap().collect();
+    assert!(!sides.is_empty(), "no side files to remove");
+    // Killed, then its whole DEST removed.
+    let gone = s.dir("gone");
+    killed(&gone);
+    remove_tree(&gone);
+    // Running: stopped (SIGSTOP) in the middle of its stream.
+    let live = s.dir("live");
+    let mut running = receive(&big, &live)
+        .env("RRECEIVE_TEST_STOP", n.to_string())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let prefix = |d: &Path| {
+        let m = std::fs::metadata(d).unwrap();
+        format!("{:x}-{:x}-", m.dev(), m.ino())
+    };
+    let (dest_journal, live_journal) = (prefix(&dest), prefix(&live));
+    let until = Instant::now() + Duration::from_secs(30);
+    while !journals().iter().any(|j| j.starts_with(&live_journal)) {
+        assert!(Instant::now() < until, "no journal of the running receive");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The running receive removed the journal of the DEST that is gone as
+    // it started.
+    let both = journals();
+    assert_eq!(both.len(), 2, "{both:?}");
+    assert!(
+        both.iter().any(|j| j.starts_with(&dest_journal)),
+        "{both:?}"
+    );
+    let o = receive(&other, &dest).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // Only the running receive's journal is left; DEST holds OTHER only.
+    let left = journals();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].starts_with(&live_journal), "{left:?}");
+    let in_dest: Vec<_> = std::fs::read_dir(&dest)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != ".rreceive-state")
+        .collect();
+    assert_eq!(in_dest, [OTHER], "side files left in DEST");
+    // The running receive goes on and ends with its journal gone.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(running.id() as i32),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .unwrap();
+    let st = wait_for(&mut running, 60);
+    assert!(st.success(), "the running receive failed: {st}");
+    compare(&Manifest::committed(BIG), &live.join(BIG)).unwrap();
+    assert!(journals().is_empty(), "{:?}", journals());
+}
+
 /// Off btrfs a snapshot first copies its parent, under a reserved name:
 /// a receive killed while copying leaves no subvolume (nothing to resume
 /// or delete), and the same stream received again removes what is left.

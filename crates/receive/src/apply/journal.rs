@@ -68,6 +68,8 @@ const H_UNTIL: usize = 192;
 const H_NOW: usize = 200;
 const H_DONE: usize = 208;
 const H_MOUNT: usize = 216;
+/// DEST's absolute path: its length (u16), then its bytes.
+const H_PATH: usize = 256;
 
 // Log record tags.
 const T_INSERT: u8 = 1;
@@ -163,6 +165,77 @@ pub(super) fn forget(dest: (u64, u64), name: &[u8]) {
     let _ = std::fs::remove_file(path_for(dest, name));
 }
 
+/// Removes the journals that describe nothing any more, unless a running
+/// receive holds them: those of another boot, those whose DEST is gone (or
+/// is now another directory), and those of subvolumes `dest` (device and
+/// inode) no longer holds as incomplete (`incomplete(name)` false): deleted
+/// with `rm -rf`, say.
+pub(super) fn sweep(dest: (u64, u64), incomplete: impl Fn(&[u8]) -> bool) {
+    let Some(dir) = path_for(dest, b"").parent().map(PathBuf::from) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    let boot = boot_id();
+    for e in entries.flatten() {
+        let file_name = e.file_name();
+        let Some((id, name)) = parse_name(file_name.as_encoded_bytes()) else {
+            continue;
+        };
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let Ok(f) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(e.path())
+        else {
+            continue;
+        };
+        if !f.metadata().is_ok_and(|m| m.is_file() && m.uid() == me) {
+            continue;
+        }
+        // Locked: a receive is running with it.
+        let Ok(f) = Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) else {
+            continue;
+        };
+        let mut head = vec![0u8; HEADER];
+        let whole = std::os::unix::fs::FileExt::read_exact_at(&*f, &mut head, 0).is_ok()
+            && head.get(..8) == Some(MAGIC.as_slice());
+        let stale = !whole
+            || head.get(H_BOOT..H_BOOT + 16) != Some(boot.as_slice())
+            || match recorded_dest(&head) {
+                // Its DEST is gone, or another directory now.
+                Some(p) => !std::fs::metadata(&p).is_ok_and(|m| (m.dev(), m.ino()) == id),
+                None => false,
+            }
+            || (id == dest && !incomplete(&name));
+        if stale {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// The DEST and subvolume name a journal's file name gives.
+fn parse_name(n: &[u8]) -> Option<((u64, u64), Vec<u8>)> {
+    let s = std::str::from_utf8(n).ok()?;
+    let mut it = s.splitn(3, '-');
+    let dev = u64::from_str_radix(it.next()?, 16).ok()?;
+    let ino = u64::from_str_radix(it.next()?, 16).ok()?;
+    let name = btrfs_text::hex::decode(it.next()?).ok()?;
+    (!name.is_empty()).then_some(((dev, ino), name))
+}
+
+/// The DEST path a journal header records, if any.
+fn recorded_dest(head: &[u8]) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let len = usize::from(u16::from_le_bytes(
+        head.get(H_PATH..H_PATH + 2)?.try_into().ok()?,
+    ));
+    let p = head.get(H_PATH + 2..H_PATH + 2 + len)?;
+    (len > 0).then(|| PathBuf::from(std::ffi::OsStr::from_bytes(p)))
+}
+
 /// This boot's id: a journal from another boot describes a page cache that
 /// is gone.
 fn boot_id() -> [u8; 16] {
@@ -208,6 +281,7 @@ impl Journal {
     /// kill, as before).
     pub(super) fn create(
         dest: (u64, u64),
+        dest_fd: std::os::fd::BorrowedFd<'_>,
         name: &[u8],
         uuid: Uuid,
         ctransid: u64,
@@ -262,6 +336,17 @@ impl Journal {
         put(&mut map, H_CTRANSID, &ctransid.to_le_bytes());
         put(&mut map, H_VERSION, &version.to_le_bytes());
         put(&mut map, H_MOUNT, &mount.to_le_bytes());
+        // Where DEST is, so that a journal whose DEST is gone is known.
+        if let Ok(p) = std::fs::read_link(format!("/proc/self/fd/{}", dest_fd.as_raw_fd())) {
+            use std::os::unix::ffi::OsStrExt;
+            let b = p.as_os_str().as_bytes();
+            if let Ok(len) = u16::try_from(b.len()) {
+                if H_PATH + 2 + b.len() <= HEADER && p.is_absolute() {
+                    put(&mut map, H_PATH, &len.to_le_bytes());
+                    put(&mut map, H_PATH + 2, b);
+                }
+            }
+        }
         compiler_fence(Ordering::Release);
         put(&mut map, 0, MAGIC);
         Some(Journal {

@@ -502,6 +502,52 @@ impl Receiver<'_> {
         Ok(())
     }
 
+    /// Removes what describes subvolumes DEST no longer holds: the
+    /// journals of those gone or complete (unless a running receive holds
+    /// them), and the side files and durable records of those gone (removed
+    /// with `rm -rf`, say). Called as a receive starts.
+    pub(crate) fn sweep_orphans(&self) {
+        let dest = self.dest.fd();
+        journal::sweep(dest_id_of(dest), |name| match self.dest.existing(name) {
+            Ok(Some(crate::dest::Existing::Received(st))) => !st.complete,
+            Ok(_) => false,
+            Err(_) => true,
+        });
+        let Ok(mut dir) = nix::dir::Dir::openat(
+            Some(dest.as_raw_fd()),
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) else {
+            return;
+        };
+        let mut orphans = Vec::new();
+        for e in dir.iter().flatten() {
+            let file = e.file_name().to_bytes();
+            let Some(name) = side_owner(file) else {
+                continue;
+            };
+            let gone = matches!(
+                nix::sys::stat::fstatat(
+                    Some(dest.as_raw_fd()),
+                    name.as_slice(),
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW
+                ),
+                Err(Errno::ENOENT)
+            );
+            if gone && e.file_type() == Some(nix::dir::Type::File) {
+                orphans.push(file.to_vec());
+            }
+        }
+        for f in orphans {
+            let _ = nix::unistd::unlinkat(
+                Some(dest.as_raw_fd()),
+                f.as_slice(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
+        }
+    }
+
     /// The mount DEST is on (see [`journal`]).
     pub(super) fn dest_mount(&self) -> u64 {
         ioctl::mount_id(self.dest.fd()).unwrap_or(0)
@@ -636,6 +682,7 @@ impl Receiver<'_> {
         };
         let Some(mut j) = journal::Journal::create(
             id,
+            self.dest.fd(),
             &c.name,
             c.state.received_uuid,
             c.state.ctransid,
@@ -705,6 +752,7 @@ impl Receiver<'_> {
             }
             c.dir_times.journal = journal::Journal::create(
                 id,
+                self.dest.fd(),
                 &c.name,
                 c.state.received_uuid,
                 c.state.ctransid,
@@ -1061,6 +1109,24 @@ impl Receiver<'_> {
         let _ = self.write_side(name, "");
         let _ = self.write_side(name, &"\n".repeat(SIDE_RESERVE));
     }
+}
+
+/// The subvolume a side file or durable record in DEST (named `file`)
+/// belongs to.
+fn side_owner(file: &[u8]) -> Option<Vec<u8>> {
+    let side = side_file(b"");
+    let record = super::durable::record_file(b"");
+    let hexed = if let Some(h) = file.strip_prefix(side.as_slice()) {
+        h
+    } else {
+        let h = file.strip_prefix(record.as_slice())?;
+        [b".1".as_slice(), b".journal"]
+            .iter()
+            .find_map(|s| h.strip_suffix(*s))
+            .unwrap_or(h)
+    };
+    let name = hex::decode(std::str::from_utf8(hexed).ok()?).ok()?;
+    (!name.is_empty()).then_some(name)
 }
 
 /// Room kept for a side file (a stop then needs no new blocks).
