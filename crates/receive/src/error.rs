@@ -45,6 +45,26 @@ pub enum Error {
     /// A signal asked the receive to stop.
     #[error("stopped by {0} after command #{1}")]
     Interrupted(&'static str, u64),
+    /// A command came corrupt (its CRC, or a length no command has) through
+    /// a pipe or socket: damaged on the way, which a stream sent again
+    /// (resumed) does not repeat.
+    #[error(
+        "{0}: corrupted in transit (read from a pipe; the same stream sent again does not have it)"
+    )]
+    Transit(btrfs_stream::Error),
+}
+
+impl Error {
+    /// The error for `e`, met reading a stream that is a stored file
+    /// (`stored`: a resume reads the same bytes again) or comes through a
+    /// pipe or socket.
+    pub(crate) fn from_stream(e: btrfs_stream::Error, stored: bool) -> Error {
+        use btrfs_stream::ErrorKind as K;
+        match e.kind {
+            K::CrcMismatch { .. } | K::TooLarge { .. } if !stored => Error::Transit(e),
+            _ => Error::Stream(e),
+        }
+    }
 }
 
 /// What went wrong with one command.
@@ -224,10 +244,12 @@ impl Error {
                 | K::TruncatedCommandHeader { .. }
                 | K::TruncatedCommand { .. }
                 | K::Failed => None,
-                K::CrcMismatch { .. } => Some(format!("the stream is corrupt ({e})")),
+                K::CrcMismatch { .. } => Some(format!(
+                    "the stream file is corrupt ({e}), and a resume would read it again"
+                )),
                 _ => Some(format!("the stream is malformed ({e})")),
             },
-            Error::Interrupted(..) => None,
+            Error::Interrupted(..) | Error::Transit(_) => None,
             Error::Failed(n) => Some(format!("{n} command(s) failed")),
             Error::Dest { .. } => Some(self.to_string()),
             Error::Command {

@@ -132,6 +132,11 @@ pub struct Options {
     /// a record of where the stream stood, so that a receive cut by a
     /// power loss resumes (`--no-durable` turns them off).
     pub durable: bool,
+    /// The stream is read from a stored file (`-f FILE`, or standard input
+    /// redirected from one), which a resume would read again: a corrupt
+    /// command in it stops the receive for good. From a pipe or socket it
+    /// was corrupted on the way, and the stop is resumable.
+    pub stored: bool,
 }
 
 /// The default [`Options::max_dir_times`]: about 5 MiB.
@@ -154,6 +159,7 @@ impl Options {
             stop: None,
             root_mount: None,
             durable: true,
+            stored: false,
         }
     }
 }
@@ -354,7 +360,7 @@ pub fn receive_with<R: Read>(
             Err(e) => {
                 let e = match signalled() {
                     Some(sig) => Error::Interrupted(sig, e.command.saturating_sub(1)),
-                    None => e.into(),
+                    None => Error::from_stream(e, opts.stored),
                 };
                 return Err(stop(&mut rx, e));
             }

@@ -446,7 +446,7 @@ if [ -e "$dir/cut" ]; then
     rm "$dir/cut"
     head -c "$limit" | tee "$dir/$n.stream" | bash -c "$2"
 elif [ -e "$dir/corrupt" ]; then
-    at=$(cat "$dir/corrupt")
+    read -r at stored < "$dir/corrupt"
     rm "$dir/corrupt"
     perl -e 'binmode STDIN; binmode STDOUT; my ($at, $n) = (shift, 0);
         while (my $got = read(STDIN, my $b, 65536)) {
@@ -454,7 +454,14 @@ elif [ -e "$dir/corrupt" ]; then
                 substr($b, $at - $n, 1) = chr(ord(substr($b, $at - $n, 1)) ^ 0xff);
             }
             $n += $got; print $b;
-        }' "$at" | tee "$dir/$n.stream" | bash -c "$2"
+        }' "$at" > "$dir/$n.flipped"
+    if [ "$stored" = stored ]; then
+        # Stored on the host first, then received from the file.
+        cp "$dir/$n.flipped" "$dir/$n.stream"
+        bash -c "$2 -f $dir/$n.stream" < /dev/null
+    else
+        tee "$dir/$n.stream" < "$dir/$n.flipped" | bash -c "$2"
+    fi
 else
     tee "$dir/$n.stream" | bash -c "$2"
 fi
@@ -488,8 +495,12 @@ impl FakeSsh {
     }
 
     /// Flips the byte at `at` of the next receive's stream.
-    fn corrupt_next_receive(&self, at: u64) {
-        std::fs::write(self.dir.path().join("corrupt"), at.to_string()).unwrap();
+    /// Flips the byte at `at` of the next receive's stream, on the way
+    /// (`stored`: false) or in a stream file the host stored and then
+    /// receives with `-f`.
+    fn corrupt_next_receive(&self, at: u64, stored: bool) {
+        let how = if stored { "stored" } else { "pipe" };
+        std::fs::write(self.dir.path().join("corrupt"), format!("{at} {how}\n")).unwrap();
     }
 
     /// Cuts the next receive's stream after `bytes`.
@@ -890,11 +901,13 @@ impl SmallDest {
 /// with --delete-incomplete: night 2 meets a full disk (a stop that can go
 /// on, but not within minutes: no retry within the run though the default
 /// 3 attempts are allowed, and the next run resumes it once there is
-/// room), night 4 a corrupt stream (a stop that would happen again: never
-/// retried; with --delete-incomplete the partial subvolume is deleted and
-/// sent again at once, without it the log says what to delete, and after
-/// that the next run sends it again). Every night ends with each snapshot
-/// equal to its source.
+/// room), night 4 a byte corrupted on the way (a stop the resume does not
+/// meet again: the next run resumes it), night 5 a corrupt stream file
+/// stored on the host (a stop that would happen again: never retried;
+/// with --delete-incomplete the partial subvolume is deleted and sent
+/// again at once, without it the log says what to delete, and after that
+/// the next run sends it again). Every night ends with each snapshot equal
+/// to its source.
 #[test]
 fn the_job_resumes_a_full_disk_and_never_retries_what_would_fail_again() {
     let test = "the_job_resumes_a_full_disk_and_never_retries_what_would_fail_again";
@@ -951,11 +964,26 @@ fn the_job_resumes_a_full_disk_and_never_retries_what_would_fail_again() {
                     j.says(&format!("attempt 1: resuming {name}"), &what);
                 }
                 4 => {
-                    dest.ssh.corrupt_next_receive(40_000);
+                    dest.ssh.corrupt_next_receive(40_000, false);
+                    let before = dest.receives();
+                    let j = job(extra);
+                    assert_eq!(j.code, Some(1), "{what}: {}", j.log);
+                    j.says("corrupted in transit", &what);
+                    j.says("attempt 1 stopped (rreceive exit 3): ", &what);
+                    j.never_says("cannot be resumed", &what);
+                    j.never_says("deleting it", &what);
+                    assert_eq!(dest.receives(), before + 1, "{what}: {}", j.log);
+                    // The next run resumes it.
+                    let j = job(extra);
+                    assert_eq!(j.code, Some(0), "{what}: {}", j.log);
+                    j.says(&format!("attempt 1: resuming {name}"), &what);
+                }
+                5 => {
+                    dest.ssh.corrupt_next_receive(40_000, true);
                     let before = dest.receives();
                     let j = job(extra);
                     j.says("retrying would fail the same way", &what);
-                    j.says("the stream is corrupt", &what);
+                    j.says("the stream file is corrupt", &what);
                     if *delete {
                         assert_eq!(j.code, Some(0), "{what}: {}", j.log);
                         j.says("deleting it (--delete-incomplete) to send it again", &what);
@@ -976,7 +1004,7 @@ fn the_job_resumes_a_full_disk_and_never_retries_what_would_fail_again() {
                         let j = job(extra);
                         assert_eq!(j.code, Some(1), "{what}: {}", j.log);
                         j.says("cannot be resumed (", &what);
-                        j.says("the stream is corrupt", &what);
+                        j.says("the stream file is corrupt", &what);
                         assert_eq!(dest.receives(), before + 1, "{what}: {}", j.log);
                         // What the log said to run, then the next run.
                         run(Command::new(&rreceive)

@@ -1763,6 +1763,55 @@ fn delete_incomplete_removes_the_subvolume_and_its_journal() {
     compare(&Manifest::committed(BIG), &dest.join(BIG)).unwrap();
 }
 
+/// A byte flipped on the way (a flaky link) stops a piped receive
+/// resumably: the resumed stream, sent again, does not have it. The same
+/// byte in a stream file is for good: a resume would read it again.
+#[test]
+fn a_stream_corrupted_in_transit_resumes_and_a_corrupt_file_does_not() {
+    let s = Setup::incremental();
+    let file = s.file("big.whole");
+    let mut stream = s.stream(&[BIG], &file).unwrap();
+    let (at, len) = frames(&stream)[frames(&stream).len() / 2];
+    stream[at + len / 2] ^= 0x20;
+    // Through a pipe.
+    let dest = s.dir("piped");
+    let mut child = rreceive_cmd(&[dest.as_os_str()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all(&stream);
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("crc32c mismatch") && err.contains("corrupted in transit"),
+        "{err}"
+    );
+    assert_eq!(status_of(&dest, BIG).unwrap(), "resumable");
+    let (token, _) = token_of(&dest.join(BIG)).unwrap();
+    let resumed = s.file("big.resumed");
+    let r = s.stream(&["--resume", &token, BIG], &resumed).unwrap();
+    std::fs::write(&resumed, &r).unwrap();
+    let o = receive_file(&resumed, &dest);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    compare(&Manifest::committed(BIG), &dest.join(BIG)).unwrap();
+    // From a stream file.
+    std::fs::write(&file, &stream).unwrap();
+    let dest = s.dir("stored");
+    let o = receive_file(&file, &dest);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the stream file is corrupt")
+            && err.contains("resuming would stop there again"),
+        "{err}"
+    );
+}
+
 /// A subvolume removed by hand (`rm -rf`, as rreceive's message says off
 /// btrfs) after its receive was killed leaves its journal in memory and
 /// its side files in DEST: the next receive into DEST removes them, and

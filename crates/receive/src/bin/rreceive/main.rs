@@ -473,6 +473,7 @@ fn receive(args: Args) -> ExitCode {
     opts.plain = args.plain;
     opts.fake_super = args.fake_super;
     opts.durable = !args.no_durable;
+    opts.stored = size.is_some();
     opts.stop = stop;
     opts.root_mount = args.root_mount;
     if args.chroot && args.verbose > 0 && !args.quiet {
