@@ -136,3 +136,63 @@ fn man_renders_each_page_without_warnings() {
         }
     }
 }
+
+/// `--help` and the man page name the files the packages
+/// (`packaging/build-debs`, under /usr) and `scripts/install.sh` (under
+/// /usr/local) install for the tool: its man page and its bash, zsh and
+/// fish completions, not placeholders such as `share/man/man1/TOOL.1`.
+#[test]
+fn help_and_man_name_the_tools_installed_files() {
+    let repo = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let read = |rel: &str| std::fs::read_to_string(repo.join(rel)).expect(rel);
+    // Where the scripts put them, as their text says.
+    let install = read("scripts/install.sh");
+    for part in [
+        "\"$root/share/bash-completion/completions/$tool\"",
+        "zsh_dir=${ZSH_DIR:-share/zsh/site-functions}",
+        "\"$root/$zsh_dir/_$tool\"",
+        "\"$root/share/fish/vendor_completions.d/$tool.fish\"",
+        "\"$root/share/man/man1/$tool.1\"",
+    ] {
+        assert!(install.contains(part), "scripts/install.sh: {part}");
+    }
+    let debs = read("packaging/build-debs");
+    for part in [
+        "ZSH_DIR=share/zsh/vendor-completions",
+        "scripts/install.sh --no-build /usr",
+        "gzip -9n \"$root/usr/share/man/man1/",
+    ] {
+        assert!(debs.contains(part), "packaging/build-debs: {part}");
+    }
+    for (tool, bin) in tools() {
+        let help = stdout(&bin, "--help");
+        let man = plain(&stdout(&bin, "--man"));
+        // Each path a line of its own, in both.
+        let lines =
+            |text: &str| -> Vec<String> { text.lines().map(|l| l.trim().to_owned()).collect() };
+        let (help_lines, man_lines) = (lines(&help), lines(&man));
+        for want in [
+            format!("/usr/share/man/man1/{tool}.1.gz"),
+            format!("/usr/local/share/man/man1/{tool}.1"),
+            format!("/usr/share/bash-completion/completions/{tool}"),
+            format!("/usr/share/zsh/vendor-completions/_{tool}"),
+            format!("/usr/share/fish/vendor_completions.d/{tool}.fish"),
+            format!("/usr/local/share/bash-completion/completions/{tool}"),
+            format!("/usr/local/share/zsh/site-functions/_{tool}"),
+            format!("/usr/local/share/fish/vendor_completions.d/{tool}.fish"),
+        ] {
+            assert!(
+                help_lines.contains(&want),
+                "{tool} --help: no {want}: {help}"
+            );
+            assert!(man_lines.contains(&want), "{tool} --man: no {want}: {man}");
+        }
+        let read_it = format!("`{tool} --man | man -l -`");
+        assert!(
+            help.contains(&read_it) && man.contains(&read_it),
+            "{tool}: {help}"
+        );
+        assert!(!help.contains("TOOL"), "{tool} --help: {help}");
+        assert!(!man.contains("TOOL"), "{tool} --man: {man}");
+    }
+}

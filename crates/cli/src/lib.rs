@@ -44,23 +44,177 @@ pub enum Extra {
 
 /// The `--completions SHELL` and `--man` flags, to `#[command(flatten)]`
 /// into a tool's arguments. Both are left out of `-h` and documented in
-/// `--help` and the man page.
+/// `--help` and the man page, where [`command`] names the files the
+/// packages and `scripts/install.sh` install for the tool.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ExtraArgs {
     /// Print the completion script for SHELL to standard output and exit
-    ///
-    /// Shells look for them, under /usr/local or /usr, in
-    /// share/bash-completion/completions/TOOL,
-    /// share/zsh/site-functions/_TOOL and
-    /// share/fish/vendor_completions.d/TOOL.fish.
     #[arg(long, value_name = "SHELL", hide_short_help = true)]
     pub completions: Option<Shell>,
     /// Print this manual page (roff) to standard output and exit
-    ///
-    /// Read it with `TOOL --man | man -l -`, or install it as
-    /// share/man/man1/TOOL.1.
     #[arg(long, hide_short_help = true, conflicts_with = "completions")]
     pub man: bool,
+}
+
+/// The long help of `--completions` for `tool`: where the Debian packages
+/// (`packaging/build-debs`) and `scripts/install.sh` (PREFIX /usr/local)
+/// put its completion scripts, one path a line (indented: in the man page
+/// each starts a line of its own).
+fn completions_help(tool: &str) -> String {
+    format!(
+        "Print the completion script for SHELL to standard output and exit\n\n\
+         The packages install those of bash, zsh and fish as\n\
+         \x20 /usr/share/bash-completion/completions/{tool}\n\
+         \x20 /usr/share/zsh/vendor-completions/_{tool}\n\
+         \x20 /usr/share/fish/vendor_completions.d/{tool}.fish\n\n\
+         scripts/install.sh installs them as\n\
+         \x20 /usr/local/share/bash-completion/completions/{tool}\n\
+         \x20 /usr/local/share/zsh/site-functions/_{tool}\n\
+         \x20 /usr/local/share/fish/vendor_completions.d/{tool}.fish"
+    )
+}
+
+/// The long help of `--man` for `tool`: how to read the page, and where the
+/// packages and `scripts/install.sh` put it.
+fn man_help(tool: &str) -> String {
+    format!(
+        "Print this manual page (roff) to standard output and exit\n\n\
+         Read it with `{tool} --man | man -l -`. The packages install it as\n\
+         \x20 /usr/share/man/man1/{tool}.1.gz\n\n\
+         scripts/install.sh installs it as\n\
+         \x20 /usr/local/share/man/man1/{tool}.1"
+    )
+}
+
+/// The command line of `A`, a tool's arguments with [`ExtraArgs`]
+/// flattened in, its `--completions` and `--man` help naming the tool's
+/// own files (`/usr/share/man/man1/rsend.1.gz`, ...). [`run`] parses with
+/// it and prints its help, completions and man page.
+pub fn command<A: clap::CommandFactory>() -> clap::Command {
+    let cmd = A::command();
+    let tool = cmd.get_name().to_owned();
+    cmd.mut_arg("completions", |a| a.long_help(completions_help(&tool)))
+        .mut_arg("man", |a| a.long_help(man_help(&tool)))
+}
+
+/// The text of a tool's `-q` and `-v`, for [`Verbosity`].
+pub trait VerbosityHelp {
+    /// `-q, --quiet`.
+    const QUIET: &'static str;
+    /// `-v, --verbose` (repeatable).
+    const VERBOSE: &'static str;
+}
+
+/// The `-q` and `-v` flags, to `#[command(flatten)]` into a tool's
+/// arguments (their help from `H`), counted as btrfs-progs counts them: one
+/// level that starts at the default, each `-v` raises by one and `-q` sets
+/// to quiet, in the order given. So `-v -q` is quiet, `-q -v` the default
+/// and `-q -v -v` as `-v`, as for `btrfs send` and `btrfs receive`.
+pub struct Verbosity<H> {
+    /// 0 quiet, 1 the default, 2 with one `-v` more, ...
+    level: u8,
+    help: std::marker::PhantomData<fn() -> H>,
+}
+
+impl<H> Verbosity<H> {
+    /// The level of the flags given in this order (`true` for `-v`,
+    /// `false` for `-q`).
+    pub fn of_flags(flags: impl IntoIterator<Item = bool>) -> Verbosity<H> {
+        let level = flags.into_iter().fold(1u8, |level, verbose| match verbose {
+            true => level.saturating_add(1),
+            false => 0,
+        });
+        Verbosity {
+            level,
+            help: std::marker::PhantomData,
+        }
+    }
+
+    /// 0 with `-q` last, 1 by default, one more for each `-v` after it.
+    pub fn level(&self) -> u8 {
+        self.level
+    }
+
+    /// Nothing but errors (`-q`, not followed by a `-v`).
+    pub fn quiet(&self) -> bool {
+        self.level == 0
+    }
+
+    /// How many levels above the default (`-v` once: 1).
+    pub fn verbose(&self) -> u8 {
+        self.level.saturating_sub(1)
+    }
+}
+
+impl<H> Default for Verbosity<H> {
+    fn default() -> Self {
+        Verbosity::of_flags([])
+    }
+}
+
+impl<H> Clone for Verbosity<H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<H> Copy for Verbosity<H> {}
+
+impl<H> std::fmt::Debug for Verbosity<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Verbosity")
+            .field("level", &self.level)
+            .finish()
+    }
+}
+
+impl<H> clap::FromArgMatches for Verbosity<H> {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        // Where each flag was given: the order decides.
+        let at = |id: &str| -> Vec<usize> {
+            match m.value_source(id) {
+                Some(clap::parser::ValueSource::CommandLine) => {
+                    m.indices_of(id).map(|i| i.collect()).unwrap_or_default()
+                }
+                _ => Vec::new(),
+            }
+        };
+        let mut flags: Vec<(usize, bool)> = at("quiet")
+            .into_iter()
+            .map(|i| (i, false))
+            .chain(at("verbose").into_iter().map(|i| (i, true)))
+            .collect();
+        flags.sort_unstable();
+        Ok(Verbosity::of_flags(flags.into_iter().map(|(_, v)| v)))
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl<H: VerbosityHelp> clap::Args for Verbosity<H> {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        // Each flag given is a value of its own, so that every one has
+        // its place on the command line (a counted flag keeps only its
+        // last place, and one place for `-vv`).
+        let flag = |id: &'static str, short: char, help: &'static str| {
+            clap::Arg::new(id)
+                .short(short)
+                .long(id)
+                .action(clap::ArgAction::Append)
+                .num_args(0)
+                .default_missing_value(id)
+                .help(help)
+        };
+        cmd.arg(flag("quiet", 'q', H::QUIET))
+            .arg(flag("verbose", 'v', H::VERBOSE))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 impl ExtraArgs {
@@ -329,19 +483,24 @@ pub fn exit(tool: &str, r: Result<(), Failure>) -> ExitCode {
 }
 
 /// The whole of a tool's `main`: parses the command line into `A`
-/// (whose [`ExtraArgs`] `extra` finds), prints completions or the man page
-/// when asked, else runs `work`; ends as [`exit`] says.
+/// (whose [`ExtraArgs`] `extra` finds) with [`command`], prints
+/// completions or the man page when asked, else runs `work`; ends as
+/// [`exit`] says.
 pub fn run<A: clap::Parser, E: Ending>(
     tool: &str,
     extra: impl FnOnce(&A) -> &ExtraArgs,
     work: impl FnOnce(A) -> E,
 ) -> ExitCode {
-    let args = match A::try_parse() {
+    let mut cmd = command::<A>();
+    let args = match cmd
+        .try_get_matches_from_mut(std::env::args_os())
+        .and_then(|mut m| A::from_arg_matches_mut(&mut m))
+    {
         Ok(args) => args,
-        Err(e) => return exit(tool, Err(e.into())),
+        Err(e) => return exit(tool, Err(e.format(&mut cmd).into())),
     };
     if let Some(what) = extra(&args).requested() {
-        return print(A::command(), &what);
+        return print(cmd, &what);
     }
     work(args).end(tool)
 }
@@ -422,8 +581,59 @@ mod tests {
 
     fn render(what: Extra) -> String {
         let mut out = Vec::new();
-        extra(Args::command(), &what, &mut out).expect("render");
+        extra(command::<Args>(), &what, &mut out).expect("render");
         String::from_utf8(out).expect("utf-8")
+    }
+
+    struct Said;
+    impl VerbosityHelp for Said {
+        const QUIET: &'static str = "Say nothing";
+        const VERBOSE: &'static str = "Say more";
+    }
+
+    /// A tool with `-q` and `-v`.
+    #[derive(Parser)]
+    #[command(name = "talker")]
+    struct Talker {
+        /// A file.
+        #[arg(short = 'f')]
+        file: Option<String>,
+        #[command(flatten)]
+        verbosity: Verbosity<Said>,
+    }
+
+    #[test]
+    fn q_and_v_set_one_level_in_their_order_as_btrfs_progs_does() {
+        // btrfs send and btrfs receive (btrfs-progs 6.14): -q sets quiet,
+        // -v raises the level by one (the first from the default).
+        for (argv, level) in [
+            (&[][..], 1),
+            (&["-q"][..], 0),
+            (&["-v"][..], 2),
+            (&["-vv"][..], 3),
+            (&["-v", "-q"][..], 0),
+            (&["-q", "-v"][..], 1),
+            (&["-q", "-v", "-v"][..], 2),
+            (&["-qv"][..], 1),
+            (&["-vq"][..], 0),
+            (&["-v", "-q", "-v", "-q"][..], 0),
+            (&["-q", "-q", "-v"][..], 1),
+            (&["--verbose", "-f", "x", "--quiet", "-v"][..], 1),
+        ] {
+            let t = Talker::try_parse_from(std::iter::once("talker").chain(argv.iter().copied()))
+                .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            assert_eq!(t.verbosity.level(), level, "{argv:?}");
+            assert_eq!(t.verbosity.quiet(), level == 0, "{argv:?}");
+        }
+        let help = Talker::command().render_help().to_string();
+        assert!(
+            help.contains("-q, --quiet  ") && help.contains("Say nothing"),
+            "{help}"
+        );
+        assert!(
+            help.contains("-v, --verbose  ") && help.contains("Say more"),
+            "{help}"
+        );
     }
 
     #[test]
@@ -453,6 +663,16 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("Print the completion script for SHELL"), "{s}");
+        // The tool's own files, where the packages put them.
+        for path in [
+            "/usr/share/man/man1/demo.1.gz",
+            "/usr/share/bash\\-completion/completions/demo\n",
+            "/usr/share/zsh/vendor\\-completions/_demo",
+            "/usr/share/fish/vendor_completions.d/demo.fish",
+        ] {
+            assert!(s.contains(path), "{path}: {s}");
+        }
+        assert!(!s.contains("TOOL"), "{s}");
     }
 
     #[test]
