@@ -632,12 +632,15 @@ impl Dest {
                 return Ok(None);
             }
             let own_parent = Uuid::from_bytes(info.parent_uuid);
-            let parent_uuid = self.received_uuid_of_own(own_parent);
+            // The stream named the parent by its received uuid and the
+            // ctransid it was sent at: the parent's stransid.
+            let parent = self.received_uuid_of_own(own_parent);
+            let parent_uuid = parent.map(|(u, _)| u);
             let state = SubvolState {
                 received_uuid: ru,
                 ctransid: info.stransid,
                 parent_uuid,
-                parent_ctransid: 0,
+                parent_ctransid: parent.map_or(0, |(_, stransid)| stransid),
                 complete: true,
                 resume: None,
             };
@@ -646,10 +649,11 @@ impl Dest {
         subvol::lookup(self.fd(), name).map(recorded)
     }
 
-    /// The received uuid of the subvolume whose own uuid is `own`: one in
-    /// DEST, else one anywhere on its filesystem (as `btrfs receive` finds
-    /// parents anywhere; that search needs root).
-    fn received_uuid_of_own(&self, own: Uuid) -> Option<Uuid> {
+    /// The received uuid and stransid (the ctransid it was sent at) of the
+    /// subvolume whose own uuid is `own`: one in DEST, else one anywhere on
+    /// its filesystem (as `btrfs receive` finds parents anywhere; that
+    /// search needs root).
+    fn received_uuid_of_own(&self, own: Uuid) -> Option<(Uuid, u64)> {
         if own.is_nil() {
             return None;
         }
@@ -660,7 +664,7 @@ impl Dest {
                 let f = open_dir_at(self.fd(), &n).ok()?;
                 let info = ioctl::get_subvol_info(f.as_fd()).ok()?;
                 let ru = Uuid::from_bytes(info.received_uuid);
-                (Uuid::from_bytes(info.uuid) == own && !ru.is_nil()).then_some(ru)
+                (Uuid::from_bytes(info.uuid) == own && !ru.is_nil()).then_some((ru, info.stransid))
             })
             .or_else(|| crate::elsewhere::received_uuid_of(self.fd(), own))
     }

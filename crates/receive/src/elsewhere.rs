@@ -104,11 +104,12 @@ fn subvol_ids(fd: BorrowedFd<'_>, uuid: Uuid, received: bool) -> nix::Result<Vec
         .collect())
 }
 
-/// The received uuid of the subvolume whose own uuid is `own`, wherever it
-/// is on the filesystem of `fd` (the UUID tree, then its root item; the
-/// search needs CAP_SYS_ADMIN). None when no subvolume has that uuid, it
-/// was not received, or the search is not allowed.
-pub(crate) fn received_uuid_of(fd: BorrowedFd<'_>, own: Uuid) -> Option<Uuid> {
+/// The received uuid and stransid (the ctransid it was sent at) of the
+/// subvolume whose own uuid is `own`, wherever it is on the filesystem of
+/// `fd` (the UUID tree, then its root item; the search needs
+/// CAP_SYS_ADMIN). None when no subvolume has that uuid, it was not
+/// received, or the search is not allowed.
+pub(crate) fn received_uuid_of(fd: BorrowedFd<'_>, own: Uuid) -> Option<(Uuid, u64)> {
     let id = *subvol_ids(fd, own, false).ok()?.first()?;
     let item = ioctl::tree_search(fd, ROOT_TREE, id, ROOT_ITEM, (0, u64::MAX), 1)
         .ok()?
@@ -121,7 +122,11 @@ pub(crate) fn received_uuid_of(fd: BorrowedFd<'_>, own: Uuid) -> Option<Uuid> {
     if uuid_at(ROOT_ITEM_UUID)? != own {
         return None;
     }
-    uuid_at(ROOT_ITEM_UUID + 32).filter(|u| !u.is_nil())
+    let received = uuid_at(ROOT_ITEM_UUID + 32).filter(|u| !u.is_nil())?;
+    // After the three uuids: ctransid, otransid, stransid.
+    let at = ROOT_ITEM_UUID + 48 + 16;
+    let stransid = u64::from_le_bytes(item.data.get(at..at + 8)?.try_into().ok()?);
+    Some((received, stransid))
 }
 
 /// The path of subvolume `id` from the top level, as

@@ -135,6 +135,76 @@ fn the_parent_is_found_beside_dest_by_received_uuid_as_btrfs_receive_finds_it() 
     }
 }
 
+/// The parent an incremental stream's SNAPSHOT names: its uuid and
+/// ctransid at the sender.
+fn snapshot_parent(stream: &Path) -> (uuid::Uuid, u64) {
+    let data = fs::read(stream).unwrap();
+    let mut r = btrfs_stream::Reader::from_bytes(&data[..]);
+    while let Some(c) = r.next_command().unwrap() {
+        if let btrfs_stream::Command::Snapshot {
+            clone_uuid,
+            clone_ctransid,
+            ..
+        } = c
+        {
+            return (clone_uuid, clone_ctransid);
+        }
+    }
+    panic!("{}: no SNAPSHOT", stream.display());
+}
+
+/// `rreceive --list --json` of a btrfs DEST gives an incremental's
+/// `parent_ctransid`: the ctransid its stream named the parent by, as off
+/// btrfs, whether the parent is in DEST or elsewhere on the filesystem,
+/// received by rreceive or by btrfs receive. It was 0 on btrfs.
+#[test]
+fn list_json_gives_an_incrementals_parent_ctransid_on_btrfs() {
+    let Some((_src, full, incr, got)) =
+        start("list_json_gives_an_incrementals_parent_ctransid_on_btrfs")
+    else {
+        return;
+    };
+    let (parent_uuid, parent_ctransid) = snapshot_parent(&incr);
+    assert_eq!(parent_uuid, stream_uuids(&full)[0]);
+    assert_ne!(parent_ctransid, 0);
+    let want = format!(
+        "\"incremental\":true,\"parent_uuid\":\"{parent_uuid}\",\"parent_ctransid\":{parent_ctransid},\"complete\":true"
+    );
+    let s2_of = |dest: &Path| -> String {
+        let out = run(Command::new(rreceive_bin())
+            .args(["--list", "--json"])
+            .arg(dest));
+        let json = String::from_utf8_lossy(&out.stdout).into_owned();
+        json.lines()
+            .find(|l| l.starts_with("{\"name\":\"s2\","))
+            .unwrap_or_else(|| panic!("no s2 in {json}"))
+            .to_owned()
+    };
+    // Off btrfs (tmpfs), from what the receive recorded.
+    let tmpfs = testkit::Tmpfs::new(64, "");
+    rreceive_ok(tmpfs.mnt(), &full, &["-q"]);
+    rreceive_ok(tmpfs.mnt(), &incr, &["-q"]);
+    let s2 = s2_of(tmpfs.mnt());
+    assert!(s2.contains(&want), "tmpfs: {s2}");
+    // On btrfs: the parent in DEST (same) and beside it (a, b).
+    let by_btrfs = BtrfsImage::new(256, &[], "noatime");
+    for img in [&by_btrfs, &got] {
+        for d in ["same", "a", "b"] {
+            fs::create_dir_all(img.mnt().join(d)).unwrap();
+        }
+    }
+    for (dest, stream) in [("same", &full), ("same", &incr), ("a", &full), ("b", &incr)] {
+        btrfs_receive(&by_btrfs.mnt().join(dest), stream);
+        rreceive_ok(&got.mnt().join(dest), stream, &["-q"]);
+    }
+    for (tag, img) in [("btrfs receive", &by_btrfs), ("rreceive", &got)] {
+        for dest in ["same", "b"] {
+            let s2 = s2_of(&img.mnt().join(dest));
+            assert!(s2.contains(&want), "{tag} into {dest}: {s2}");
+        }
+    }
+}
+
 #[test]
 fn the_parent_is_found_by_its_own_uuid_on_the_sending_filesystem() {
     if !kernel_available("the_parent_is_found_by_its_own_uuid_on_the_sending_filesystem") {

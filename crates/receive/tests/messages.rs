@@ -773,3 +773,159 @@ fn the_skip_warning_names_the_kinds_skipped() {
     );
     assert!(dest.join("s/c").is_file());
 }
+
+/// `-q` and `-v` count as for btrfs receive (btrfs-progs 6.14): one level,
+/// `-q` sets it to quiet and each `-v` raises it, in the order given. `-v
+/// -q` says nothing, `-q -v` what no flag says (`At subvol`), `-q -v -v`
+/// what `-v` says; `-q -v --dump` prints the dump. Each was refused before
+/// ("cannot be used with").
+#[test]
+fn q_and_v_count_in_their_order_as_for_btrfs_receive() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = kernel_stream("full-v1");
+    let run = |flags: &[&str]| -> Output {
+        let dest = tmp.path().join(format!("d{}", flags.join("")));
+        std::fs::create_dir(&dest).unwrap();
+        let mut args: Vec<&OsStr> = flags.iter().map(OsStr::new).collect();
+        args.extend([OsStr::new("-f"), file.as_os_str(), dest.as_os_str()]);
+        let o = rreceive(&args);
+        assert!(o.status.success(), "{flags:?}: {}", text(&o.stderr));
+        assert!(dest.join("s1").is_dir(), "{flags:?}: received");
+        o
+    };
+    let default = text(&run(&[]).stderr);
+    assert_eq!(default, "At subvol s1\n");
+    let verbose = text(&run(&["-v"]).stderr);
+    assert!(
+        verbose.starts_with("At subvol s1\n") && verbose.lines().count() > 1,
+        "-v says more: {verbose}"
+    );
+    assert_eq!(text(&run(&["-v", "-q"]).stderr), "", "-v -q is quiet");
+    assert_eq!(text(&run(&["-q"]).stderr), "", "-q");
+    assert_eq!(text(&run(&["-q", "-v"]).stderr), default, "-q -v");
+    assert_eq!(text(&run(&["-qv"]).stderr), default, "-qv");
+    // The counts of the summary line differ only in what was timed.
+    let same_lines = |a: &str, b: &str| a.lines().count() == b.lines().count();
+    let qvv = text(&run(&["-q", "-v", "-v"]).stderr);
+    assert!(
+        same_lines(&qvv, &verbose),
+        "-q -v -v as -v: {qvv}\n{verbose}"
+    );
+
+    let o = Command::new(rreceive_bin())
+        .args(["-q", "-v", "--dump", "-f"])
+        .arg(&file)
+        .env("TZ", "UTC")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run rreceive");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let want = std::fs::read(testdata().join("kernel/full-v1.dump")).unwrap();
+    assert!(o.stdout == want, "-q -v --dump prints btrfs-progs' dump");
+}
+
+/// `-E 0` goes on past a failed command and ends with the subvolume not
+/// marked complete: every line it says but btrfs receive's `At subvol` is
+/// rreceive's own, `rreceive: ` first.
+#[test]
+fn max_errors_0_says_every_line_as_rreceive() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("backup");
+    std::fs::create_dir(&dest).unwrap();
+    let mut w = Writer::new(Vec::new());
+    w.start_stream(1).unwrap();
+    w.write_command(&Cmd::Subvol {
+        path: b"x",
+        uuid: uuid::Uuid::from_u128(0xe0),
+        ctransid: 5,
+    })
+    .unwrap();
+    w.write_command(&Cmd::Unlink { path: b"missing" }).unwrap();
+    w.write_command(&Cmd::Mkdir {
+        path: b"after",
+        ino: 257,
+    })
+    .unwrap();
+    w.write_command(&Cmd::End {}).unwrap();
+    let file = tmp.path().join("err.stream");
+    std::fs::write(&file, w.into_inner()).unwrap();
+    let o = rreceive(&[
+        OsStr::new("-E"),
+        OsStr::new("0"),
+        OsStr::new("-f"),
+        file.as_os_str(),
+        dest.as_os_str(),
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(dest.join("x/after").is_dir(), "went on after the error");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.first(), Some(&"At subvol x"), "{err}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("subvolume x not marked complete: 1 command(s) failed")),
+        "{err}"
+    );
+    for l in &lines[1..] {
+        assert!(l.starts_with("rreceive: "), "{l:?} in {err}");
+    }
+}
+
+/// An empty stream (a header and END, no subvolume: what rsend
+/// --parent-from writes when the destination holds the snapshot already,
+/// and what btrfs receive takes with exit code 0) is nothing sent: said,
+/// exit code 0, DEST untouched. No input at all (not even a header: the
+/// sender failed or never ran) is said as nothing sent too, exit code 3
+/// (stopped; the next try can succeed), nothing kept.
+#[test]
+fn an_empty_stream_and_no_input_say_nothing_was_sent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("backup");
+    std::fs::create_dir(&dest).unwrap();
+    let mut w = Writer::new(Vec::new());
+    w.start_stream(1).unwrap();
+    w.write_command(&Cmd::End {}).unwrap();
+    let empty_stream = w.into_inner();
+    assert_eq!(empty_stream.len(), 17 + 10, "a header and END");
+    let o = receive_piped(&empty_stream, &dest);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stderr),
+        "rreceive: nothing was sent: the stream holds no subvolume (the sender had nothing \
+         to send)\n"
+    );
+    assert_eq!(
+        std::fs::read_dir(&dest).unwrap().count(),
+        0,
+        "DEST untouched"
+    );
+    let file = tmp.path().join("empty.stream");
+    std::fs::write(&file, &empty_stream).unwrap();
+    let o = rreceive(&[
+        OsStr::new("-q"),
+        OsStr::new("-f"),
+        file.as_os_str(),
+        dest.as_os_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stderr), "", "-q");
+
+    let none = tmp.path().join("none.stream");
+    std::fs::write(&none, b"").unwrap();
+    for o in [receive_piped(b"", &dest), receive_file(&none, &dest)] {
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{err}");
+        assert_eq!(
+            err,
+            "rreceive: error: nothing was sent: the input is empty, without even a stream \
+             header (a sender with nothing to send still sends one): did the sender fail? \
+             Its own message says why; nothing was received, and a later try can succeed\n"
+        );
+        assert_eq!(
+            std::fs::read_dir(&dest).unwrap().count(),
+            0,
+            "DEST untouched"
+        );
+    }
+}

@@ -355,7 +355,7 @@ impl Receiver<'_> {
             if let Some(w) = cur.work.take() {
                 let _ = w.remove(self.dest.fd());
             }
-            self.log.info(format_args!(
+            self.log.notice(format_args!(
                 "subvolume {} not marked complete: {} command(s) failed",
                 escape(&name),
                 cur.errors

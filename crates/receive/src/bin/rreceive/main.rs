@@ -10,7 +10,7 @@ use std::io::{self, Read};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{ArgAction, Parser};
+use clap::Parser;
 use rdump::{buffered, dump, DumpError, Streams, TextDump};
 use rsend_cli::Failure;
 
@@ -124,12 +124,8 @@ struct Args {
     /// away) resumes. Without them such a receive must start again.
     #[arg(long)]
     no_durable: bool,
-    /// Print nothing but errors (as btrfs receive).
-    #[arg(short = 'q', long, conflicts_with = "verbose")]
-    quiet: bool,
-    /// More messages; twice prints every command (as btrfs receive).
-    #[arg(short = 'v', long, action = ArgAction::Count)]
-    verbose: u8,
+    #[command(flatten)]
+    verbosity: rsend_cli::Verbosity<Said>,
     /// Print the subvolumes received in DEST, one per line: name,
     /// received uuid, ctransid, parent uuid and status (complete,
     /// resumable or incomplete), tab-separated; names escaped as rdump does
@@ -173,6 +169,15 @@ struct Args {
     extra: rsend_cli::ExtraArgs,
 }
 
+/// The help of `-q` and `-v`, which count as for `btrfs receive`.
+struct Said;
+
+impl rsend_cli::VerbosityHelp for Said {
+    const QUIET: &'static str = "Print nothing but errors (as btrfs receive).";
+    const VERBOSE: &'static str = "More messages; twice prints every command (as btrfs receive; \
+                                   a -v after -q undoes it).";
+}
+
 /// The end of `-h`: where the rest is.
 const SHORT_HELP: &str = "More: `rreceive --help` (examples, exit status), `man rreceive`,\n\
                           the guide /usr/share/doc/rreceive/rreceive.md (docs/rreceive.md in the source)";
@@ -195,12 +200,13 @@ Examples:
       rsend -d /dev/sdb --resume \"$t\" snaps/tue | ssh backup rreceive /srv/backup
 
 Exit status:
-  0  the stream was received whole
+  0  the stream was received whole, or it held no subvolume (nothing was sent)
   1  an error that would happen again (the reason is recorded for --resume-token):
      fix it, or --delete-incomplete and send again
   2  the command line is wrong
-  3  stopped for a cause that can go away (a full disk, a cut stream, a signal):
-     resume it (--resume-token), or receive the same stream again
+  3  stopped for a cause that can go away (a full disk, a cut stream, a signal,
+     no input at all: the sender failed): resume it (--resume-token), or receive
+     the same stream again
 
 See also:
   rsend(1), rdump(1), btrfs-receive(8)
@@ -442,7 +448,7 @@ fn receive(args: Args) -> ExitCode {
     let size = input_size(args.file.as_deref());
     // Before anything is read: a sender that is done may be gone after.
     let sender_bar = size.is_none()
-        && !args.quiet
+        && !args.verbosity.quiet()
         && std::io::IsTerminal::is_terminal(&io::stderr())
         && bar::sender_draws();
     let stream = match input(args.file.as_deref(), stop.clone()) {
@@ -476,7 +482,7 @@ fn receive(args: Args) -> ExitCode {
     opts.stored = size.is_some();
     opts.stop = stop;
     opts.root_mount = args.root_mount;
-    if args.chroot && args.verbose > 0 && !args.quiet {
+    if args.chroot && args.verbosity.verbose() > 0 {
         eprintln!(
             "rreceive: -C: no chroot needed: every path stays beneath {} already",
             opts.dest.display()
@@ -489,8 +495,8 @@ fn receive(args: Args) -> ExitCode {
     } else {
         rreceive::Snapshot::Copy
     };
-    opts.verbosity = if args.quiet { 0 } else { 1 + args.verbose };
-    let meter = if args.quiet {
+    opts.verbosity = args.verbosity.level();
+    let meter = if args.verbosity.quiet() {
         bar::Meter::quiet()
     } else {
         bar::Meter::new(size, sender_bar)
@@ -498,7 +504,25 @@ fn receive(args: Args) -> ExitCode {
     // The bar is gone before what a failure left is told.
     let received = rreceive::receive_with(stream, &opts, &report::Stderr::new(meter));
     match received {
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(stats) => {
+            // What rsend --parent-from sends when DEST holds it already.
+            if stats.subvols == 0 && !args.verbosity.quiet() {
+                eprintln!(
+                    "rreceive: nothing was sent: the stream holds no subvolume (the sender had \
+                     nothing to send)"
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(f) if no_input(&f.error) => {
+            rsend_cli::say_error(
+                "rreceive",
+                "nothing was sent: the input is empty, without even a stream header (a sender \
+                 with nothing to send still sends one): did the sender fail? Its own message \
+                 says why; nothing was received, and a later try can succeed",
+            );
+            rsend_cli::exit("rreceive", Err(Failure::Said(STOPPED)))
+        }
         Err(f) => {
             let transient = f.error.permanent().is_none();
             let stopped = f.resumable.is_some() || (transient && f.incomplete.is_none());
@@ -547,6 +571,12 @@ fn receive(args: Args) -> ExitCode {
             rsend_cli::exit("rreceive", Err(Failure::Said(code)))
         }
     }
+}
+
+/// Whether the receive failed on an input without a byte: no stream at
+/// all, not even its header (a sender that failed or never ran).
+fn no_input(e: &rreceive::Error) -> bool {
+    matches!(e, rreceive::Error::Stream(s) if matches!(s.kind, btrfs_stream::ErrorKind::Empty))
 }
 
 /// The exit code of a receive that stopped for a cause that can go away
