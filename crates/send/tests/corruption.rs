@@ -572,3 +572,86 @@ fn damaged_primary_superblock_falls_back_to_a_mirror_copy() {
         "{e}"
     );
 }
+
+/// Every copy of the metadata chunk that holds the root tree's root
+/// overwritten (the root tree, its backup roots and the fs trees with it):
+/// the send fails naming the root tree's root block (the superblock's root
+/// address, tree 1), and so do `--rescue` and `--rescue -n`, which said
+/// only "no subvolume at path ..." before.
+#[test]
+fn an_overwritten_metadata_chunk_is_named_by_its_bad_tree_block_in_a_rescue_too() {
+    let test = "an_overwritten_metadata_chunk_is_named_by_its_bad_tree_block_in_a_rescue_too";
+    let tmp = tempfile::tempdir().unwrap();
+    // A filesystem whose root tree root and backup roots all lie in one
+    // metadata chunk, single or DUP, on one device, with a read-only
+    // snapshot to send.
+    let Some((f, devs)) = pick(tmp.path(), |_, fs| {
+        let sb = fs.superblock();
+        let chunks = fs.chunks();
+        let Some(c) = chunks.lookup(sb.root()) else {
+            return false;
+        };
+        matches!(c.profile, Profile::Single | Profile::Dup)
+            && fs.devices().count() == 1
+            && sb
+                .backup_roots()
+                .iter()
+                .all(|b| (c.logical..c.end()).contains(&b.root))
+            && fs
+                .subvolumes()
+                .is_ok_and(|l| l.iter().any(|s| s.is_readonly()))
+    }) else {
+        println!("SKIP {test}: no fixture with its root tree and backup roots in one chunk");
+        return;
+    };
+    let (root, path) = {
+        let fs = Filesystem::open(&devs).unwrap();
+        let root = fs.superblock().root();
+        let c = fs.chunks().lookup(root).expect("mapped").clone();
+        let snap = fs
+            .subvolumes()
+            .unwrap()
+            .into_iter()
+            .find(|s| s.is_readonly());
+        let path = snap.expect("a read-only snapshot").path_lossy();
+        // Each copy of a single or DUP chunk is its whole length.
+        for mirror in 1..=c.stripes.len() as u32 {
+            let (dev, phys) = physical(&fs, &devs, c.logical, mirror);
+            let mut file = std::fs::OpenOptions::new().write(true).open(&dev).unwrap();
+            file.seek(SeekFrom::Start(phys)).unwrap();
+            file.write_all(&vec![0x5a; c.length as usize]).unwrap();
+        }
+        (root, path)
+    };
+    // The exit code, the one error line (warnings aside) and the stream.
+    let rsend = |extra: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rsend"));
+        for d in &devs {
+            cmd.arg("-d").arg(d);
+        }
+        let out = cmd.args(extra).arg(&path).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("rsend: error: "))
+            .collect();
+        assert_eq!(errors.len(), 1, "{} {extra:?}: {stderr}", f.name);
+        (out.status.code(), errors[0].to_owned(), out.stdout)
+    };
+    let bad = format!("rsend: error: tree block at logical {root} (tree 1): ");
+    let (code, plain, _) = rsend(&["-f", "/dev/null"]);
+    assert_eq!(code, Some(1), "{}: {plain}", f.name);
+    assert!(plain.starts_with(&bad), "{}: {plain}", f.name);
+    for extra in [&["--rescue", "-n"][..], &["--rescue", "-f", "/dev/null"]] {
+        let (code, err, out) = rsend(extra);
+        assert_eq!(code, Some(1), "{} {extra:?}: {err}", f.name);
+        assert!(out.is_empty(), "{} {extra:?}", f.name);
+        assert!(
+            err.starts_with(&plain)
+                && err.contains("; tree 1 is the root tree, which lists the subvolumes; ")
+                && err.contains(&format!("no subvolume at path {path} was found")),
+            "{} {extra:?}: {err}\nplain: {plain}",
+            f.name
+        );
+    }
+}

@@ -436,12 +436,30 @@ fn parent_from_a_list_without_complete_snapshots_sends_in_full() {
     }
 }
 
+/// A stream with nothing in it: a v1 header and END, no subvolume (the
+/// empty stream btrfs receive takes with exit code 0).
+fn empty_stream() -> Vec<u8> {
+    let mut w = btrfs_stream::Writer::new(Vec::new());
+    w.start_stream(1).unwrap();
+    w.write_command(&Cmd::End {}).unwrap();
+    w.into_inner()
+}
+
+/// A snapshot the destination holds complete already is nothing to send:
+/// said on standard error, exit code 0, an empty stream written (to
+/// standard output or -f OUT) so that the receiver says nothing was sent;
+/// with -n its size; with -q nothing said. It was an error (exit code 1,
+/// no stream) before, which the pipeline's rreceive took for a cut stream.
 #[test]
-fn parent_from_refuses_a_snapshot_the_destination_already_holds() {
+fn parent_from_sends_nothing_for_a_snapshot_the_destination_already_holds() {
     let tmp = tempfile::tempdir().unwrap();
     let img = image(tmp.path());
     let (_dest, list, _json) = destination(&img, tmp.path());
     let (id2, _, uuid2) = subvol(&img, "chain.2");
+    let said = format!(
+        "rsend: the destination already holds chain.2 (subvolume {id2}) complete \
+         (received uuid {uuid2}): nothing to send"
+    );
     let out = tmp.path().join("out.stream");
     let o = rsend_with_input(
         &img,
@@ -454,15 +472,202 @@ fn parent_from_refuses_a_snapshot_the_destination_already_holds() {
         ],
         list.as_bytes(),
     );
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert_eq!(
         text(&o.stderr),
-        format!(
-            "rsend: error: the destination already holds chain.2 (subvolume {id2}) complete \
-             (received uuid {uuid2}): there is nothing to send\n"
-        )
+        format!("{said}; an empty stream (no subvolume) is written\n")
     );
-    assert!(!out.exists(), "no stream file");
+    assert!(std::fs::read(&out).unwrap() == empty_stream(), "-f OUT");
+    assert!(o.stdout.is_empty());
+
+    let o = rsend_with_input(
+        &img,
+        &[os("--parent-from"), os("-"), os("chain.2")],
+        list.as_bytes(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(o.stdout == empty_stream(), "standard output");
+    let mut r = Reader::from_bytes(&o.stdout[..]);
+    assert!(matches!(r.next_command().unwrap(), Some(Cmd::End {})));
+    assert!(r.next_command().unwrap().is_none());
+
+    let o = rsend_with_input(
+        &img,
+        &[os("-q"), os("--parent-from"), os("-"), os("chain.2")],
+        list.as_bytes(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stderr), "", "-q");
+    assert!(o.stdout == empty_stream());
+
+    let o = rsend_with_input(
+        &img,
+        &[os("-n"), os("--parent-from"), os("-"), os("chain.2")],
+        list.as_bytes(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stderr), format!("{said}\n"));
+    assert_eq!(text(&o.stdout), format!("size\t{}\n", empty_stream().len()));
+
+    // With more SUBVOLs, the one held is to be left out.
+    let o = rsend_with_input(
+        &img,
+        &[os("--parent-from"), os("-"), os("chain.2"), os("chain.4")],
+        list.as_bytes(),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("already holds chain.2 (subvolume"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// The README's nightly line, `rreceive --list DEST | rsend --parent-from -
+/// SNAP | rreceive DEST`, run twice for the same snapshot: the second run
+/// sends nothing and every command of the pipeline exits 0 (bash's
+/// pipefail), for a full send and then an incremental one. Before, rsend
+/// exited 1 and rreceive 3.
+#[test]
+fn the_nightly_line_run_twice_succeeds_and_sends_nothing_the_second_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let dest = tmp.path().join("backup");
+    std::fs::create_dir(&dest).unwrap();
+    let nightly = |snap: &str| -> Output {
+        let rreceive = sh_quote(rreceive_bin().as_os_str());
+        let rsend = sh_quote(os(rsend_bin()));
+        let (d, i) = (sh_quote(dest.as_os_str()), sh_quote(img.as_os_str()));
+        let line = format!(
+            "{rreceive} --list {d} | {rsend} -d {i} --parent-from - {snap} | {rreceive} {d}"
+        );
+        Command::new("bash")
+            .args(["-o", "pipefail", "-c", &line])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run bash")
+    };
+    let status = |snap: &str| -> Vec<String> {
+        rreceive_list(&dest, false)
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                format!("{} {}", f[0], f[f.len() - 1])
+            })
+            .filter(|l| l.starts_with(snap))
+            .collect()
+    };
+    for (snap, parent) in [("chain.1", None), ("chain.2", Some("chain.1"))] {
+        let (id, _, uuid) = subvol(&img, snap);
+        let first = nightly(snap);
+        let err = text(&first.stderr);
+        assert!(first.status.success(), "first run of {snap}: {err}");
+        assert!(err.contains(&format!("At subvol {snap}\n")), "{err}");
+        if let Some(p) = parent {
+            assert!(err.contains(&format!("rsend: parent {p} ")), "{err}");
+        }
+        assert_eq!(status(snap), [format!("{snap} complete")]);
+        let second = nightly(snap);
+        let err = text(&second.stderr);
+        assert_eq!(second.status.code(), Some(0), "second run of {snap}: {err}");
+        assert_eq!(
+            err,
+            format!(
+                "rsend: the destination already holds {snap} (subvolume {id}) complete \
+                 (received uuid {uuid}): nothing to send; an empty stream (no subvolume) is \
+                 written\nrreceive: nothing was sent: the stream holds no subvolume (the sender \
+                 had nothing to send)\n"
+            )
+        );
+        assert_eq!(status(snap), [format!("{snap} complete")], "as it was");
+    }
+}
+
+/// `-q` and `-v` count as for btrfs send (btrfs-progs 6.14): one level, `-q`
+/// sets it to quiet and each `-v` raises it, in the order given: `-v -q`
+/// says nothing, `-q -v` what no flag says (`At subvol`), `-q -v -v` what
+/// `-v` says. Both orders were refused before ("cannot be used with").
+#[test]
+fn q_and_v_count_in_their_order_as_for_btrfs_send() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    let full = stream(&img, &["chain.1"]);
+    let run = |flags: &[&str]| -> String {
+        let mut a: Vec<&OsStr> = flags.iter().map(|f| os(f)).collect();
+        a.push(os("chain.1"));
+        let o = rsend(&img, &a);
+        assert!(o.status.success(), "{flags:?}: {}", text(&o.stderr));
+        assert!(o.stdout == full, "{flags:?}: the same stream");
+        text(&o.stderr)
+    };
+    assert_eq!(run(&[]), "At subvol chain.1\n");
+    let verbose = run(&["-v"]);
+    assert!(
+        verbose.starts_with("At subvol chain.1\nchain.1 (subvolume ")
+            && verbose.contains(" commands, "),
+        "{verbose}"
+    );
+    assert_eq!(run(&["-v", "-q"]), "", "-v -q is quiet");
+    assert_eq!(run(&["-q", "-v"]), "At subvol chain.1\n", "-q -v");
+    assert_eq!(run(&["-qv"]), "At subvol chain.1\n", "-qv");
+    let qvv = run(&["-q", "-v", "-v"]);
+    assert!(
+        qvv.starts_with("At subvol chain.1\nchain.1 (subvolume ") && qvv.contains(" commands, "),
+        "-q -v -v as -v: {qvv}"
+    );
+}
+
+/// `--proto 4` (or any version rsend does not send) is a usage error, exit
+/// code 2, whose message lists the versions; it was exit code 1.
+#[test]
+fn an_unknown_protocol_version_is_a_usage_error_that_lists_the_versions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    for v in ["4", "99", "two"] {
+        let o = rsend(&img, &[os("--proto"), os(v), os("chain.1")]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "--proto {v}: {err}");
+        assert!(o.stdout.is_empty(), "--proto {v}: no stream");
+        assert!(
+            err.contains(&format!("'{v}' for '--proto <N>'"))
+                && err.contains("rsend sends protocol versions 1 to 3, and 0 means 2"),
+            "--proto {v}: {err}"
+        );
+    }
+    for v in ["0", "1", "2", "3"] {
+        let o = rsend(&img, &[os("-q"), os("--proto"), os(v), os("chain.1")]);
+        assert!(o.status.success(), "--proto {v}: {}", text(&o.stderr));
+        let mut r = Reader::from_bytes(&o.stdout[..]);
+        r.next_command().unwrap();
+        let want = if v == "0" { 2 } else { v.parse().unwrap() };
+        assert_eq!(r.version(), want, "--proto {v}");
+    }
+}
+
+/// `--ignore` means something only with `--verify`: without it, it is a
+/// usage error (exit code 2) even beside a flag that conflicts with
+/// `--verify`, which let it through silently before (`--list`, `-n`,
+/// `-p`, `--parent-from`).
+#[test]
+fn ignore_without_verify_is_a_usage_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = image(tmp.path());
+    for extra in [
+        &["--list"][..],
+        &["-n", "chain.1"],
+        &["-p", "chain.0", "chain.1"],
+        &["--parent-from", "/nonexistent", "chain.1"],
+        &["chain.1"],
+    ] {
+        let mut a: Vec<&OsStr> = vec![os("--ignore"), os("data")];
+        a.extend(extra.iter().map(|s| os(s)));
+        let o = rsend(&img, &a);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(o.stdout.is_empty(), "{extra:?}: {}", text(&o.stdout));
+        assert!(err.contains("--verify"), "{extra:?}: {err}");
+    }
 }
 
 #[test]

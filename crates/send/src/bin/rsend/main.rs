@@ -60,7 +60,8 @@ Examples:
     rsend -d /dev/sdb -p snaps/mon snaps/tue -n
 
 Exit status:
-  0  the stream was written whole (with --verify: the copy is identical)
+  0  the stream was written whole (with --verify: the copy is identical; with
+     --parent-from: also nothing to send, the destination holds SUBVOL already)
   1  an error; a stream cut short has no END, so a receiver refuses it (with --verify:
      also when the copy differs)
   2  the command line is wrong
@@ -113,8 +114,11 @@ struct Args {
     /// (of its lineage: linked to it by snapshots and receives), older
     /// than SUBVOL (lower ctransid), read-only, that the destination holds
     /// complete; with none, the send is a full one. Either is said on
-    /// standard error. A list without the end line rreceive prints last
-    /// (empty, or cut short) is refused: exit code 1, nothing sent.
+    /// standard error. When the destination holds SUBVOL complete already,
+    /// that is said, an empty stream (no subvolume) is written and the exit
+    /// code is 0: the receiver says nothing was sent. A list without the
+    /// end line rreceive prints last (empty, or cut short) is refused: exit
+    /// code 1, nothing sent.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["parent", "parent_id"])]
     parent_from: Option<PathBuf>,
 
@@ -136,13 +140,8 @@ struct Args {
     #[arg(long, value_name = "TOKEN")]
     resume: Option<String>,
 
-    /// Print nothing but errors (no "At subvol" line, no progress bar)
-    #[arg(short, long, conflicts_with = "verbose")]
-    quiet: bool,
-
-    /// Also print what each stream holds
-    #[arg(short, long, action = clap::ArgAction::Count)]
-    verbose: u8,
+    #[command(flatten)]
+    verbosity: rsend_cli::Verbosity<Said>,
 
     /// Send stream protocol version: 1 (the default), 2 or 3; 0 means 2
     ///
@@ -153,7 +152,7 @@ struct Args {
     /// fs-verity files; it is experimental in the kernel and btrfs-progs, so
     /// 0 means 2, the highest a standard btrfs receive accepts.
     /// With --compressed-data and no --proto, 2 is used.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = proto_version)]
     proto: Option<u32>,
 
     /// Send compressed extents as they are on disk (ENCODED_WRITE), without
@@ -296,6 +295,32 @@ struct Args {
     extra: rsend_cli::ExtraArgs,
 }
 
+/// The help of `-q` and `-v`, which count as for `btrfs send`: the last
+/// `-q` silences, each `-v` after it says more (`-q -v` is the default).
+struct Said;
+
+impl rsend_cli::VerbosityHelp for Said {
+    const QUIET: &'static str = "Print nothing but errors (no \"At subvol\" line, no progress bar)";
+    const VERBOSE: &'static str =
+        "Also print what each stream holds (a -v after -q undoes it, as for btrfs send)";
+}
+
+/// A `--proto` version rsend can send: 0 (the highest a standard btrfs
+/// receive takes), or 1 to [`MAX_PROTO`]; any other is a usage error
+/// (exit code 2) that lists them.
+fn proto_version(s: &str) -> Result<u32, String> {
+    use rsend::send::{DEFAULT_HIGHEST_PROTO, MAX_PROTO};
+    let valid = format!(
+        "rsend sends protocol versions 1 to {MAX_PROTO}, and 0 means {DEFAULT_HIGHEST_PROTO} \
+         (the highest a btrfs receive takes without experimental features)"
+    );
+    match s.parse::<u32>() {
+        Ok(v) if v <= MAX_PROTO => Ok(v),
+        Ok(v) => Err(format!("protocol version {v} is not supported: {valid}")),
+        Err(_) => Err(format!("not a protocol version: {valid}")),
+    }
+}
+
 /// Any bytes as a path, the empty one too (the top level, with -d).
 fn any_path() -> impl TypedValueParser<Value = PathBuf> {
     clap::builder::OsStringValueParser::new().map(PathBuf::from)
@@ -307,6 +332,17 @@ fn main() -> ExitCode {
 
 /// Runs what the command line asks for.
 fn run(args: Args) -> Result<(), Failure> {
+    // clap's `requires` lets --ignore through beside a flag that conflicts
+    // with --verify (--list, -n, -p, ...): it would be ignored silently.
+    if !args.ignore.is_empty() && args.verify.is_none() {
+        return Err(Args::command()
+            .error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "--ignore goes with --verify DIR (it names the differences --verify leaves out); \
+                 without --verify it does nothing",
+            )
+            .into());
+    }
     let named = named::resolve(
         &args.devices,
         &args.subvols,
@@ -354,7 +390,7 @@ fn run_on(args: &Args, named: Named) -> Result<(), Failure> {
             subvol: Some(subvol),
             parent,
             json: args.json,
-            quiet: args.quiet,
+            quiet: args.verbosity.quiet(),
             ignore: args.ignore.iter().fold(Ignore::default(), |mut i, k| {
                 // clap lets only the names of Ignore::KINDS through.
                 i.add(k);
@@ -413,8 +449,8 @@ fn run_on(args: &Args, named: Named) -> Result<(), Failure> {
                 .map(|p| p.to_string_lossy().into_owned())
                 .collect(),
             output: args.file.clone(),
-            quiet: args.quiet,
-            verbose: args.verbose,
+            quiet: args.verbosity.quiet(),
+            verbose: args.verbosity.verbose(),
             // As btrfs send: --compressed-data alone means version 2.
             proto: args
                 .proto

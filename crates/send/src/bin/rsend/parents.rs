@@ -27,40 +27,33 @@ fn kinship(sv: &Subvolume, p: &Subvolume) -> &'static str {
     }
 }
 
+/// What `--parent-from` found in the destination's list.
+pub(crate) enum FromList {
+    /// The parent to send against; none for a full send.
+    Parent(Option<Box<Subvolume>>),
+    /// The destination holds the snapshot sent complete already (its
+    /// uuid as the destination knows it): there is nothing to send.
+    Held(uuid::Uuid),
+}
+
 /// The parent `--parent-from` picks for `sv`: among the read-only
 /// snapshots that the destination holds complete, other than `sv`, the
 /// newest (by ctransid, then id) that is of `sv`'s lineage and older than
-/// it; with `any`, the newest of them all.
+/// it; with `any`, the newest of them all. [`FromList::Held`] when the
+/// destination holds `sv` itself complete.
 pub(crate) fn parent_from_list(
     fs: &Filesystem,
     sv: &Subvolume,
     path: &Path,
     any: bool,
     quiet: bool,
-) -> anyhow::Result<Option<Subvolume>> {
-    let text = if path.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut s)
-            .context("reading the destination's list from standard input")?;
-        s
-    } else {
-        std::fs::read_to_string(path).map_err(|e| {
-            anyhow::anyhow!(
-                "--parent-from {}: {} (give the output of rreceive --list DEST, or - for standard input)",
-                path.display(),
-                plain_io(&e)
-            )
-        })?
-    };
-    let held = parse_list(&text)?;
+) -> anyhow::Result<FromList> {
+    let held = parse_list(&read_list(path)?)?;
     let complete: HashSet<uuid::Uuid> =
         held.iter().filter(|h| h.complete).map(|h| h.uuid).collect();
     let own = stream_uuid_of(sv);
     if complete.contains(&own) {
-        anyhow::bail!(
-            "the destination already holds {} complete (received uuid {own}): there is nothing to send",
-            sv.label()
-        );
+        return Ok(FromList::Held(own));
     }
     let all = fs.subvolumes()?;
     let there: Vec<&Subvolume> = all
@@ -95,7 +88,7 @@ pub(crate) fn parent_from_list(
             "the destination holds none of this filesystem's snapshots complete".into(),
             String::new(),
         );
-        return Ok(None);
+        return Ok(FromList::Parent(None));
     }
     if any {
         let best = there.iter().max_by_key(newest).map(|p| (*p).clone());
@@ -108,7 +101,7 @@ pub(crate) fn parent_from_list(
                 "; --parent-any",
             );
         }
-        return Ok(best);
+        return Ok(FromList::Parent(best.map(Box::new)));
     }
     let lineage = Lineage::of(sv, &all);
     let kin: Vec<&&Subvolume> = there.iter().filter(|c| lineage.contains(c)).collect();
@@ -127,7 +120,7 @@ pub(crate) fn parent_from_list(
                 ),
                 "",
             );
-            Ok(Some((**p).clone()))
+            Ok(FromList::Parent(Some(Box::new((**p).clone()))))
         }
         None if kin.is_empty() => {
             full(
@@ -140,7 +133,7 @@ pub(crate) fn parent_from_list(
                     there.len()
                 ),
             );
-            Ok(None)
+            Ok(FromList::Parent(None))
         }
         None => {
             full(
@@ -150,9 +143,26 @@ pub(crate) fn parent_from_list(
                 ),
                 format!("; {} newer ones", kin.len()),
             );
-            Ok(None)
+            Ok(FromList::Parent(None))
         }
     }
+}
+
+/// The text of `--parent-from FILE` (`-`: standard input).
+fn read_list(path: &Path) -> anyhow::Result<String> {
+    if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut s)
+            .context("reading the destination's list from standard input")?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(path).map_err(|e| {
+        anyhow::anyhow!(
+            "--parent-from {}: {} (give the output of rreceive --list DEST, or - for standard input)",
+            path.display(),
+            plain_io(&e)
+        )
+    })
 }
 
 /// The snapshot and parent a resumed send continues: `sv` must be the

@@ -23,7 +23,9 @@ use rsend::send::{
 
 use crate::bar::{showing, Bar};
 use crate::fs::open_fs;
-use crate::parents::{check_resume, find_parent, find_source, parent_from_list, pick_parent};
+use crate::parents::{
+    check_resume, find_parent, find_source, parent_from_list, pick_parent, FromList,
+};
 
 /// Tree block cache of a send.
 const SEND_CACHE_BYTES: usize = 16 << 20;
@@ -130,16 +132,26 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
     let measure = args.dry_run && !args.rescue;
     let mut svs = Vec::new();
     for sel in &args.subvols {
-        svs.push(find_sendable(&fs, sel)?);
+        svs.push(find_sendable(&fs, sel).map_err(|e| lost_on_the_way(&fs, e))?);
     }
     let mut explicit_parent = match &args.parent {
         Some(sel) => Some(find_parent(&fs, sel)?),
         None => None,
     };
+    // The destination holds the one snapshot asked for already.
+    let mut held = None;
     if let Some(t) = &args.resume {
         explicit_parent = check_resume(&fs, &svs[0], explicit_parent, t)?;
     } else if let (Some(list), Some(sv)) = (&args.parent_from, svs.first()) {
-        explicit_parent = parent_from_list(&fs, sv, list, args.parent_any, args.quiet)?;
+        match parent_from_list(&fs, sv, list, args.parent_any, args.quiet)? {
+            FromList::Parent(p) => explicit_parent = p.map(|p| *p),
+            FromList::Held(own) if svs.len() == 1 => held = Some((sv.label(), own)),
+            FromList::Held(own) => anyhow::bail!(
+                "the destination already holds {} complete (received uuid {own}): leave it out \
+                 of the SUBVOLs to send",
+                sv.label()
+            ),
+        }
     }
     let mut sources = Vec::new();
     for sel in &args.clone_srcs {
@@ -217,6 +229,16 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
     let output_error = |io: &std::io::Error| anyhow::anyhow!("{writing}: {}", plain_io(io));
     // Small commands are gathered; WRITEs (larger than the buffer) go straight out.
     let mut w = Writer::new(BufWriter::with_capacity(32 << 10, file));
+    if let Some((label, own)) = held {
+        let written = send_nothing(&mut w, proto, args, &label, own).map_err(|e| match e {
+            btrfs_stream::WriteError::Io(io) => output_error(&io),
+            e => anyhow::Error::new(e).context(writing.clone()),
+        })?;
+        if measure {
+            table_line(&format!("size\t{written}"))?;
+        }
+        return Ok(Sent::Whole);
+    }
     let show_progress = !args.quiet && !measure && std::io::stderr().is_terminal();
     let mut total = 0u64;
     for (i, ((sv, parent), clone_srcs)) in svs.iter().zip(&parents).zip(&clone_sets).enumerate() {
@@ -344,6 +366,74 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
         return rescue_report(&fs, &svs, args);
     }
     Ok(Sent::Whole)
+}
+
+/// A subvolume a rescue did not find: when tree blocks were lost on the
+/// way (the root tree's root and every backup root of it, say), the error
+/// names the first of them as a send without `--rescue` does, rather than
+/// only a subvolume missing.
+fn lost_on_the_way(fs: &Filesystem, e: SendError) -> anyhow::Error {
+    let SendError::NoSubvolume { asked, available } = &e else {
+        return e.into();
+    };
+    let lost = fs.rescue().map(|l| l.blocks()).unwrap_or_default();
+    let Some(b) = lost.first() else {
+        return e.into();
+    };
+    let more = match lost.len() {
+        1 => String::new(),
+        n => format!(" (and {} more tree blocks)", n - 1),
+    };
+    let held = match b.tree {
+        btrfs_disk::items::objectid::ROOT_TREE => {
+            "; tree 1 is the root tree, which lists the subvolumes"
+        }
+        _ => "",
+    };
+    let has = match available.is_empty() {
+        true => String::new(),
+        false => format!("; the filesystem has: {}", available.join(", ")),
+    };
+    anyhow::anyhow!(
+        "tree block at logical {} (tree {}): {}{more}{held}; no subvolume {asked} was found in \
+         what could be read{has}",
+        b.logical,
+        b.tree,
+        b.why
+    )
+}
+
+/// `--parent-from` found the snapshot (`label`, received as `own`) complete
+/// at the destination already: says so (unless `-q`) and writes an empty
+/// stream, a header and END with no subvolume, which rreceive and btrfs
+/// receive take as nothing sent (exit code 0), so that the pipeline
+/// `rreceive --list | rsend --parent-from - | rreceive` succeeds. Returns
+/// its size.
+fn send_nothing<W: Write>(
+    w: &mut Writer<W>,
+    proto: u32,
+    args: &SendArgs,
+    label: &str,
+    own: uuid::Uuid,
+) -> Result<u64, btrfs_stream::WriteError> {
+    if !args.quiet {
+        let written = match args.dry_run {
+            true => "",
+            false => "; an empty stream (no subvolume) is written",
+        };
+        eprintln!(
+            "rsend: the destination already holds {label} complete (received uuid {own}): \
+             nothing to send{written}"
+        );
+    }
+    let version = match proto {
+        0 => DEFAULT_HIGHEST_PROTO,
+        v => v,
+    };
+    w.start_stream(version)?;
+    w.write_command(&btrfs_stream::Command::End {})?;
+    w.flush()?;
+    Ok(w.bytes_written())
 }
 
 /// The loss report of a rescue send: a summary and each loss on standard
