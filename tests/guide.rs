@@ -142,6 +142,26 @@ fn the_readme_is_short_and_links_the_guide() {
     }
 }
 
+/// The README says how long the test suite takes, beside its command.
+#[test]
+fn the_readme_gives_the_time_of_the_test_suite() {
+    let readme = read("README.md");
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("cargo test --workspace --release "))
+        .expect("the test suite's command");
+    let minutes = line
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .find(|w| w[1].trim_end_matches([',', ';', ')']) == "minutes")
+        .and_then(|w| w[0].parse::<u32>().ok());
+    assert!(
+        minutes.is_some_and(|m| m > 0),
+        "README.md: no time (\"N minutes\") for the test suite: {line}"
+    );
+}
+
 /// Each relative link of the docs and the README names a file that exists,
 /// and a `#fragment` a heading of it.
 #[test]
