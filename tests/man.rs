@@ -115,15 +115,7 @@ fn man_renders_each_page_without_warnings() {
         let dir = tempfile::tempdir().unwrap();
         let page = dir.path().join(format!("{tool}.1"));
         std::fs::write(&page, stdout(&bin, "--man")).unwrap();
-        let out = Command::new("man")
-            .arg("-l")
-            .arg(&page)
-            .env("MANPAGER", "cat")
-            .env("MANWIDTH", "80")
-            .env("MANROFFOPT", "-ww")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run man");
+        let out = testkit::man_render(&page);
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{tool}: {out:?}");
         assert!(

@@ -140,18 +140,7 @@ impl Front {
             .prefix("rsend-front-")
             .tempdir()
             .unwrap();
-        // install.sh --no-build takes the tools from CARGO_TARGET_DIR/release.
-        let release = dir.path().join("target/release");
-        std::fs::create_dir_all(&release).unwrap();
-        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_rsend"), release.join("rsend")).unwrap();
-        std::os::unix::fs::symlink(rreceive_bin(), release.join("rreceive")).unwrap();
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install.sh");
-        run(Command::new(script)
-            .arg("--no-build")
-            .arg(dir.path().join("prefix"))
-            .env("CARGO_TARGET_DIR", dir.path().join("target"))
-            .env("TOOLS", "rsend rreceive")
-            .env_remove("DESTDIR"));
+        common::receivers::install_sh_into(dir.path());
         let me = Front { dir };
         std::fs::create_dir(me.log()).unwrap();
         let bin = me.dir.path().join("prefix/bin");

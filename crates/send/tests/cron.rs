@@ -1391,19 +1391,7 @@ fn install_sh_installs_rsend_nightly_which_runs_under_crons_path() {
         .prefix("rsend-nightly-install-")
         .tempdir()
         .unwrap();
-    // install.sh --no-build takes the tools from CARGO_TARGET_DIR/release.
-    let release = dir.path().join("target/release");
-    std::fs::create_dir_all(&release).unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_rsend"), release.join("rsend")).unwrap();
-    std::os::unix::fs::symlink(rreceive_bin(), release.join("rreceive")).unwrap();
-    let prefix = dir.path().join("prefix");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install.sh");
-    run(Command::new(script)
-        .arg("--no-build")
-        .arg(&prefix)
-        .env("CARGO_TARGET_DIR", dir.path().join("target"))
-        .env("TOOLS", "rsend rreceive")
-        .env_remove("DESTDIR"));
+    let prefix = common::receivers::install_sh_into(dir.path());
     let bin = prefix.join("bin");
     let nightly = bin.join("rsend-nightly");
     assert!(
@@ -1491,15 +1479,7 @@ fn install_sh_installs_rsend_nightly_which_runs_under_crons_path() {
         );
     }
     if Command::new("man").arg("--version").output().is_ok() {
-        let out = Command::new("man")
-            .arg("-l")
-            .arg(&page)
-            .env("MANPAGER", "cat")
-            .env("MANWIDTH", "80")
-            .env("MANROFFOPT", "-ww")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let out = testkit::man_render(&page);
         assert!(out.status.success(), "man -l: {out:?}");
         assert!(out.stderr.is_empty(), "man -l: {}", text(&out.stderr));
         assert!(text(&out.stdout).contains("\nEXIT STATUS\n"));

@@ -1498,6 +1498,16 @@ fn wait_for(child: &mut Child, secs: u64) -> std::process::ExitStatus {
     }
 }
 
+/// rreceive into `dest` reading a pipe (its stdin) and its stderr piped.
+fn piped_receive(dest: &Path) -> Child {
+    rreceive_cmd(&[dest.as_os_str()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// rreceive into `dest` from a pipe fed the first half of `stream`; once
 /// it holds the subvolume `name`, signal `sig` (a `kill` option); its exit
 /// status, stderr and the commands it was given whole.
@@ -1507,12 +1517,7 @@ fn signalled_receive(
     name: &str,
     sig: &str,
 ) -> (std::process::ExitStatus, String, u64) {
-    let mut child = rreceive_cmd(&[dest.as_os_str()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = piped_receive(dest);
     let half = stream.len() / 2;
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(&stream[..half]).unwrap();
@@ -1775,12 +1780,7 @@ fn a_stream_corrupted_in_transit_resumes_and_a_corrupt_file_does_not() {
     stream[at + len / 2] ^= 0x20;
     // Through a pipe.
     let dest = s.dir("piped");
-    let mut child = rreceive_cmd(&[dest.as_os_str()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = piped_receive(&dest);
     let mut stdin = child.stdin.take().unwrap();
     let _ = stdin.write_all(&stream);
     drop(stdin);

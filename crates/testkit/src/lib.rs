@@ -568,6 +568,20 @@ fn newest_mtime(p: &Path) -> Option<std::time::SystemTime> {
         .max()
 }
 
+/// `man -l PAGE` rendered 80 columns wide with every groff warning on
+/// (`-ww`), as the man-page tests read it.
+pub fn man_render(page: &Path) -> Output {
+    Command::new("man")
+        .arg("-l")
+        .arg(page)
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "80")
+        .env("MANROFFOPT", "-ww")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run man")
+}
+
 /// `s` quoted for `sh`.
 pub fn sh_quote(s: &OsStr) -> String {
     format!("'{}'", s.to_string_lossy().replace('\'', r"'\''"))

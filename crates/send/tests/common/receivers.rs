@@ -107,6 +107,34 @@ pub fn rreceive_bin() -> PathBuf {
     testkit::rreceive_bin()
 }
 
+/// Installs rsend and rreceive (as built for the tests) with
+/// `scripts/install.sh --no-build` under `dir/prefix`, the way a user
+/// installs them; returns the prefix.
+#[allow(dead_code)]
+pub fn install_sh_into(dir: &Path) -> PathBuf {
+    // install.sh --no-build takes the tools from CARGO_TARGET_DIR/release.
+    let release = dir.join("target/release");
+    std::fs::create_dir_all(&release).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_rsend"), release.join("rsend")).unwrap();
+    std::os::unix::fs::symlink(rreceive_bin(), release.join("rreceive")).unwrap();
+    let prefix = dir.join("prefix");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install.sh");
+    let o = Command::new(script)
+        .arg("--no-build")
+        .arg(&prefix)
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .env("TOOLS", "rsend rreceive")
+        .env_remove("DESTDIR")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "install.sh failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    prefix
+}
+
 /// testdata/manifest.py.
 pub fn manifest_py() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/manifest.py")

@@ -159,7 +159,7 @@ struct Args {
     /// rreceive kept beside it; a complete one is never deleted
     ///
     /// For a nightly job that starts again after a stop that resuming
-    /// would only repeat (scripts/nightly-backup.sh --delete-incomplete).
+    /// would only repeat (rsend-nightly --delete-incomplete).
     #[arg(long, value_name = "DEST/NAME", conflicts_with_all = ["dump", "resume_token", "list"])]
     delete_incomplete: Option<PathBuf>,
     /// Destination directory.
