@@ -5,6 +5,7 @@
 //! that is unmounted and detached when dropped, also when the test fails.
 //! [`fiemap`] maps a file's extents (its one `unsafe` call is the ioctl).
 //! [`powercut`] is a block device that loses what was not flushed.
+//! [`syscall_kill`] kills a program before its N-th system call (ptrace).
 //! [`engine`] checks that an engine library never prints.
 //! [`inode_flags`] reads a file's inode flags (its `unsafe` call is the
 //! ioctl).
@@ -15,6 +16,7 @@ pub mod engine;
 pub mod fiemap;
 mod inode_flags;
 pub mod powercut;
+pub mod syscall_kill;
 
 pub use inode_flags::inode_flags;
 
