@@ -71,12 +71,31 @@ pub(crate) struct CopyPlan {
     pub reflink: bool,
 }
 
-/// Where the copy of a snapshot's parent is made before it takes the
-/// snapshot's name `name` (reserved: never listed, never a stream's).
+/// Where a new subvolume is made, and the copy of a snapshot's parent, before
+/// it takes its name `name` (reserved: never listed, never a stream's):
+/// `name` in hex, or where that would be longer than a name can be, a
+/// digest of it (the same name always gives the same one, so the next
+/// receive of that name finds what a killed one left there).
 fn copy_name(name: &[u8]) -> Vec<u8> {
     let mut v = subvol::RESERVED_PREFIX.to_vec();
     v.extend_from_slice(b"-copy-");
-    v.extend_from_slice(btrfs_text::hex::encode(name).as_bytes());
+    let hex = btrfs_text::hex::encode(name);
+    if v.len() + hex.len() <= 255 {
+        v.extend_from_slice(hex.as_bytes());
+    } else {
+        // FNV-1a, twice with different offsets: 128 bits.
+        let fnv = |basis: u64| {
+            name.iter().fold(basis, |h, &b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            })
+        };
+        let digest = format!(
+            "h{:016x}{:016x}",
+            fnv(0xcbf2_9ce4_8422_2325),
+            fnv(0x6c62_272e_07bb_0142)
+        );
+        v.extend_from_slice(digest.as_bytes());
+    }
     v
 }
 
@@ -178,6 +197,23 @@ pub(crate) enum Made {
     Tree(copy::Tree),
     /// The parent's tree taken over.
     InPlace(Taken),
+}
+
+/// A new subvolume made, with its state, but not yet under its name: a
+/// receive killed before [`Dest::place`] leaves no subvolume (only what the
+/// next receive of that name removes or replaces), so what makes a killed
+/// receive resumable (its journal with a first checkpoint, its side file,
+/// its work directory's record) is made in between.
+#[must_use]
+pub(crate) enum Staged {
+    /// Made at the reserved name `tmp`, which becomes `name`.
+    Made { tmp: Vec<u8>, name: Vec<u8> },
+    /// `--in-place`: the parent `from` becomes `name`, with `state`.
+    Move {
+        from: Vec<u8>,
+        name: Vec<u8>,
+        state: SubvolState,
+    },
 }
 
 /// The destination directory.
@@ -322,23 +358,156 @@ impl Dest {
         open_dir_at(self.fd(), name).map(OwnedFd::from)
     }
 
-    /// Creates subvolume `name` for a full stream.
+    /// Creates subvolume `name` for a full stream, with `state`, under a
+    /// reserved name until [`Dest::place`].
     pub(crate) fn create_subvol(
         &mut self,
         name: &[u8],
         state: &SubvolState,
-    ) -> io::Result<OwnedFd> {
+    ) -> io::Result<(OwnedFd, Staged)> {
+        let tmp = copy_name(name);
+        self.remove_staged(&tmp)?;
         match self.kind {
-            Kind::Btrfs => ioctl::subvol_create(self.fd(), name)?,
+            Kind::Btrfs => ioctl::subvol_create(self.fd(), &tmp)?,
             // The mode BTRFS_IOC_SUBVOL_CREATE gives a new subvolume root.
             Kind::Plain => mkdirat(
                 Some(self.fd.as_raw_fd()),
-                name,
+                tmp.as_slice(),
                 Mode::from_bits_retain(0o755),
             )?,
         }
-        self.record(name, state)?;
-        Ok(self.open_subvol(name)?)
+        self.stage(tmp, name, state)
+    }
+
+    /// Records `state` for the subvolume made at the reserved name `tmp`
+    /// (removed if that fails), to become `name`: in its xattr, which goes
+    /// with it; in the state file under `name` already, where that is
+    /// where states are kept (a line for a name that does not exist speaks
+    /// for nothing, and the next receive of that name replaces it).
+    fn stage(
+        &mut self,
+        tmp: Vec<u8>,
+        name: &[u8],
+        state: &SubvolState,
+    ) -> io::Result<(OwnedFd, Staged)> {
+        let recorded = match self.kind {
+            Kind::Btrfs => self.record(&tmp, state),
+            Kind::Plain => subvol::record(self.fd(), &tmp, state, self.store).and_then(|store| {
+                if store == Store::File {
+                    subvol::set_lines(self.fd(), &[(&tmp, None), (name, Some(state))])?;
+                }
+                self.store = Some(store);
+                Ok(())
+            }),
+        };
+        let root = recorded.and_then(|()| Ok(self.open_subvol(&tmp)?));
+        let staged = Staged::Made {
+            tmp,
+            name: name.to_vec(),
+        };
+        match root {
+            Ok(root) => Ok((root, staged)),
+            Err(e) => {
+                self.unstage(&staged);
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives the subvolume `staged` its name: from then on it is listed
+    /// (incomplete), and a receive killed is resumed.
+    pub(crate) fn place(&mut self, staged: &Staged) -> io::Result<()> {
+        match staged {
+            Staged::Made { tmp, name } => Ok(nix::fcntl::renameat2(
+                Some(self.fd.as_raw_fd()),
+                tmp.as_slice(),
+                Some(self.fd.as_raw_fd()),
+                name.as_slice(),
+                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+            )?),
+            Staged::Move { from, name, state } => {
+                self.move_recorded(from, name, state)?;
+                if let Some(ix) = self.index.as_mut() {
+                    ix.retain(|_, k| k.name != *from);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Undoes what made `staged`, which was not placed: the subvolume made
+    /// goes (a parent to take over in place was not touched).
+    pub(crate) fn unstage(&mut self, staged: &Staged) {
+        if let Staged::Made { tmp, name } = staged {
+            let _ = self.remove_staged(tmp);
+            if self.store == Some(Store::File) {
+                let _ = subvol::set_lines(self.fd(), &[(name, None)]);
+            }
+        }
+    }
+
+    /// Removes what is at the reserved name `tmp` (a subvolume made, or a
+    /// copy, by a receive that was killed or failed before placing it).
+    fn remove_staged(&self, tmp: &[u8]) -> io::Result<()> {
+        if self.kind == Kind::Btrfs && ioctl::subvol_destroy(self.fd(), tmp).is_ok() {
+            return Ok(());
+        }
+        workdir::remove_tree(self.fd(), tmp)
+    }
+
+    /// Renames directory `from` to `to` (over nothing), which then has the
+    /// state `to_state`, so that neither name ever shows the other's state
+    /// (a kill between a rename and a new xattr would leave `to` with the
+    /// state `from` had, a complete subvolume): an xattr moves with the
+    /// directory, a state-file line stays with its name. So both names'
+    /// states go to the state file first, then the xattr is taken off,
+    /// then the rename; then `to` gets its xattr and the lines go.
+    fn move_recorded(&mut self, from: &[u8], to: &[u8], to_state: &SubvolState) -> io::Result<()> {
+        let fd = self.fd.as_raw_fd();
+        let raw = self.fd();
+        let had = subvol::in_xattr(raw, from);
+        let mut lines: Vec<(&[u8], Option<&SubvolState>)> = vec![(to, Some(to_state))];
+        if let Some(st) = &had {
+            lines.push((from, Some(st)));
+        }
+        subvol::set_lines(raw, &lines)?;
+        let moved = if had.is_some() {
+            subvol::drop_xattr(raw, from)
+        } else {
+            Ok(())
+        }
+        .and_then(|()| {
+            Ok(nix::fcntl::renameat2(
+                Some(fd),
+                from,
+                Some(fd),
+                to,
+                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+            )?)
+        });
+        if let Err(e) = moved {
+            if let Some(st) = &had {
+                let _ = subvol::record(raw, from, st, Some(Store::Xattr));
+                let _ = subvol::set_lines(raw, &[(from, None), (to, None)]);
+            } else {
+                let _ = subvol::set_lines(raw, &[(to, None)]);
+            }
+            return Err(e);
+        }
+        let store = if had.is_some() {
+            subvol::record(raw, to, to_state, Some(Store::Xattr))?
+        } else {
+            Store::File
+        };
+        if store == Store::Xattr {
+            subvol::set_lines(raw, &[(from, None), (to, None)])?;
+        } else {
+            subvol::set_lines(raw, &[(from, None)])?;
+        }
+        if self.kind == Kind::Plain {
+            self.store = Some(store);
+        }
+        Ok(())
     }
 
     /// Checks that a copy of `parent`'s tree fits in DEST (inodes, and
@@ -396,22 +565,23 @@ impl Dest {
         how: Snapshot,
         work: Option<BorrowedFd<'_>>,
         tick: &dyn copy::Tick,
-    ) -> io::Result<(OwnedFd, Made)> {
+    ) -> io::Result<(OwnedFd, Made, Staged)> {
         let src = self.open_known(parent)?;
+        // Made under a reserved name and renamed into place whole (by
+        // `place`): a receive killed before leaves no subvolume, only
+        // that, which the next receive of the name removes.
+        let tmp = copy_name(name);
         if self.kind == Kind::Btrfs {
-            ioctl::snap_create(src.as_fd(), self.fd(), name)?;
-            self.record(name, state)?;
-            return Ok((self.open_subvol(name)?, Made::Snapshot));
+            self.remove_staged(&tmp)?;
+            ioctl::snap_create(src.as_fd(), self.fd(), &tmp)?;
+            let (root, staged) = self.stage(tmp, name, state)?;
+            return Ok((root, Made::Snapshot, staged));
         }
         if how == Snapshot::InPlace {
             drop(src);
             return self.take_over(name, parent, state);
         }
-        // The copy is made under a reserved name and renamed into place
-        // whole: a receive killed while copying leaves no subvolume, only
-        // that, which the next receive of the name removes.
-        let tmp = copy_name(name);
-        workdir::remove_tree(self.fd(), &tmp)?;
+        self.remove_staged(&tmp)?;
         mkdirat(
             Some(self.fd.as_raw_fd()),
             tmp.as_slice(),
@@ -435,27 +605,12 @@ impl Dest {
             },
             tick,
         );
-        let placed = tree.and_then(|tree| {
-            // Its state goes with it where xattrs hold it.
-            let store = subvol::record(self.fd(), &tmp, state, self.store)?;
-            if store == Store::File {
-                subvol::forget(self.fd(), &tmp)?;
+        match tree {
+            Ok(tree) => {
+                drop(dst);
+                let (root, staged) = self.stage(tmp, name, state)?;
+                Ok((root, Made::Tree(tree), staged))
             }
-            nix::fcntl::renameat2(
-                Some(self.fd.as_raw_fd()),
-                tmp.as_slice(),
-                Some(self.fd.as_raw_fd()),
-                name,
-                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-            )?;
-            if store == Store::File {
-                subvol::record(self.fd(), name, state, Some(Store::File))?;
-            }
-            self.store = Some(store);
-            Ok(tree)
-        });
-        match placed {
-            Ok(tree) => Ok((dst, Made::Tree(tree))),
             Err(e) => {
                 // A part of a copy is nothing to resume: it goes, so that
                 // the same stream can be received again (a full disk).
@@ -466,58 +621,46 @@ impl Dest {
         }
     }
 
-    /// `--in-place`: renames the parent to `name` and records it as the
-    /// incomplete new subvolume.
+    /// `--in-place`: the parent, to be renamed to `name` and recorded as
+    /// the incomplete new subvolume by [`Dest::place`].
     fn take_over(
         &mut self,
         name: &[u8],
         parent: &Known,
         state: &SubvolState,
-    ) -> io::Result<(OwnedFd, Made)> {
+    ) -> io::Result<(OwnedFd, Made, Staged)> {
         let before = subvol::lookup(self.fd(), &parent.name)?;
-        nix::fcntl::renameat2(
-            Some(self.fd.as_raw_fd()),
-            parent.name.as_slice(),
-            Some(self.fd.as_raw_fd()),
-            name,
-            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-        )?;
-        if let Err(e) = self.record(name, state) {
-            let _ = nix::fcntl::renameat2(
-                Some(self.fd.as_raw_fd()),
-                name,
-                Some(self.fd.as_raw_fd()),
-                parent.name.as_slice(),
-                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-            );
-            return Err(e);
-        }
-        subvol::forget(self.fd(), &parent.name)?;
-        if let Some(ix) = self.index.as_mut() {
-            ix.retain(|_, k| k.name != parent.name);
-        }
         Ok((
-            self.open_subvol(name)?,
+            self.open_subvol(&parent.name)?,
             Made::InPlace(Taken {
                 parent: parent.name.clone(),
                 state: before,
             }),
+            Staged::Move {
+                from: parent.name.clone(),
+                name: name.to_vec(),
+                state: state.clone(),
+            },
         ))
     }
 
     /// Undoes [`Dest::snapshot`] in place before anything was changed:
     /// `name` is the parent again, with the state it had.
     pub(crate) fn give_back(&mut self, name: &[u8], taken: &Taken) -> io::Result<()> {
-        nix::fcntl::renameat2(
-            Some(self.fd.as_raw_fd()),
-            name,
-            Some(self.fd.as_raw_fd()),
-            taken.parent.as_slice(),
-            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-        )?;
-        subvol::forget(self.fd(), name)?;
+        match &taken.state {
+            Some(st) => self.move_recorded(name, &taken.parent, st)?,
+            None => {
+                nix::fcntl::renameat2(
+                    Some(self.fd.as_raw_fd()),
+                    name,
+                    Some(self.fd.as_raw_fd()),
+                    taken.parent.as_slice(),
+                    nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+                )?;
+                subvol::forget(self.fd(), name)?;
+            }
+        }
         if let Some(st) = &taken.state {
-            self.record(&taken.parent, st)?;
             if let Some(ix) = self.index.as_mut() {
                 ix.insert(
                     st.received_uuid,
@@ -742,6 +885,14 @@ impl Dest {
         match self.kind {
             Kind::Btrfs => {
                 use xattr::FileExt;
+                // The xattr goes before the subvolume is read-only, and
+                // only read-only is it received: in between, a line of the
+                // state file says what the xattr said, so that a kill
+                // there leaves it incomplete (resumable), not unknown.
+                let running = subvol::in_xattr(self.fd(), name);
+                if let Some(st) = &running {
+                    subvol::set_lines(self.fd(), &[(name, Some(st))])?;
+                }
                 let dir = open_dir_at(self.fd(), name)?;
                 match dir.remove_xattr(subvol::XATTR_NAME) {
                     Err(e)
@@ -755,6 +906,10 @@ impl Dest {
                 ioctl::set_received_subvol(root, *state.received_uuid.as_bytes(), state.ctransid)?;
                 let flags = ioctl::subvol_getflags(root)?;
                 ioctl::subvol_setflags(root, flags | ioctl::SUBVOL_RDONLY)?;
+                if running.is_some() {
+                    // Read-only, the kernel's record is the one read.
+                    let _ = subvol::set_lines(self.fd(), &[(name, None)]);
+                }
             }
             Kind::Plain => {
                 // Data first, then the flag that says it is all there.
@@ -970,18 +1125,22 @@ mod tests {
         let mut d = Dest::open(tmp.path(), true).unwrap();
         d.store = Some(Store::File);
         let s0 = state(1, true);
-        let root = d.create_subvol(b"s0", &s0).unwrap();
+        let (root, staged) = d.create_subvol(b"s0", &s0).unwrap();
+        assert!(!tmp.path().join("s0").exists(), "placed before place");
+        d.place(&staged).unwrap();
         d.finish(b"s0", root.as_fd(), &s0).unwrap();
         std::fs::write(tmp.path().join("s0/f"), b"x").unwrap();
         let parent = d.find(s0.received_uuid).unwrap().unwrap();
         let mut s1 = state(2, false);
         s1.parent_uuid = Some(s0.received_uuid);
-        let (_fd, made) = d
+        let (_fd, made, staged) = d
             .snapshot(b"s1", &parent, &s1, Snapshot::InPlace, None, &())
             .unwrap();
         let Made::InPlace(taken) = made else {
             panic!("not in place")
         };
+        assert!(tmp.path().join("s0").exists(), "taken before place");
+        d.place(&staged).unwrap();
         let text = std::fs::read_to_string(tmp.path().join(subvol::STATE_FILE)).unwrap();
         assert!(!tmp.path().join("s0").exists());
         assert_eq!(std::fs::read(tmp.path().join("s1/f")).unwrap(), b"x");
@@ -994,5 +1153,63 @@ mod tests {
         assert_eq!(text.lines().count(), 2, "{text}");
         assert!(text.contains("\tcomplete\t7330\n"), "{text}");
         assert!(d.find(s0.received_uuid).unwrap().unwrap().complete);
+    }
+
+    /// A subvolume of a name too long to be made under its hex is made
+    /// under a digest of it, and placed.
+    #[test]
+    fn a_long_name_is_staged_under_a_digest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut d = Dest::open(tmp.path(), true).unwrap();
+        let name = vec![b'n'; 250];
+        let staging = copy_name(&name);
+        assert!(staging.len() <= 255 && staging[15] == b'h', "{staging:?}");
+        assert_eq!(copy_name(&name), staging);
+        assert_ne!(copy_name(&[b'm'; 250]), staging);
+        let (_root, staged) = d.create_subvol(&name, &state(3, false)).unwrap();
+        d.place(&staged).unwrap();
+        assert!(tmp
+            .path()
+            .join(std::str::from_utf8(&name).unwrap())
+            .is_dir());
+        assert_eq!(
+            std::fs::read_dir(tmp.path()).unwrap().count(),
+            usize::from(d.store == Some(Store::File)) + 1
+        );
+    }
+
+    /// Where states are xattrs, taking a parent over in place and giving it
+    /// back leave each name with its own state and no state-file line.
+    #[test]
+    fn in_place_take_over_and_give_back_with_xattrs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut d = Dest::open(tmp.path(), true).unwrap();
+        let s0 = state(1, true);
+        let (root, staged) = d.create_subvol(b"s0", &s0).unwrap();
+        d.place(&staged).unwrap();
+        d.finish(b"s0", root.as_fd(), &s0).unwrap();
+        if d.store != Some(Store::Xattr) {
+            // A temporary directory without user xattrs (tmpfs before
+            // Linux 6.6): the test above covers the state file, and
+            // kill_syscalls.rs this onto ext4.
+            return;
+        }
+        let parent = d.find(s0.received_uuid).unwrap().unwrap();
+        let mut s1 = state(2, false);
+        s1.parent_uuid = Some(s0.received_uuid);
+        let (_fd, made, staged) = d
+            .snapshot(b"s1", &parent, &s1, Snapshot::InPlace, None, &())
+            .unwrap();
+        let Made::InPlace(taken) = made else {
+            panic!("not in place")
+        };
+        d.place(&staged).unwrap();
+        assert_eq!(subvol::in_xattr(d.fd(), b"s1"), Some(s1.clone()));
+        let file = tmp.path().join(subvol::STATE_FILE);
+        assert!(!file.exists(), "the lines that stood in for a moment stay");
+        d.give_back(b"s1", &taken).unwrap();
+        assert_eq!(subvol::in_xattr(d.fd(), b"s0"), Some(s0.clone()));
+        assert!(!file.exists(), "the lines that stood in for a moment stay");
+        assert!(!tmp.path().join("s1").exists());
     }
 }

@@ -201,6 +201,7 @@ struct FsverityEnableArg {
 }
 
 nix::ioctl_write_ptr!(btrfs_subvol_create, BTRFS_IOCTL_MAGIC, 14, VolArgs);
+nix::ioctl_write_ptr!(btrfs_snap_destroy, BTRFS_IOCTL_MAGIC, 15, VolArgs);
 nix::ioctl_write_ptr!(btrfs_snap_create_v2, BTRFS_IOCTL_MAGIC, 23, VolArgsV2);
 nix::ioctl_read!(btrfs_subvol_getflags, BTRFS_IOCTL_MAGIC, 25, u64);
 nix::ioctl_write_ptr!(btrfs_subvol_setflags, BTRFS_IOCTL_MAGIC, 26, u64);
@@ -252,6 +253,18 @@ pub(crate) fn subvol_create(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<()>
     // SAFETY: `args` is a live, fully initialised BTRFS_IOC_SUBVOL_CREATE
     // argument with a NUL-terminated name; `dir` is an open descriptor.
     unsafe { btrfs_subvol_create(dir.as_raw_fd(), &args) }.map(drop)
+}
+
+/// Deletes subvolume `name` in directory `dir` (BTRFS_IOC_SNAP_DESTROY;
+/// without root, only where the mount allows users to).
+pub(crate) fn subvol_destroy(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<()> {
+    let args = VolArgs {
+        fd: 0,
+        name: name_buf(name)?,
+    };
+    // SAFETY: `args` is a live, fully initialised BTRFS_IOC_SNAP_DESTROY
+    // argument with a NUL-terminated name; `dir` is an open descriptor.
+    unsafe { btrfs_snap_destroy(dir.as_raw_fd(), &args) }.map(drop)
 }
 
 /// Creates a writable snapshot of subvolume `src` as `name` in `dir`

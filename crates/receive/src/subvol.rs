@@ -289,14 +289,40 @@ fn read_file(dest: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, SubvolState)>> {
 }
 
 fn update_file(dest: BorrowedFd<'_>, name: &[u8], state: Option<&SubvolState>) -> io::Result<()> {
+    set_lines(dest, &[(name, state)])
+}
+
+/// Sets the state-file lines of several names at once (one rewrite): a
+/// name with `None` loses its line.
+pub(crate) fn set_lines(
+    dest: BorrowedFd<'_>,
+    lines: &[(&[u8], Option<&SubvolState>)],
+) -> io::Result<()> {
     let mut entries = read_file(dest)?;
-    let had = entries.iter().any(|(n, _)| n == name);
-    if !had && state.is_none() {
+    let had = entries
+        .iter()
+        .any(|(n, _)| lines.iter().any(|(m, _)| n == m));
+    if !had && lines.iter().all(|(_, s)| s.is_none()) {
         return Ok(());
     }
-    entries.retain(|(n, _)| n != name);
-    if let Some(s) = state {
-        entries.push((name.to_vec(), s.clone()));
+    entries.retain(|(n, _)| !lines.iter().any(|(m, _)| n == m));
+    for (name, state) in lines {
+        if let Some(s) = state {
+            entries.push((name.to_vec(), (*s).clone()));
+        }
+    }
+    let raw = dest.as_raw_fd();
+    if entries.is_empty() {
+        // Nothing to keep: no file (lines stand in for a moment where
+        // states are xattrs, see `Dest::move_recorded`).
+        return match unlinkat(
+            Some(raw),
+            STATE_FILE,
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        ) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        };
     }
     let mut text = String::from(
         "# rreceive state v1: received_uuid ctransid parent_uuid parent_ctransid complete name_hex\n",
@@ -304,7 +330,6 @@ fn update_file(dest: BorrowedFd<'_>, name: &[u8], state: Option<&SubvolState>) -
     for (n, s) in &entries {
         text.push_str(&s.to_line(n));
     }
-    let raw = dest.as_raw_fd();
     match unlinkat(
         Some(raw),
         STATE_TMP,
@@ -324,6 +349,23 @@ fn update_file(dest: BorrowedFd<'_>, name: &[u8], state: Option<&SubvolState>) -
     f.sync_all()?;
     renameat(Some(raw), STATE_TMP, Some(raw), STATE_FILE)?;
     Ok(())
+}
+
+/// The state directory `name` carries in its xattr, if any.
+pub(crate) fn in_xattr(dest: BorrowedFd<'_>, name: &[u8]) -> Option<SubvolState> {
+    use xattr::FileExt;
+    let v = open_dir(dest, name).ok()?.get_xattr(XATTR_NAME).ok()??;
+    SubvolState::from_xattr(&v)
+}
+
+/// Removes the state xattr of directory `name` (its state-file line, if
+/// any, then speaks for it).
+pub(crate) fn drop_xattr(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
+    use xattr::FileExt;
+    match open_dir(dest, name)?.remove_xattr(XATTR_NAME) {
+        Err(e) if e.raw_os_error() == Some(libc::ENODATA) => Ok(()),
+        r => r,
+    }
 }
 
 /// Drops the state-file line of `name`, if there is one (its xattr goes

@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 use uuid::Uuid;
 
 use crate::copy::Tick;
-use crate::dest::{Existing, Kind, Made, Snapshot};
+use crate::dest::{Existing, Kind, Made, Snapshot, Staged};
 use crate::error::{escape, CmdError};
 use crate::ioctl;
 use crate::overlay::Overlay;
@@ -49,6 +49,13 @@ impl Tick for KillAfter<'_> {
     }
 }
 
+/// The name `staged` is to have.
+fn staged_name(staged: &Staged) -> &[u8] {
+    match staged {
+        Staged::Made { name, .. } | Staged::Move { name, .. } => name,
+    }
+}
+
 impl Receiver<'_> {
     /// The error for a stream whose subvolume `name` is in DEST already.
     fn refuse_existing(&self, name: &[u8], uuid: Uuid) -> R<()> {
@@ -59,6 +66,11 @@ impl Receiver<'_> {
         else {
             return Ok(());
         };
+        if let Existing::Received(st) = &there {
+            if st.complete {
+                self.forget_aids(name);
+            }
+        }
         let dest = self.dest.path().display();
         let shown = escape(name);
         let again = "delete it (btrfs subvolume delete on btrfs, else rm -rf) to receive it again";
@@ -91,6 +103,22 @@ impl Receiver<'_> {
         }))
     }
 
+    /// Removes what rreceive keeps beside subvolume `name` while it is
+    /// received (its side file, durable records, journal and work
+    /// directory), which of a complete subvolume describe nothing: END
+    /// removes them after marking it complete, so a receive killed in
+    /// between leaves them. A linked or in-place work directory holds
+    /// links to the tree's files, which would count in their link counts
+    /// and go on into a snapshot of it: so they go before `name` is used
+    /// as a parent, and when its stream comes again.
+    fn forget_aids(&self, name: &[u8]) {
+        let dest = self.dest.fd();
+        super::resume::forget_side(dest, name);
+        super::durable::forget(dest, name);
+        super::resume::forget_journal(dest, name);
+        let _ = crate::workdir::remove_tree(dest, &crate::workdir::name_for(name));
+    }
+
     pub(super) fn subvol(&mut self, name: &[u8], uuid: Uuid, ctransid: u64) -> R<Flow> {
         if self.cur.is_some() {
             return Err(CmdError::NestedSubvol);
@@ -107,15 +135,14 @@ impl Receiver<'_> {
         // What an earlier receive of this name left speaks for nothing now.
         super::resume::forget_journal(self.dest.fd(), name);
         super::durable::forget(self.dest.fd(), name);
-        let root = self
-            .dest
-            .create_subvol(name, &state)
-            .map_err(|err| CmdError::InDest {
-                op: "create subvolume",
-                dest: self.dest.path().display().to_string(),
-                err,
-            })?;
-        self.reserve_side(name);
+        let (root, staged) =
+            self.dest
+                .create_subvol(name, &state)
+                .map_err(|err| CmdError::InDest {
+                    op: "create subvolume",
+                    dest: self.dest.path().display().to_string(),
+                    err,
+                })?;
         self.log.info(format_args!("At subvol {}", escape(name)));
         self.cur = Some(Current::new(
             name,
@@ -124,8 +151,45 @@ impl Receiver<'_> {
             self.closer.clone(),
             self.opts.max_dir_times,
         ));
-        self.start_journal();
+        self.place(staged, "create subvolume")?;
         Ok(Flow::Continue)
+    }
+
+    /// Gives the subvolume just made (the current one) its name, once what
+    /// resumes it after a kill is there: the journal with its first
+    /// checkpoint (and a work directory's record, made before). Killed
+    /// before, the receive leaves no subvolume, and the same stream
+    /// received again starts over; killed after, it resumes after its
+    /// first command. The side file's room is kept after (a kill needs
+    /// none; a receive starting meanwhile would take it for an orphan).
+    fn place(&mut self, staged: Staged, op: &'static str) -> R<()> {
+        let name = staged_name(&staged).to_vec();
+        self.start_journal();
+        if let Err(err) = self.dest.place(&staged) {
+            self.unplaced(&staged);
+            return Err(CmdError::InDest {
+                op,
+                dest: self.dest.path().display().to_string(),
+                err,
+            });
+        }
+        self.reserve_side(&name);
+        Ok(())
+    }
+
+    /// Undoes the subvolume `staged`, made and not placed, and what was
+    /// made for it (its journal and work directory).
+    fn unplaced(&mut self, staged: &Staged) {
+        if let Some(mut c) = self.cur.take() {
+            c.retire();
+            if let Some(j) = c.dir_times.journal.take() {
+                j.remove();
+            }
+            if let Some(w) = c.work.take() {
+                let _ = w.remove(self.dest.fd());
+            }
+        }
+        self.dest.unstage(staged);
     }
 
     pub(super) fn snapshot(
@@ -152,6 +216,9 @@ impl Receiver<'_> {
                 "parent {parent_uuid} found outside DEST: {}",
                 escape(&parent.name)
             ));
+        }
+        if parent.complete && parent.elsewhere.is_none() {
+            self.forget_aids(&parent.name);
         }
         if !parent.complete {
             if !self.opts.force {
@@ -229,7 +296,7 @@ impl Receiver<'_> {
             ),
         );
         drop(copying);
-        let (root, made) = match made {
+        let (root, made, staged) = match made {
             Ok(m) => m,
             Err(e) => {
                 if let Some(w) = work {
@@ -279,7 +346,10 @@ impl Receiver<'_> {
                 let overlay = match made {
                     Some(Ok(o)) => o,
                     Some(Err(e)) => {
-                        let _ = self.dest.give_back(name, &t);
+                        // Not placed: the parent was not touched.
+                        if let Some(w) = work {
+                            let _ = w.remove(self.dest.fd());
+                        }
                         return Err(CmdError::io("keep the parent's view")(e));
                     }
                     None => return Err(CmdError::NoSubvol),
@@ -310,8 +380,14 @@ impl Receiver<'_> {
             } else {
                 "in-place"
             };
-            w.record_mode(mode, own)
-                .map_err(CmdError::io("record the work directory's mode"))?;
+            // Before the snapshot has its name: a resumed receive needs it.
+            if let Err(e) = w.record_mode(mode, own) {
+                if let Some(w) = work {
+                    let _ = w.remove(self.dest.fd());
+                }
+                self.dest.unstage(&staged);
+                return Err(CmdError::io("record the work directory's mode")(e));
+            }
         }
         cur.guard = guard;
         cur.write_ahead = self.write_ahead();
@@ -321,8 +397,7 @@ impl Receiver<'_> {
         // any the stream sets.
         cur.deferred = late;
         self.cur = Some(cur);
-        self.reserve_side(name);
-        self.start_journal();
+        self.place(staged, "create snapshot")?;
         Ok(Flow::Continue)
     }
 
