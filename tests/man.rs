@@ -3,7 +3,7 @@
 //! ALSO sections; where man is installed, it renders without a warning.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use testkit::{rdump_bin, rreceive_bin, rsend_bin};
 
