@@ -1872,9 +1872,16 @@ fn the_next_receive_removes_journals_and_side_files_of_subvolumes_gone() {
         format!("{:x}-{:x}-", m.dev(), m.ino())
     };
     let (dest_journal, live_journal) = (prefix(&dest), prefix(&live));
-    let until = Instant::now() + Duration::from_secs(30);
-    while !journals().iter().any(|j| j.starts_with(&live_journal)) {
-        assert!(Instant::now() < until, "no journal of the running receive");
+    // Stopped where RRECEIVE_TEST_STOP says, its journal made.
+    let stopped = || {
+        std::fs::read_to_string(format!("/proc/{}/stat", running.id()))
+            .ok()
+            .and_then(|st| st.rsplit_once(") ").map(|(_, r)| r.starts_with('T')))
+            .unwrap_or(false)
+    };
+    let until = Instant::now() + Duration::from_secs(60);
+    while !stopped() || !journals().iter().any(|j| j.starts_with(&live_journal)) {
+        assert!(Instant::now() < until, "the running receive did not stop");
         std::thread::sleep(Duration::from_millis(20));
     }
     // The running receive removed the journal of the DEST that is gone as

@@ -148,14 +148,19 @@ pub(super) fn restore(
     let was = get8(&b, H_NOW);
     put(&mut b, H_NOW, &was.max(now).to_le_bytes());
     b.resize(HEADER + 2 * AREA, 0);
+    // Whole under its name at once: another receive's sweep never sees
+    // part of it.
+    let mut tmp = path.clone().into_os_string();
+    tmp.push(".new");
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)?;
-    io::Write::write_all(&mut f, &b)
+        .open(&tmp)?;
+    io::Write::write_all(&mut f, &b)?;
+    std::fs::rename(&tmp, &path)
 }
 
 /// Removes the journal of subvolume `name` in `dest`, if any: before a new
@@ -202,6 +207,15 @@ pub(super) fn sweep(dest: (u64, u64), incomplete: impl Fn(&[u8]) -> bool) {
         let mut head = vec![0u8; HEADER];
         let whole = std::os::unix::fs::FileExt::read_exact_at(&*f, &mut head, 0).is_ok()
             && head.get(..8) == Some(MAGIC.as_slice());
+        // One not whole yet may be being made (created, or put back after a
+        // power loss) by a receive that has not locked it yet.
+        let young = f
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().map_or(true, |a| a < MAKING));
+        if !whole && young {
+            continue;
+        }
         let stale = !whole
             || head.get(H_BOOT..H_BOOT + 16) != Some(boot.as_slice())
             || match recorded_dest(&head) {
@@ -215,6 +229,9 @@ pub(super) fn sweep(dest: (u64, u64), incomplete: impl Fn(&[u8]) -> bool) {
         }
     }
 }
+
+/// How long a journal that is not whole is taken to be being made.
+const MAKING: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The DEST and subvolume name a journal's file name gives.
 fn parse_name(n: &[u8]) -> Option<((u64, u64), Vec<u8>)> {
