@@ -207,7 +207,8 @@ fn a_missing_subvolume_is_named_with_the_ones_that_exist() {
     args.push("snap1".into());
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
     let o = rsend(&args);
-    assert_eq!(o.status.code(), Some(1));
+    // A usage error (exit 2), as any other bad value of a flag.
+    assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("protocol version 4 is not supported"));
     // No SUBVOL at all is a usage error.
     let args = dev_args(&devs);
