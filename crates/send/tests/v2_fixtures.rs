@@ -301,8 +301,9 @@ fn protocol_flags_are_checked_before_anything_is_read() {
         err.contains("--compressed-data needs protocol version 2"),
         "{err}"
     );
+    // A usage error, as any other bad value of a flag.
     let (code, err) = run(&["--proto", "4", "s"]);
-    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("protocol version 4 is not supported"), "{err}");
 }
 
