@@ -1007,7 +1007,7 @@ impl Receiver<'_> {
     ) -> io::Result<()> {
         let now = rec.journal.unwrap_or(0);
         let bytes = kept_journal(self.dest.fd(), name)?;
-        super::journal::restore(id, name, &bytes, mount, now)?;
+        super::journal::restore(id, self.dest.fd(), name, &bytes, mount, now)?;
         self.log.note(format_args!(
             "resuming after a power loss that cut a receive resumed after a kill: from the \
              killed receive's journal kept in DEST (commands up to {now} maybe applied)"

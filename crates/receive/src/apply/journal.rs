@@ -124,6 +124,7 @@ pub(super) fn bytes(dest: (u64, u64), name: &[u8]) -> io::Result<Vec<u8>> {
 /// receive applied past the killed one's). [`find`] then reads it.
 pub(super) fn restore(
     dest: (u64, u64),
+    dest_fd: std::os::fd::BorrowedFd<'_>,
     name: &[u8],
     bytes: &[u8],
     mount: u64,
@@ -145,6 +146,7 @@ pub(super) fn restore(
     let mut b = bytes.to_vec();
     put(&mut b, H_BOOT, &boot_id());
     put(&mut b, H_MOUNT, &mount.to_le_bytes());
+    put_dest(&mut b, dest_fd);
     let was = get8(&b, H_NOW);
     put(&mut b, H_NOW, &was.max(now).to_le_bytes());
     b.resize(HEADER + 2 * AREA, 0);
@@ -241,6 +243,20 @@ fn parse_name(n: &[u8]) -> Option<((u64, u64), Vec<u8>)> {
     let ino = u64::from_str_radix(it.next()?, 16).ok()?;
     let name = btrfs_text::hex::decode(it.next()?).ok()?;
     (!name.is_empty()).then_some(((dev, ino), name))
+}
+
+/// Records in the journal header `m` where DEST (open at `dest_fd`) is now,
+/// so that a journal whose DEST is gone is known (see [`sweep`]).
+fn put_dest(m: &mut [u8], dest_fd: std::os::fd::BorrowedFd<'_>) {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::fs::read_link(format!("/proc/self/fd/{}", dest_fd.as_raw_fd()));
+    let b = p.as_ref().map_or(&[][..], |p| p.as_os_str().as_bytes());
+    let fits = p.as_ref().is_ok_and(|p| p.is_absolute()) && H_PATH + 2 + b.len() <= HEADER;
+    let b = if fits { b } else { &[] };
+    if let Ok(len) = u16::try_from(b.len()) {
+        put(m, H_PATH, &len.to_le_bytes());
+        put(m, H_PATH + 2, b);
+    }
 }
 
 /// The DEST path a journal header records, if any.
@@ -353,17 +369,7 @@ impl Journal {
         put(&mut map, H_CTRANSID, &ctransid.to_le_bytes());
         put(&mut map, H_VERSION, &version.to_le_bytes());
         put(&mut map, H_MOUNT, &mount.to_le_bytes());
-        // Where DEST is, so that a journal whose DEST is gone is known.
-        if let Ok(p) = std::fs::read_link(format!("/proc/self/fd/{}", dest_fd.as_raw_fd())) {
-            use std::os::unix::ffi::OsStrExt;
-            let b = p.as_os_str().as_bytes();
-            if let Ok(len) = u16::try_from(b.len()) {
-                if H_PATH + 2 + b.len() <= HEADER && p.is_absolute() {
-                    put(&mut map, H_PATH, &len.to_le_bytes());
-                    put(&mut map, H_PATH + 2, b);
-                }
-            }
-        }
+        put_dest(&mut map, dest_fd);
         compiler_fence(Ordering::Release);
         put(&mut map, 0, MAGIC);
         Some(Journal {
