@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use btrfs_stream::resume::{Digest, Token};
 use btrfs_stream::{Command as Cmd, Reader, Writer};
+use common::receivers::ManifestServer;
 use common::receivers::{manifest_of_tree, rreceive_bin, without_xattrs, Receiver};
 use common::scenarios::{self, Manifest};
 use common::v2;
@@ -254,81 +255,6 @@ fn status_of(dest: &Path, name: &str) -> Result<String, String> {
         return Err(format!("--list says {status}, --list --json {v}"));
     }
     Ok(status)
-}
-
-/// testdata/manifest.py --links for many trees from one python process
-/// (the script loaded once and its main() run per tree, so its output is
-/// what running it gives, without an interpreter start for each of the
-/// thousand trees these tests compare).
-struct ManifestServer {
-    child: Child,
-    stdin: Option<std::process::ChildStdin>,
-    out: std::io::BufReader<std::process::ChildStdout>,
-}
-
-const MANIFEST_DRIVER: &str = r#"
-import contextlib, importlib.util, io, os, sys
-spec = importlib.util.spec_from_file_location("manifest", sys.argv[1])
-m = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(m)
-for line in sys.stdin.buffer:
-    root = os.fsdecode(line.rstrip(b"\n"))
-    buf = io.StringIO()
-    try:
-        sys.argv = ["manifest.py", "--links", root]
-        with contextlib.redirect_stdout(buf):
-            m.main()
-        status, text = b"ok", buf.getvalue()
-    except BaseException as e:
-        status, text = b"err", repr(e)
-    data = text.encode("utf-8", "surrogateescape")
-    sys.stdout.buffer.write(b"%s %d\n" % (status, len(data)) + data)
-    sys.stdout.buffer.flush()
-"#;
-
-impl ManifestServer {
-    fn start() -> ManifestServer {
-        let mut child = Command::new("python3")
-            .arg("-c")
-            .arg(MANIFEST_DRIVER)
-            .arg(common::receivers::manifest_py())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let stdin = child.stdin.take();
-        let out = std::io::BufReader::new(child.stdout.take().unwrap());
-        ManifestServer { child, stdin, out }
-    }
-
-    /// The manifest of the tree at `dir`.
-    fn of(&mut self, dir: &Path) -> Result<Manifest, String> {
-        use std::io::{BufRead, Read};
-        use std::os::unix::ffi::OsStrExt;
-        let stdin = self.stdin.as_mut().unwrap();
-        stdin.write_all(dir.as_os_str().as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-        let mut head = String::new();
-        self.out.read_line(&mut head).unwrap();
-        let (status, len) = head
-            .trim_end()
-            .split_once(' ')
-            .unwrap_or_else(|| panic!("manifest driver said {head:?}"));
-        let mut data = vec![0u8; len.parse().unwrap()];
-        self.out.read_exact(&mut data).unwrap();
-        match status {
-            "ok" => Ok(Manifest::parse(&text(&data))),
-            _ => Err(format!("manifest.py {}: {}", dir.display(), text(&data))),
-        }
-    }
-}
-
-impl Drop for ManifestServer {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.child.wait();
-    }
 }
 
 thread_local! {
