@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
-use common::receivers::{rreceive_bin, without_xattrs, ManifestServer, Receiver};
+use common::receivers::{rreceive_bin, without_nlink, without_xattrs, ManifestServer, Receiver};
 use common::scenarios::{self, Manifest};
 use testkit::syscall_kill::{run_killed_at, At, Call, Stepped};
 
@@ -89,20 +89,6 @@ const BTRFS_CASES: [Case; 2] = [
         kind: Kind::Incremental(&[]),
     },
 ];
-
-/// `m` without link counts, marked `*` (a `--link` snapshot shares its
-/// unchanged files, and their count, with its parent: documented).
-fn without_nlink(m: &Manifest) -> Manifest {
-    let mut m = m.clone();
-    for r in &mut m.rows {
-        let mut f: Vec<&str> = r.split('\t').collect();
-        if f.len() > 5 {
-            f[5] = "*";
-        }
-        *r = f.join("\t");
-    }
-    m
-}
 
 /// What the instants of one filesystem share.
 struct Place<'a> {

@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 
 use btrfs_stream::resume::{Digest, Token};
 use btrfs_stream::{Command as Cmd, Reader, Writer};
-use common::receivers::ManifestServer;
 use common::receivers::{manifest_of_tree, rreceive_bin, without_xattrs, Receiver};
+use common::receivers::{without_nlink, ManifestServer};
 use common::scenarios::{self, Manifest};
 use common::v2;
 
@@ -502,20 +502,6 @@ struct Send<'a> {
     snap: &'a str,
     want: &'a Manifest,
     flags: &'a [&'a str],
-}
-
-/// `m` without link counts, marked `*` (a `--link` snapshot shares its
-/// unchanged files, and their count, with its parent: documented).
-fn without_nlink(m: &Manifest) -> Manifest {
-    let mut m = m.clone();
-    for r in &mut m.rows {
-        let mut f: Vec<&str> = r.split('\t').collect();
-        if f.len() > 5 {
-            f[5] = "*";
-        }
-        *r = f.join("\t");
-    }
-    m
 }
 
 /// Receives `stream` cut at `cut` into `dest`, then resumes it and checks
