@@ -126,6 +126,24 @@ struct GetSubvolInfoArgs {
     reserved: [u64; 8],
 }
 
+/// `btrfs_ioctl_fs_info_args` (1024 bytes; `flags` 0 asks for nothing
+/// more).
+#[repr(C)]
+struct FsInfoArgs {
+    max_id: u64,
+    num_devices: u64,
+    fsid: [u8; 16],
+    nodesize: u32,
+    sectorsize: u32,
+    clone_alignment: u32,
+    csum_type: u16,
+    csum_size: u16,
+    flags: u64,
+    generation: u64,
+    metadata_uuid: [u8; 16],
+    reserved: [u8; 944],
+}
+
 /// `btrfs_ioctl_search_key`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -219,6 +237,7 @@ nix::ioctl_read!(
     60,
     GetSubvolInfoArgs
 );
+nix::ioctl_read!(btrfs_fs_info, BTRFS_IOCTL_MAGIC, 31, FsInfoArgs);
 nix::ioctl_write_ptr!(btrfs_encoded_write, BTRFS_IOCTL_MAGIC, 64, EncodedIoArgs);
 nix::ioctl_write_int!(ficlone, BTRFS_IOCTL_MAGIC, 9);
 nix::ioctl_write_ptr!(ficlonerange, BTRFS_IOCTL_MAGIC, 13, FileCloneRange);
@@ -568,6 +587,18 @@ pub(crate) fn enable_verity(
     unsafe { fs_ioc_enable_verity(fd.as_raw_fd(), &args) }.map(drop)
 }
 
+/// The node (tree block) size of the btrfs filesystem `fd` is on
+/// (BTRFS_IOC_FS_INFO).
+pub(crate) fn btrfs_nodesize(fd: BorrowedFd<'_>) -> nix::Result<u32> {
+    let mut args = std::mem::MaybeUninit::<FsInfoArgs>::zeroed();
+    // SAFETY: the kernel fills the struct, which outlives the call; zeroed
+    // is a valid bit pattern for it (integers and byte arrays only), and
+    // `flags` 0 asks for no optional field.
+    unsafe { btrfs_fs_info(fd.as_raw_fd(), args.as_mut_ptr()) }?;
+    // SAFETY: zero-initialised above and written by the kernel.
+    Ok(unsafe { args.assume_init() }.nodesize)
+}
+
 /// The inode flags (`FS_*_FL`) of the file open at `fd`.
 pub(crate) fn get_inode_flags(fd: BorrowedFd<'_>) -> nix::Result<u32> {
     let mut flags: libc::c_int = 0;
@@ -638,6 +669,7 @@ mod tests {
         assert_eq!(size_of::<VolArgsV2>(), 4096);
         assert_eq!(size_of::<ReceivedSubvolArgs>(), 200);
         assert_eq!(size_of::<GetSubvolInfoArgs>(), 504);
+        assert_eq!(size_of::<FsInfoArgs>(), 1024);
         assert_eq!(size_of::<SearchKey>(), 104);
         assert_eq!(size_of::<SearchArgs>(), 4096);
         assert_eq!(size_of::<InoLookupArgs>(), 4096);

@@ -70,6 +70,7 @@ mod report;
 mod stop;
 mod subvol;
 mod workdir;
+mod xattr_limit;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -445,9 +446,10 @@ pub fn receive_with<R: Read>(
     ));
     if rx.stats.skipped > 0 {
         rx.log.warning(format_args!(
-            "{} item(s) this filesystem cannot store were skipped: {} (-v lists them)",
+            "{} item(s) this filesystem cannot store were skipped: {} (-v lists them){}",
             rx.stats.skipped,
-            rx.skipped.said()
+            rx.skipped.said(),
+            rx.skipped.fixes()
         ));
     }
     Ok(rx.stats)

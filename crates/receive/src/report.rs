@@ -216,6 +216,9 @@ mod tests {
 #[derive(Debug, Default)]
 pub(crate) struct Skipped {
     kinds: Vec<(String, u64)>,
+    /// How to keep what was skipped, each said once (at most
+    /// [`Skipped::KINDS`]).
+    fixes: Vec<String>,
 }
 
 impl Skipped {
@@ -231,6 +234,19 @@ impl Skipped {
         } else {
             self.add_other(n);
         }
+    }
+
+    /// Adds `fix`, a way to keep what was skipped, unless already said.
+    pub fn fix(&mut self, fix: &str) {
+        if self.fixes.len() < Self::KINDS && !self.fixes.iter().any(|f| f == fix) {
+            self.fixes.push(fix.to_owned());
+        }
+    }
+
+    /// The ways to keep what was skipped, in the order met: `; tune2fs -O
+    /// ea_inode DEVICE enables large xattrs on ext4`; empty when none.
+    pub fn fixes(&self) -> String {
+        self.fixes.iter().map(|f| format!("; {f}")).collect()
     }
 
     fn add_other(&mut self, n: u64) {
@@ -275,5 +291,15 @@ mod skipped_tests {
         }
         assert!(s.kinds.len() <= Skipped::KINDS + 1);
         assert!(s.said().ends_with("14 other"), "{}", s.said());
+    }
+
+    #[test]
+    fn fixes_are_said_once_each() {
+        let mut s = Skipped::default();
+        assert_eq!(s.fixes(), "");
+        s.fix("mount with -o acl");
+        s.fix("tune2fs -O ea_inode DEVICE");
+        s.fix("mount with -o acl");
+        assert_eq!(s.fixes(), "; mount with -o acl; tune2fs -O ea_inode DEVICE");
     }
 }

@@ -171,6 +171,7 @@ pub fn verify(
     let fs_type = nix::sys::statfs::statfs(dir).map(|s| s.filesystem_type());
     let on_btrfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::BTRFS_SUPER_MAGIC);
     let on_xfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::XFS_SUPER_MAGIC);
+    let xattr_room = xattr_room(dir, on_btrfs);
     let mut v = Verifier {
         fs,
         sv,
@@ -180,6 +181,7 @@ pub fn verify(
         report: Report::default(),
         on_btrfs,
         on_xfs,
+        xattr_room,
         ignore,
         xattrs: ignore.checks(What::Xattrs),
         flags_held: if ignore.checks(What::Flags) {
@@ -231,6 +233,9 @@ struct Verifier<'a, 'fs> {
     report: Report,
     on_btrfs: bool,
     on_xfs: bool,
+    /// The size (name and value) above which an xattr may be too large for
+    /// the copy's filesystem (see [`xattr_room`]).
+    xattr_room: u64,
     /// What is not compared.
     ignore: Ignore,
     /// Whether extended attributes are compared (not ignored, and the
@@ -753,8 +758,36 @@ impl Verifier<'_, '_> {
             .collect();
         copy.sort();
         snap.sort();
-        Ok(copy == snap)
+        if copy == snap {
+            return Ok(true);
+        }
+        for (name, value) in &snap {
+            let size = (name.len() + value.len()) as u64;
+            if size > self.xattr_room && !copy.iter().any(|(n, _)| n == name) {
+                self.report.notes.push(format!(
+                    "xattr {} of {} ({} bytes) is not in the copy: it may be too large for the \
+                     copy's filesystem, which rreceive then skips and names in its warning \
+                     (on ext4: tune2fs -O ea_inode)",
+                    btrfs_text::escape::escape(name),
+                    btrfs_text::escape::escape(rel),
+                    value.len()
+                ));
+            }
+        }
+        Ok(false)
     }
+}
+
+/// The size (name and value) above which an xattr may not fit on the
+/// filesystem of `dir`: one block (as statvfs gives it, 4 KiB at least)
+/// less the headers stored with it, 156 bytes on btrfs (a tree block is
+/// at least that large), 64 elsewhere (ext4 without `ea_inode` keeps an
+/// inode's xattrs in the inode and one block).
+fn xattr_room(dir: &Path, on_btrfs: bool) -> u64 {
+    let block = nix::sys::statvfs::statvfs(dir).map_or(4096, |v| v.block_size());
+    block
+        .max(4096)
+        .saturating_sub(if on_btrfs { 156 } else { 64 })
 }
 
 /// Compares files' data.

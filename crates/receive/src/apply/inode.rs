@@ -10,13 +10,13 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::{fchmod, fstat, futimens, Mode};
 use nix::unistd::{fchown, Gid, Uid};
 
-use crate::copy;
 use crate::dest::Dest;
 use crate::error::{escape, CmdError};
 use crate::fake_super::{self, Stat};
 use crate::ioctl;
 use crate::meta::{self, At};
 use crate::subvol::XATTR_RESERVED_PREFIX;
+use crate::{copy, xattr_limit};
 
 use super::{is_kind, target, Current, Flow, Receiver, Target, R, RESOLVE};
 
@@ -293,6 +293,10 @@ impl Receiver<'_> {
             }
             Err(e) if meta::errno(&e) == Some(Errno::EOPNOTSUPP) => {
                 self.skip(&format!("xattr {}", escape(name)), 1);
+                if name.starts_with(b"system.posix_acl_") {
+                    self.skipped
+                        .fix("ACLs need the mount option acl (mount -o acl)");
+                }
                 self.log.note(format_args!(
                     "xattr {} of '{}' not supported by this filesystem; skipped",
                     escape(name),
@@ -300,7 +304,32 @@ impl Receiver<'_> {
                 ));
                 Ok(())
             }
-            Err(e) => Err(CmdError::io(op)(e)),
+            Err(e) => {
+                let too_large = match (value, meta::errno(&e)) {
+                    (Some(v), Some(errno)) => {
+                        xattr_limit::too_large(self.dest.fd(), name, v.len(), errno)
+                    }
+                    _ => None,
+                };
+                let Some(t) = too_large else {
+                    return Err(CmdError::io(op)(e));
+                };
+                self.skip(
+                    &format!("xattr {} (too large for this filesystem)", escape(name)),
+                    1,
+                );
+                if let Some(fix) = &t.fix {
+                    self.skipped.fix(fix);
+                }
+                self.log.note(format_args!(
+                    "xattr {} of '{}' ({} bytes) is too large for this filesystem: {}; skipped",
+                    escape(name),
+                    escape(path),
+                    value.map_or(0, <[u8]>::len),
+                    t.why
+                ));
+                Ok(())
+            }
         }
     }
     /// A real descriptor on a regular file or directory (never a device).
