@@ -392,7 +392,12 @@ pub(crate) fn copy_tree(
     {
         use std::os::unix::ffi::OsStrExt;
         use xattr::FileExt;
-        for n in src_root.list_xattr()? {
+        // A filesystem without xattrs (sshfs) has none to copy.
+        let names = match src_root.list_xattr() {
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Vec::new(),
+            r => r?.collect(),
+        };
+        for n in names {
             if skip_root_xattr(n.as_bytes()) {
                 continue;
             }
@@ -802,7 +807,21 @@ impl TreeCopy<'_> {
                 self.keep_late(d, late);
             }
             libc::S_IFLNK => {
-                let target = readlinkat(Some(src.as_raw_fd()), sname)?;
+                let target = match readlinkat(Some(src.as_raw_fd()), sname) {
+                    // sshfs cannot read back an absolute link it made: the
+                    // copy is the same link (its owner and times too).
+                    Err(Errno::EPERM) => {
+                        nix::unistd::linkat(
+                            Some(src.as_raw_fd()),
+                            sname,
+                            Some(dst.as_raw_fd()),
+                            dname,
+                            nix::fcntl::AtFlags::empty(),
+                        )?;
+                        return Ok(());
+                    }
+                    r => r?,
+                };
                 // readlink may have touched the source's atime: put it back.
                 let _ = s_at.utimes(
                     btrfs_stream::Timespec {
@@ -847,7 +866,13 @@ impl TreeCopy<'_> {
 
     /// Owner, mode (not for symlinks), xattrs, then times.
     fn finish(&mut self, s: &At<'_>, d: &At<'_>, st: &FileStat, chmod: bool) -> io::Result<()> {
-        d.chown(st.st_uid, st.st_gid)?;
+        // ELOOP: a symlink whose owner and times the filesystem would set
+        // on what it points to; they were not kept in the parent either.
+        let kept = |r: nix::Result<()>| match r {
+            Err(Errno::ELOOP) => Ok(()),
+            r => r,
+        };
+        kept(d.chown(st.st_uid, st.st_gid))?;
         if chmod {
             d.chmod(st.st_mode & 0o7777)?;
         }
@@ -856,10 +881,10 @@ impl TreeCopy<'_> {
             sec: s,
             nsec: n as u32,
         };
-        d.utimes(
+        kept(d.utimes(
             t(st.st_atime, st.st_atime_nsec),
             t(st.st_mtime, st.st_mtime_nsec),
-        )?;
+        ))?;
         Ok(())
     }
 }

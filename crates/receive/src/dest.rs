@@ -22,6 +22,7 @@ use uuid::Uuid;
 use crate::copy;
 use crate::elsewhere::{self, MountRoot};
 use crate::ioctl;
+use crate::probe;
 use crate::subvol::{self, Store, SubvolState};
 use crate::workdir;
 
@@ -252,6 +253,11 @@ impl Dest {
         let f = File::open(path)?;
         if !f.metadata()?.is_dir() {
             return Err(io::Error::new(
+    /// Whether `renameat2(RENAME_NOREPLACE)` is tried (cleared when the
+    /// filesystem refuses it: see [`probe::rename_noreplace`]).
+    native_rename: std::cell::Cell<bool>,
+    /// What the filesystem can do, once probed ([`Dest::probe`]).
+    caps: Option<probe::Caps>,
                 io::ErrorKind::NotADirectory,
                 "not a directory",
             ));
@@ -281,6 +287,9 @@ impl Dest {
         self.root_mount = path;
         self.mount = None;
     }
+        // What a rename emulated where rename2 is missing left when it was
+        // killed half-way.
+        probe::clear_placeholders(f.as_fd());
 
     /// The mount root searched beneath (btrfs only), or why there is none.
     pub(crate) fn mount_root(&mut self) -> Result<&MountRoot, String> {
@@ -296,6 +305,21 @@ impl Dest {
                     )
                 }),
             };
+    /// Finds what DEST's filesystem can do (see [`probe::probe`]); the
+    /// renames that must not replace a name use the fallback from then on
+    /// where rename2 is missing.
+    pub(crate) fn probe(&mut self) -> &probe::Caps {
+        let caps = probe::probe(self.fd());
+        self.native_rename.set(caps.rename_noreplace);
+        self.caps.insert(caps)
+    }
+
+    /// Renames `from` to `to` in DEST, never over a name that exists
+    /// (EEXIST): see [`probe::rename_noreplace`].
+    fn rename_noreplace(&self, from: &[u8], to: &[u8]) -> nix::Result<()> {
+        probe::rename_noreplace(self.fd(), from, to, &self.native_rename)
+    }
+
             self.mount = Some(m);
         }
         match &self.mount {
@@ -418,13 +442,7 @@ impl Dest {
     /// (incomplete), and a receive killed is resumed.
     pub(crate) fn place(&mut self, staged: &Staged) -> io::Result<()> {
         match staged {
-            Staged::Made { tmp, name } => Ok(nix::fcntl::renameat2(
-                Some(self.fd.as_raw_fd()),
-                tmp.as_slice(),
-                Some(self.fd.as_raw_fd()),
-                name.as_slice(),
-                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-            )?),
+            Staged::Made { tmp, name } => Ok(self.rename_noreplace(tmp, name)?),
             Staged::Move { from, name, state } => {
                 self.move_recorded(from, name, state)?;
                 if let Some(ix) = self.index.as_mut() {
@@ -463,7 +481,6 @@ impl Dest {
     /// states go to the state file first, then the xattr is taken off,
     /// then the rename; then `to` gets its xattr and the lines go.
     fn move_recorded(&mut self, from: &[u8], to: &[u8], to_state: &SubvolState) -> io::Result<()> {
-        let fd = self.fd.as_raw_fd();
         let raw = self.fd();
         let had = subvol::in_xattr(raw, from);
         let mut lines: Vec<(&[u8], Option<&SubvolState>)> = vec![(to, Some(to_state))];
@@ -476,15 +493,7 @@ impl Dest {
         } else {
             Ok(())
         }
-        .and_then(|()| {
-            Ok(nix::fcntl::renameat2(
-                Some(fd),
-                from,
-                Some(fd),
-                to,
-                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-            )?)
-        });
+        .and_then(|()| Ok(self.rename_noreplace(from, to)?));
         if let Err(e) = moved {
             if let Some(st) = &had {
                 let _ = subvol::record(raw, from, st, Some(Store::Xattr));
@@ -650,13 +659,7 @@ impl Dest {
         match &taken.state {
             Some(st) => self.move_recorded(name, &taken.parent, st)?,
             None => {
-                nix::fcntl::renameat2(
-                    Some(self.fd.as_raw_fd()),
-                    name,
-                    Some(self.fd.as_raw_fd()),
-                    taken.parent.as_slice(),
-                    nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-                )?;
+                self.rename_noreplace(name, &taken.parent)?;
                 subvol::forget(self.fd(), name)?;
             }
         }

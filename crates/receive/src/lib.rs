@@ -67,6 +67,7 @@ mod meta;
 mod overlay;
 mod path;
 mod report;
+mod probe;
 mod stop;
 mod subvol;
 mod workdir;
@@ -297,6 +298,7 @@ pub fn receive_with<R: Read>(
     };
     // A failure that leaves the subvolume incomplete and not resumable,
     // recording why for `--resume-token`.
+    rx.probe_dest();
     let refuse = |rx: &mut Receiver<'_>, error: Error, why: String| {
         let name = rx.current_name();
         let mut f = fail(rx, error);

@@ -40,8 +40,12 @@ impl At<'_> {
         fstatat(self.raw(), self.name, AtFlags::AT_SYMLINK_NOFOLLOW)
     }
 
-    /// lchown.
+    /// lchown; `ELOOP` for a symlink where the filesystem would follow
+    /// it (see [`crate::probe::symlink_followed`]).
     pub(crate) fn chown(&self, uid: u32, gid: u32) -> nix::Result<()> {
+        if crate::probe::symlink_followed(self.dir, self.name) {
+            return Err(nix::errno::Errno::ELOOP);
+        }
         fchownat(
             self.raw(),
             self.name,
@@ -61,8 +65,12 @@ impl At<'_> {
         )
     }
 
-    /// utimensat(AT_SYMLINK_NOFOLLOW) of atime and mtime.
+    /// utimensat(AT_SYMLINK_NOFOLLOW) of atime and mtime; `ELOOP` for a
+    /// symlink where the filesystem would follow it.
     pub(crate) fn utimes(&self, atime: Timespec, mtime: Timespec) -> nix::Result<()> {
+        if crate::probe::symlink_followed(self.dir, self.name) {
+            return Err(nix::errno::Errno::ELOOP);
+        }
         utimensat(
             self.raw(),
             self.name,

@@ -9,13 +9,19 @@
 //! [`engine`] checks that an engine library never prints.
 //! [`inode_flags`] reads a file's inode flags (its `unsafe` call is the
 //! ioctl).
+//! [`gluster`], [`sshfs`] and [`overlay`] mount a GlusterFS volume, an
+//! sshfs to localhost and an overlayfs over ext4 (torn down on drop);
+//! [`skip_unless`] turns why one cannot be made into a `SKIP` line.
 //! [`workspace_bin`] finds (and builds when stale) a binary of another
 //! package of the workspace.
 
 pub mod engine;
 pub mod fiemap;
+pub mod gluster;
 mod inode_flags;
+pub mod overlay;
 pub mod powercut;
+pub mod sshfs;
 pub mod syscall_kill;
 
 pub use inode_flags::inode_flags;
@@ -50,6 +56,22 @@ pub fn kernel_available(test: &str) -> bool {
         Some(why) => {
             println!("SKIP {test}: needs root, loop devices and the btrfs kernel module ({why})");
             false
+        }
+    }
+}
+
+/// `made` (a mount made for `test`), or None after printing `SKIP <test>:
+/// <why>` when it could not be made; with `RSEND_REQUIRE_KERNEL=1` (as
+/// `.ci/run` sets) it panics instead, so CI cannot pass by skipping.
+pub fn skip_unless<T>(test: &str, made: Result<T, String>) -> Option<T> {
+    match made {
+        Ok(t) => Some(t),
+        Err(why) if std::env::var_os("RSEND_REQUIRE_KERNEL").is_some_and(|v| v == "1") => {
+            panic!("{test}: {why}")
+        }
+        Err(why) => {
+            println!("SKIP {test}: {why}");
+            None
         }
     }
 }

@@ -143,6 +143,8 @@ impl Receiver<'_> {
         let cur = self.cur()?;
         let (dir, name) = cur.res.parent(at).map_err(CmdError::os(RESOLVE))?;
         let raw = Some(dir.as_raw_fd());
+        // A special file this filesystem cannot make: what stands in.
+        let mut stood_in: Option<(&'static str, Errno)> = None;
         match what {
             Create::File => {
                 let open = || {
@@ -197,13 +199,20 @@ impl Receiver<'_> {
                     stand_in(raw, name, *mode as u32, *rdev)?;
                 } else {
                     let device = kind == libc::S_IFCHR || kind == libc::S_IFBLK;
-                    mknodat(
+                    match mknodat(
                         raw,
                         name,
                         SFlag::from_bits_truncate(kind),
                         Mode::empty(),
                         *rdev,
-                    )
+                    ) {
+                        Err(e) if cannot_make(e, device) => {
+                            stand_in_empty(raw, name)?;
+                            stood_in = Some((special_kind(kind), e));
+                            Ok(())
+                        }
+                        r => r,
+                    }
                     .map_err(|e| {
                         if device {
                             CmdError::needs_root(e, "mknod", || "creating a device node".into())
@@ -224,20 +233,78 @@ impl Receiver<'_> {
                 };
                 stand_in(raw, name, kind | 0o600, 0)?;
             }
-            Create::Fifo => mkfifoat(raw, name, Mode::from_bits_retain(0o600))
-                .map_err(CmdError::os("mkfifo"))?,
-            Create::Sock => mknodat(raw, name, SFlag::S_IFSOCK, Mode::from_bits_retain(0o600), 0)
-                .map_err(CmdError::os("mksock"))?,
+            Create::Fifo => match mkfifoat(raw, name, Mode::from_bits_retain(0o600)) {
+                Err(e) if cannot_make(e, false) => {
+                    stand_in_empty(raw, name)?;
+                    stood_in = Some((special_kind(libc::S_IFIFO), e));
+                }
+                r => r.map_err(CmdError::os("mkfifo"))?,
+            },
+            Create::Sock => {
+                match mknodat(raw, name, SFlag::S_IFSOCK, Mode::from_bits_retain(0o600), 0) {
+                    Err(e) if cannot_make(e, false) => {
+                        stand_in_empty(raw, name)?;
+                        stood_in = Some((special_kind(libc::S_IFSOCK), e));
+                    }
+                    r => r.map_err(CmdError::os("mksock"))?,
+                }
+            }
             Create::Symlink(target) => {
                 symlinkat(target.as_slice(), raw, name).map_err(CmdError::os("symlink"))?
             }
         }
         self.stats.created += 1;
+        if let Some((kind, e)) = stood_in {
+            self.skip(kind, 1);
+            self.log.note(format_args!(
+                "{} '{}' cannot be made on this filesystem ({}): an empty file stands in; skipped",
+                kind.split(' ').next().unwrap_or(kind),
+                crate::error::escape(at),
+                e.desc()
+            ));
+        }
         if matches!(what, Create::Dir) {
             self.dir_created(at)?;
         }
         Ok(())
     }
+}
+
+/// Whether `e`, from making a fifo, socket or (`device`) device node, says
+/// this filesystem cannot hold one (sshfs: EPERM, as SFTP has no mknod),
+/// not that this user may not (EPERM for a device node made without root).
+fn cannot_make(e: Errno, device: bool) -> bool {
+    match e {
+        Errno::EOPNOTSUPP | Errno::ENOSYS => true,
+        Errno::EPERM => !device || nix::unistd::geteuid().is_root(),
+        _ => false,
+    }
+}
+
+/// The kind said in the skip warning for a special file of type `kind`
+/// (`S_IFMT` bits) that an empty file stands in for.
+fn special_kind(kind: u32) -> &'static str {
+    match kind {
+        libc::S_IFIFO => "fifo (an empty file stands in)",
+        libc::S_IFSOCK => "socket (an empty file stands in)",
+        libc::S_IFCHR => "character device (an empty file stands in)",
+        libc::S_IFBLK => "block device (an empty file stands in)",
+        _ => "special file (an empty file stands in)",
+    }
+}
+
+/// An empty regular file of mode 0600 where a special file this
+/// filesystem cannot make was to be, so that what the stream does to it
+/// after (owner, mode, times, renames, links, removal) applies.
+fn stand_in_empty(dir: Option<std::os::fd::RawFd>, name: &[u8]) -> R<()> {
+    ioctl::openat(
+        dir,
+        name,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_retain(0o600),
+    )
+    .map(drop)
+    .map_err(CmdError::os("create file"))
 }
 
 /// `--fake-super`: an empty regular file of mode 0600 in place of a device,

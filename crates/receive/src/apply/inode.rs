@@ -22,6 +22,18 @@ use super::{is_kind, target, Current, Flow, Receiver, Target, R, RESOLVE};
 
 pub(super) use crate::flags::{managed_flags, map_inode_flags, LATE_FLAGS, MAX_DEFERRED};
 
+/// `r`, the result of setting the owner or times of `at`, with ENOENT
+/// from a symlink (a filesystem that followed it to nothing: sshfs)
+/// turned into ELOOP, the refusal to follow it.
+fn symlink_refused(at: At<'_>, r: nix::Result<()>) -> nix::Result<()> {
+    match r {
+        Err(Errno::ENOENT) if at.stat().is_ok_and(|st| is_kind(st.st_mode, libc::S_IFLNK)) => {
+            Err(Errno::ELOOP)
+        }
+        r => r,
+    }
+}
+
 /// Sets the atime and mtime of `path`, through the open file when it is
 /// that one.
 pub(super) fn set_times(
@@ -37,7 +49,7 @@ pub(super) fn set_times(
             let m = meta::timespec(mtime).map_err(CmdError::os("utimes"))?;
             futimens(f.as_raw_fd(), &a, &m)
         }
-        Target::At(at) => at.utimes(atime, mtime),
+        Target::At(at) => symlink_refused(at, at.utimes(atime, mtime)),
     }
     .map_err(CmdError::os("utimes"))
 }
@@ -60,15 +72,19 @@ impl Receiver<'_> {
             // change nothing (no set-id bits or capabilities yet).
             self.stats.chowns_skipped += 1;
         } else {
-            match target(cur, &self.dest, path)? {
+            let done = match target(cur, &self.dest, path)? {
                 Target::File(f) => fchown(
                     f.as_raw_fd(),
                     Some(Uid::from_raw(uid)),
                     Some(Gid::from_raw(gid)),
                 ),
-                Target::At(at) => at.chown(uid, gid),
+                Target::At(at) => symlink_refused(at, at.chown(uid, gid)),
+            };
+            if done == Err(Errno::ELOOP) {
+                self.symlink_skipped("owner", path);
+                return Ok(Flow::Continue);
             }
-            .map_err(CmdError::chown(uid, gid))?;
+            done.map_err(CmdError::chown(uid, gid))?;
             if let Some(f) = cur.file.as_mut().filter(|f| f.path == path) {
                 f.owner = Some((uid, gid));
             }
@@ -122,8 +138,29 @@ impl Receiver<'_> {
             return Ok(Flow::Continue);
         }
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
-        set_times(cur, &self.dest, path, atime, mtime)?;
+        match set_times(cur, &self.dest, path, atime, mtime) {
+            Err(CmdError::Os {
+                errno: Errno::ELOOP,
+                ..
+            }) => self.symlink_skipped("times", path),
+            r => r?,
+        }
         Ok(Flow::Continue)
+    }
+
+    /// The owner or times (`what`) of symlink `path` not set: the
+    /// filesystem would set them on what it points to (sshfs), or
+    /// followed it and found nothing there.
+    fn symlink_skipped(&mut self, what: &str, path: &[u8]) {
+        self.skip(
+            &format!("symlink {what} (the filesystem would follow the link)"),
+            1,
+        );
+        self.log.note(format_args!(
+            "{what} of symlink '{}' not set: this filesystem would set it on what the link \
+             points to; skipped",
+            escape(path)
+        ));
     }
 
     /// `--fake-super` CHOWN: records the owner (see [`fake_super`]).

@@ -463,6 +463,12 @@ impl<'o> Receiver<'o> {
     fn skip(&mut self, kind: &str, n: u64) {
         self.stats.skipped += n;
         self.skipped.add(kind, n);
+    /// Finds what DEST's filesystem can do, and says it with `-v`.
+    pub(crate) fn probe_dest(&mut self) {
+        let caps = self.dest.probe();
+        self.log.note(format_args!("DEST is {caps}"));
+    }
+
     }
 
     fn merge_counts(&mut self) {
