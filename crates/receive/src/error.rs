@@ -52,6 +52,23 @@ pub enum Error {
         "{0}: corrupted in transit (read from a pipe; the same stream sent again does not have it)"
     )]
     Transit(btrfs_stream::Error),
+    /// A stream read again to resume a subvolume (a stored stream file, or
+    /// `--resume`) is not the one it was being received from, or ends
+    /// before where that receive stopped: nothing was changed.
+    #[error(
+        "cannot resume subvolume {name} in {dest} from {input}: {why}; the subvolume is left as \
+         it was (the stream it was being received from resumes it)"
+    )]
+    NotTheStream {
+        /// The subvolume's name, escaped.
+        name: String,
+        /// DEST.
+        dest: String,
+        /// The stream file's name, or "standard input".
+        input: String,
+        /// What differs.
+        why: String,
+    },
 }
 
 impl Error {
@@ -250,6 +267,7 @@ impl Error {
                 _ => Some(format!("the stream is malformed ({e})")),
             },
             Error::Interrupted(..) | Error::Transit(_) => None,
+            Error::NotTheStream { .. } => Some(self.to_string()),
             Error::Failed(n) => Some(format!("{n} command(s) failed")),
             Error::Dest { .. } => Some(self.to_string()),
             Error::Command {

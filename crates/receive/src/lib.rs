@@ -139,6 +139,16 @@ pub struct Options {
     /// command in it stops the receive for good. From a pipe or socket it
     /// was corrupted on the way, and the stop is resumable.
     pub stored: bool,
+    /// Resume from the stream itself (`--resume`), as is done anyway when
+    /// it is [`Options::stored`]: a subvolume of the stream that DEST holds
+    /// incomplete, with a point to resume from, is not refused; the
+    /// stream's commands up to that point are read without being applied
+    /// and checked against what was applied (their byte offset and digest),
+    /// and the rest applied. A stream that differs is refused
+    /// ([`Error::NotTheStream`]) and the subvolume left as it was.
+    pub resume: bool,
+    /// The stream file's name, for messages (`None`: standard input).
+    pub input: Option<PathBuf>,
 }
 
 /// The default [`Options::max_dir_times`]: about 5 MiB.
@@ -162,6 +172,8 @@ impl Options {
             root_mount: None,
             durable: true,
             stored: false,
+            resume: false,
+            input: None,
         }
     }
 }
@@ -379,6 +391,25 @@ pub fn receive_with<R: Read>(
         let mut res = Ok(apply::Flow::End);
         if starts && rx.in_subvol() {
             res = rx.apply(&Command::End {}, pos);
+        }
+        // A stream read again: what a stopped receive applied is read, not
+        // applied again.
+        if res.is_ok() && starts && (opts.stored || opts.resume) {
+            if let Some(start) = apply::Start::of(&cmd, pos) {
+                match rx.stored_point(&start) {
+                    Err(e) => return Err(fail(&mut rx, e)),
+                    Ok(None) => {}
+                    Ok(Some(st)) => {
+                        if let Err(e) = rx.skip_to(&mut reader, &start, &st) {
+                            return Err(rx.skip_failed(e, &start, st));
+                        }
+                        if let Err(e) = rx.apply(&start.command(), start.pos) {
+                            return Err(stop(&mut rx, e));
+                        }
+                        continue;
+                    }
+                }
+            }
         }
         if res.is_ok() {
             res = rx.apply(&cmd, pos);

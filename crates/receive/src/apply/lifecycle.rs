@@ -85,7 +85,7 @@ impl Receiver<'_> {
             ),
             Existing::Received(st) => match st.resume {
                 Some(r) => format!(
-                    "subvolume {shown} in {dest} is incomplete: an earlier receive stopped after command {} (byte {}). Resume it with rsend --resume \"$(rreceive --resume-token {dest}/{shown})\" and the same rsend arguments as before, or {again}",
+                    "subvolume {shown} in {dest} is incomplete: an earlier receive stopped after command {} (byte {}). Resume it with rsend --resume \"$(rreceive --resume-token {dest}/{shown})\" and the same rsend arguments as before; from a stored stream file, with the same rreceive -f FILE {dest} again (or ... | rreceive --resume {dest}); or {again}",
                     r.point.commands, r.point.offset
                 ),
                 None => match super::resume::refusal(self.dest.fd(), name) {

@@ -44,9 +44,11 @@ mod lifecycle;
 mod names;
 mod resume;
 mod schedule;
+mod stored;
 
 pub(crate) use durable::record_files as durable_record_files;
 pub(crate) use resume::{forget_journal, killed_point, refusal};
+pub(crate) use stored::Start;
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;

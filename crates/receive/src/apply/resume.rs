@@ -94,6 +94,19 @@ impl Track {
         }
     }
 
+    /// The track of a stream resumed at `p` (protocol `version`): its
+    /// SUBVOL or SNAPSHOT counted before `p`, not again.
+    pub(super) fn resumed(p: Point, version: u32) -> Track {
+        Track {
+            count: p.commands,
+            offset: p.offset,
+            digest: Digest::from_value(p.digest),
+            version,
+            broken: false,
+            resumed_at: p.commands,
+        }
+    }
+
     /// Whether nothing but the first command of a receive started here
     /// (not resumed) was applied: the subvolume holds nothing of the stream.
     pub(super) fn unstarted(&self) -> bool {
@@ -365,14 +378,7 @@ impl Receiver<'_> {
             self.closer.clone(),
             self.opts.max_dir_times,
         );
-        cur.track = Track {
-            count: p.commands,
-            offset: p.offset,
-            digest: Digest::from_value(p.digest),
-            version: pos.version,
-            broken: false,
-            resumed_at: p.commands,
-        };
+        cur.track = Track::resumed(p, pos.version);
         // A snapshot linked to its parent's files stays so, whatever the
         // options now: its work directory says.
         let work = crate::workdir::Workdir::open(self.dest.fd(), name)

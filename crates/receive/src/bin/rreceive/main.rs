@@ -26,6 +26,10 @@ use rsend_cli::Failure;
 struct Args {
     /// Read the stream from FILE instead of standard input (as btrfs
     /// receive).
+    ///
+    /// A receive from FILE that was stopped or killed is completed by the
+    /// same command again: FILE is read up to where it stopped, checked
+    /// against what was received, and the rest applied (as --resume).
     #[arg(short = 'f', value_name = "FILE")]
     file: Option<PathBuf>,
     /// Stop after the first END instead of reading further streams (as
@@ -151,9 +155,25 @@ struct Args {
     /// code 1, with the reason, when NAME cannot be resumed: complete, not
     /// received by rreceive, stopped by an error a resume would meet
     /// again, or received with --in-place, --link or --no-durable and cut
-    /// by a power loss. Resuming needs a stream made by rsend.
+    /// by a power loss. Resuming needs a stream made by rsend (or the stream
+    /// file read again: -f FILE, --resume).
     #[arg(long, value_name = "DEST/NAME", conflicts_with = "dump")]
     resume_token: Option<PathBuf>,
+    /// Resume from the stream itself, read again through a pipe (`cat
+    /// FILE |`, `zstd -dc FILE.zst |`, `ssh host cat FILE |`); done anyway
+    /// with -f FILE
+    ///
+    /// A subvolume of the stream that DEST holds incomplete, stopped or
+    /// killed (one --resume-token gives a token for), is not refused: the
+    /// stream's commands up to where that receive stopped are read, not
+    /// applied, and must reach there at the same byte offset with the same
+    /// digest of their commands (file data counts by its length); then the
+    /// rest is applied. Any other stream (another file, another snapshot's,
+    /// one cut short) is refused, exit 1, and the subvolume left as it was.
+    /// Subvolumes not in DEST are received as usual. A stream made by
+    /// `rsend --resume` needs no flag: it starts where the receive stopped.
+    #[arg(long, conflicts_with_all = ["dump", "list", "resume_token"])]
+    resume: bool,
     /// Delete DEST/NAME, a subvolume rreceive received and did not
     /// complete (one --resume-token calls not resumable), with what
     /// rreceive kept beside it; a complete one is never deleted
@@ -480,6 +500,8 @@ fn receive(args: Args) -> ExitCode {
     opts.fake_super = args.fake_super;
     opts.durable = !args.no_durable;
     opts.stored = size.is_some();
+    opts.resume = args.resume;
+    opts.input = args.file.clone().filter(|p| p.as_os_str() != "-");
     opts.stop = stop;
     opts.root_mount = args.root_mount;
     if args.chroot && args.verbosity.verbose() > 0 {
@@ -537,11 +559,10 @@ fn receive(args: Args) -> ExitCode {
                 let at = st.resume.map_or(0, |r| r.point.commands);
                 eprintln!(
                     "rreceive: subvolume {} stopped after command {at}; it is left incomplete, with \
-                     what was received kept and synced. To complete it, run the same rsend with --resume \
-                     \"$(rreceive --resume-token {})\" and receive that into the same \
-                     destination (or delete it and receive the whole stream again)",
+                     what was received kept and synced. To complete it, {} (or delete it and \
+                     receive the whole stream again)",
                     p.display(),
-                    p.display()
+                    how_to_resume(p, &opts, &f.error)
                 );
             } else if let Some(p) = f.incomplete {
                 eprintln!(
@@ -570,6 +591,38 @@ fn receive(args: Args) -> ExitCode {
             let code = if stopped { STOPPED } else { 1 };
             rsend_cli::exit("rreceive", Err(Failure::Said(code)))
         }
+    }
+}
+
+/// What completes subvolume `sv`, stopped while `opts` received into it:
+/// the same stream file (or pipe with --resume) again, else rsend --resume.
+fn how_to_resume(sv: &std::path::Path, opts: &rreceive::Options, e: &rreceive::Error) -> String {
+    let dest = opts.dest.display();
+    let rsend = format!(
+        "run the same rsend with --resume \"$(rreceive --resume-token {})\" and receive that \
+         into the same destination",
+        sv.display()
+    );
+    // A stored file that ends there ends there again: the whole one resumes.
+    let cut = matches!(e, rreceive::Error::Stream(s) if matches!(
+        s.kind,
+        btrfs_stream::ErrorKind::MissingEnd
+            | btrfs_stream::ErrorKind::TruncatedCommand { .. }
+            | btrfs_stream::ErrorKind::TruncatedCommandHeader { .. }
+    ));
+    let again = match (&opts.input, opts.stored, opts.resume) {
+        (Some(file), _, _) => format!("run the same rreceive -f {} {dest} again", file.display()),
+        (None, true, _) => format!("receive the same stream file into {dest} again"),
+        (None, false, true) => format!("pipe the same stream into rreceive --resume {dest} again"),
+        (None, false, false) => return rsend,
+    };
+    if cut && opts.stored {
+        format!(
+            "{again} once the file is whole (it checks it against what was received and goes \
+             on after that command), or {rsend}"
+        )
+    } else {
+        format!("{again}: it checks the stream against what was received and goes on after that command")
     }
 }
 
