@@ -56,7 +56,11 @@ fn receive_piped(data: &[u8], dest: &Path) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run rreceive");
-    child.stdin.take().unwrap().write_all(data).unwrap();
+    // A receive that refuses the stream stops reading it.
+    match child.stdin.take().unwrap().write_all(data) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        r => r.unwrap(),
+    }
     child.wait_with_output().unwrap()
 }
 
@@ -295,23 +299,29 @@ fn a_cut_off_receive_is_resumable_and_says_how() {
         lines[2],
         format!(
             "rreceive: subvolume {} stopped after command {n}; it is left incomplete, with what \
-             was received kept and synced. To complete it, run the same rsend with --resume \"$(rreceive --resume-token \
+             was received kept and synced. To complete it, run the same rreceive -f {} {} again \
+             once the file is whole (it checks it against what was received and goes on after \
+             that command), or run the same rsend with --resume \"$(rreceive --resume-token \
              {})\" and receive that into the same destination (or delete it and receive the \
              whole stream again)",
             sv.display(),
+            cut_file.display(),
+            dest.display(),
             sv.display()
         )
     );
 
-    let o = receive_file(&file, &dest);
+    // The whole stream again from a pipe (a stream file read again resumes).
+    let o = receive_piped(&data, &dest);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     assert_eq!(
         squeezed(&text(&o.stderr)),
         format!(
             "rreceive: error: subvolume s1 in {d} is incomplete: an earlier receive stopped after \
              command {n} (byte {offset}). Resume it with rsend --resume \"$(rreceive \
-             --resume-token {d}/s1)\" and the same rsend arguments as before, or {AGAIN}: 's1' \
-             (command #1 SUBVOL at byte 17)\n",
+             --resume-token {d}/s1)\" and the same rsend arguments as before; from a stored \
+             stream file, with the same rreceive -f FILE {d} again (or ... | rreceive --resume \
+             {d}); or {AGAIN}: 's1' (command #1 SUBVOL at byte 17)\n",
             d = dest.display()
         )
     );
@@ -669,8 +679,11 @@ fn refusals_of_an_existing_name_are_single_spaced() {
     let cut = tmp.path().join("cut.stream");
     std::fs::write(&cut, cut_in_half(&data).0).unwrap();
     assert_eq!(receive_file(&cut, &dest).status.code(), Some(3));
-    for stream in [kernel_stream("full-v1-subvol"), file] {
-        let o = receive_file(&stream, &dest);
+    // The whole stream from a pipe (a stream file read again resumes).
+    for o in [
+        receive_file(&kernel_stream("full-v1-subvol"), &dest),
+        receive_piped(&data, &dest),
+    ] {
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{err}");
         assert!(!err.contains("  "), "{err:?}");

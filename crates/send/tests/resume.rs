@@ -873,10 +873,15 @@ fn cut_twice(s: &Setup, args: &[&str], send: &Send<'_>, dest: &Path) -> Result<(
     if p2.point.commands != second || p2.point.offset != f[second as usize].0 as u64 {
         return Err(format!("second token {t2}: want command {second}"));
     }
-    // The first token's stream now continues from the wrong place.
-    let stale = s.file("twice.stale");
-    std::fs::write(&stale, &r1).unwrap();
-    let o = receive_file(&stale, dest);
+    // The first token's stream, from a pipe, now continues from the wrong
+    // place (a stream file read again goes on from itself:
+    // stream_resume.rs).
+    let mut child = piped_receive(dest);
+    match child.stdin.take().unwrap().write_all(&r1) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        r => r.unwrap(),
+    }
+    let o = child.wait_with_output().unwrap();
     let err = words(&text(&o.stderr));
     let why = format!(
         "cannot resume: subvolume {name} in {}: it stopped after command {second}",
@@ -898,6 +903,7 @@ fn cut_twice(s: &Setup, args: &[&str], send: &Send<'_>, dest: &Path) -> Result<(
     if r2 != want {
         return Err("the second resumed stream is not the original's rest".into());
     }
+    let stale = s.file("twice.stale");
     std::fs::write(&stale, &r2).unwrap();
     receive_to_the_end(&stale, dest, send, "the second resumed stream")
 }
@@ -1309,10 +1315,15 @@ fn rreceive_refuses_what_does_not_continue_the_subvolume() {
         "fresh DEST changed"
     );
 
-    // The whole stream again onto the stopped one: refused, still resumable.
-    let whole = s.file("whole.stream");
-    std::fs::write(&whole, &stream).unwrap();
-    let o = receive_file(&whole, &dest);
+    // The whole stream again from a pipe onto the stopped one: refused,
+    // still resumable (a stream file read again resumes from itself:
+    // stream_resume.rs).
+    let mut child = piped_receive(&dest);
+    match child.stdin.take().unwrap().write_all(&stream) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        r => r.unwrap(),
+    }
+    let o = child.wait_with_output().unwrap();
     assert_fails(
         &o,
         1,
