@@ -66,6 +66,8 @@ pub struct Caps {
     pub inode_flags: bool,
     /// Fifos can be made.
     pub fifos: bool,
+    /// Times are kept to the nanosecond (SFTP keeps whole seconds).
+    pub time_ns: bool,
     /// Setting a symlink's owner or times changes what it points to
     /// instead (sshfs: SFTP follows links): never done there.
     pub symlinks_followed: bool,
@@ -87,6 +89,7 @@ impl Caps {
             acl: true,
             inode_flags: true,
             fifos: true,
+            time_ns: true,
             symlinks_followed: false,
             order: Order::Unknown,
         }
@@ -105,8 +108,8 @@ impl fmt::Display for Caps {
         write!(
             f,
             "{} (rename2 noreplace: {}{}, O_TMPFILE: {}, reflink: {}, user xattrs: {xattrs}, \
-             acl: {}, inode flags: {}, fifos: {}, symlink owner and times: {}, power-loss \
-             order: {})",
+             acl: {}, inode flags: {}, fifos: {}, times: {}, symlink owner and times: {}, \
+             power-loss order: {})",
             self.fs,
             yn(self.rename_noreplace),
             if self.rename_noreplace {
@@ -119,6 +122,11 @@ impl fmt::Display for Caps {
             yn(self.acl),
             yn(self.inode_flags),
             yn(self.fifos),
+            if self.time_ns {
+                "to the nanosecond"
+            } else {
+                "whole seconds only"
+            },
             if self.symlinks_followed {
                 "no (the filesystem would follow the link)"
             } else {
@@ -371,6 +379,7 @@ fn probe_in(dir: BorrowedFd<'_>, fs: String, fuse: bool, order: Order) -> Caps {
         None => (0, false, false),
     };
     let fifos = nix::unistd::mkfifoat(Some(raw), "p", Mode::from_bits_retain(0o600)).is_ok();
+    let time_ns = keeps_nanoseconds(dir);
     let symlinks_followed = follows_symlinks(dir);
     if symlinks_followed {
         if let Ok(st) = nix::sys::stat::fstat(raw) {
@@ -387,9 +396,39 @@ fn probe_in(dir: BorrowedFd<'_>, fs: String, fuse: bool, order: Order) -> Caps {
         acl,
         inode_flags,
         fifos,
+        time_ns,
         symlinks_followed,
         order,
     }
+}
+
+/// Whether a file's mtime keeps its nanoseconds in `dir` (tried on a new
+/// file "n").
+fn keeps_nanoseconds(dir: BorrowedFd<'_>) -> bool {
+    let raw = dir.as_raw_fd();
+    let Ok(f) = ioctl::openat(
+        Some(raw),
+        "n",
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC,
+        Mode::from_bits_retain(0o600),
+    ) else {
+        return true;
+    };
+    drop(f);
+    let t = nix::sys::time::TimeSpec::new(1_000_000_000, 123_456_789);
+    if nix::sys::stat::utimensat(
+        Some(raw),
+        "n",
+        &t,
+        &t,
+        nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+    )
+    .is_err()
+    {
+        return true;
+    }
+    fstatat(Some(raw), "n", AtFlags::AT_SYMLINK_NOFOLLOW)
+        .map_or(true, |st| st.st_mtime_nsec == 123_456_789)
 }
 
 /// Whether setting the times of a symlink (`utimensat` with

@@ -20,7 +20,7 @@ use std::process::{Command, Output};
 
 use common::receivers::{manifest_of_tree, rreceive_bin, without_xattrs};
 use common::scenarios::Manifest;
-use testkit::{ext4_image, kernel_available, run, BtrfsImage};
+use testkit::{ext4_image, kernel_available, run, skip_unless, BtrfsImage};
 
 /// The large xattrs of the snapshots (name, size).
 const LARGE: [(&str, usize); 3] = [
@@ -127,6 +127,7 @@ fn is_state(name: &str) -> bool {
 /// large xattrs: both complete, the skip warning names each large xattr and
 /// the ext4 fix, and the copies equal the snapshots without them.
 fn receive_skipping(src: &Source, dest: &Path, what: &str) {
+    std::fs::create_dir_all(dest).unwrap();
     for (stream, snap, names) in [("full", "s1", &LARGE[..2]), ("incr", "s2", &LARGE[2..])] {
         let o = rreceive(&src.stream(stream), dest);
         let err = text(&o);
@@ -215,6 +216,25 @@ fn large_xattrs_are_exact_on_ext4_with_ea_inode() {
             panic!("{snap} differs: {d}");
         }
     }
+}
+
+#[test]
+fn large_xattrs_are_skipped_on_overlayfs_over_ext4() {
+    if !kernel_available("large_xattrs_are_skipped_on_overlayfs_over_ext4") {
+        return;
+    }
+    let Some(ov) = skip_unless(
+        "large_xattrs_are_skipped_on_overlayfs_over_ext4",
+        testkit::overlay::Overlay::new(256, &["-O", "^ea_inode"], |_| {}),
+    ) else {
+        return;
+    };
+    // Reading the copies must not change their atimes.
+    run(Command::new("mount")
+        .args(["-o", "remount,noatime"])
+        .arg(ov.mnt()));
+    let src = Source::new();
+    receive_skipping(&src, ov.mnt(), "overlayfs over ext4");
 }
 
 #[test]
@@ -315,6 +335,7 @@ fn largest_xattr(m: &Manifest) -> usize {
 /// receive named as too large, and those are only the large ones (each
 /// over 3 KiB: ext4 keeps smaller ones).
 fn scenarios_onto(dest: &Path, what: &str) -> usize {
+    std::fs::create_dir_all(dest).unwrap();
     use common::receivers::Receiver;
     let tmp = tempfile::tempdir().unwrap();
     let (mut skipped, mut scenarios) = (0, 0);
@@ -400,4 +421,20 @@ fn unhex(s: &str) -> Vec<u8> {
     (0..s.len() / 2)
         .filter_map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok())
         .collect()
+}
+
+#[test]
+fn large_xattrs_are_skipped_on_glusterfs_over_default_ext4() {
+    const T: &str = "large_xattrs_are_skipped_on_glusterfs_over_default_ext4";
+    if !kernel_available(T) {
+        return;
+    }
+    let brick = || ext4_image(512, &["-O", "^ea_inode"], "noatime");
+    let Some(vol) = skip_unless(T, testkit::gluster::Volume::on(brick())) else {
+        return;
+    };
+    let src = Source::new();
+    receive_skipping(&src, &vol.mnt().join("host1"), "GlusterFS on ext4");
+    let skipped = scenarios_onto(&vol.mnt().join("host2"), "GlusterFS on ext4");
+    assert!(skipped >= 2, "{skipped} xattrs skipped");
 }

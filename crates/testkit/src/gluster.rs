@@ -134,6 +134,15 @@ impl Volume {
         if let Some(why) = missing() {
             return Err(why);
         }
+        Volume::on(crate::xfs_image(size_mib, "noatime"))
+    }
+
+    /// Makes a volume whose brick is (a directory on) `brick`, mounted
+    /// with `-o acl`; `Err` says why it cannot be made.
+    pub fn on(brick: LoopImage) -> Result<Volume, String> {
+        if let Some(why) = missing() {
+            return Err(why);
+        }
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("rsendtest{}x{n}", std::process::id());
@@ -144,7 +153,7 @@ impl Volume {
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).map_err(|e| e.to_string())?;
         let mut v = Volume {
-            brick: Some(crate::xfs_image(size_mib, "noatime")),
+            brick: Some(brick),
             name,
             dir,
             mnt,
@@ -185,6 +194,11 @@ impl Volume {
         }
         v.mounted = true;
         Ok(v)
+    }
+
+    /// `gluster volume set VOLUME option value`.
+    pub fn set(&self, option: &str, value: &str) -> Result<(), String> {
+        gluster(&["volume", "set", &self.name, option, value])
     }
 
     /// The mount point.

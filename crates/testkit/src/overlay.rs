@@ -69,7 +69,7 @@ impl Overlay {
             mounted: false,
         };
         let opts = format!(
-            "lowerdir={},upperdir={},workdir={}",
+            "noatime,lowerdir={},upperdir={},workdir={}",
             base.join("lower").display(),
             base.join("upper").display(),
             base.join("work").display()

@@ -41,6 +41,8 @@ pub struct Sshfs {
     remote: PathBuf,
     sshd: Option<Child>,
     mounted: bool,
+    /// The tmpfs (`noatime`) at `remote`, unmounted last.
+    remote_fs: Option<crate::Tmpfs>,
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -49,8 +51,9 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 impl Sshfs {
-    /// Starts the sshd and mounts a new empty directory (on the
-    /// filesystem of the system's temporary directory) with `sshfs` and
+    /// Starts the sshd and mounts a new empty directory (a tmpfs of 1 GiB
+    /// mounted `noatime`, so that reading what was stored changes no
+    /// atime) with `sshfs` and
     /// `extra` options (comma separated, may be empty); `Err` says why it
     /// cannot be made.
     pub fn new(extra: &str) -> Result<Sshfs, String> {
@@ -63,10 +66,9 @@ impl Sshfs {
             .map_err(|e| e.to_string())?;
         let d = dir.path();
         let mnt = d.join("mnt");
-        let remote = d.join("remote");
-        for p in [&mnt, &remote] {
-            std::fs::create_dir(p).map_err(|e| e.to_string())?;
-        }
+        std::fs::create_dir(&mnt).map_err(|e| e.to_string())?;
+        let remote_fs = crate::Tmpfs::new(1024, "noatime");
+        let remote = remote_fs.mnt().to_path_buf();
         for key in ["host_key", "client_key"] {
             run(Command::new("ssh-keygen")
                 .args(["-q", "-t", "ed25519", "-N", "", "-f"])
@@ -82,6 +84,7 @@ impl Sshfs {
             remote,
             sshd: None,
             mounted: false,
+            remote_fs: Some(remote_fs),
         };
         let d = me.dir.path().to_path_buf();
         let t = Instant::now();
@@ -203,5 +206,6 @@ impl Drop for Sshfs {
             }
         }
         self.stop_sshd();
+        drop(self.remote_fs.take());
     }
 }

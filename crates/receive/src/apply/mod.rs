@@ -463,6 +463,19 @@ impl<'o> Receiver<'o> {
 
     /// Counts `n` items of `kind` this destination cannot store.
     fn skip(&mut self, kind: &str, n: u64) {
+    /// Finds what DEST's filesystem can do, and says it with `-v`.
+    pub(crate) fn probe_dest(&mut self) {
+        let caps = self.dest.probe().clone();
+        self.log.note(format_args!("DEST is {caps}"));
+        if !caps.time_ns {
+            self.log.warning(format_args!(
+                "{} ({}) keeps times to the second only: the nanoseconds of every time are lost",
+                self.dest.path().display(),
+                caps.fs
+            ));
+        }
+    }
+
         self.stats.skipped += n;
         self.skipped.add(kind, n);
     /// Finds what DEST's filesystem can do, and says it with `-v`.
