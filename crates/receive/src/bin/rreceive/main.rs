@@ -125,7 +125,12 @@ struct Args {
     /// of two names) the destination's filesystem is synced and
     /// DEST/.rreceive-durable-* records where the stream stood, so that a
     /// receive cut by a power loss (or by its destination's device going
-    /// away) resumes. Without them such a receive must start again.
+    /// away) resumes. Without them such a receive must start again. On
+    /// ext4, xfs, btrfs (and overlayfs over them) the changes after the
+    /// last checkpoint are replayed; elsewhere (FUSE: GlusterFS, sshfs; NFS;
+    /// any filesystem rreceive does not know) a power cut resumes only from
+    /// the last checkpoint, and only as far as the filesystem kept what its
+    /// syncfs sent (on FUSE: the server's own disk writes); -v says which.
     #[arg(long)]
     no_durable: bool,
     #[command(flatten)]
