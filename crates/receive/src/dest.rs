@@ -78,8 +78,16 @@ pub(crate) struct CopyPlan {
 /// digest of it (the same name always gives the same one, so the next
 /// receive of that name finds what a killed one left there).
 fn copy_name(name: &[u8]) -> Vec<u8> {
+    reserved_name(b"-copy-", name)
+}
+
+/// A reserved name in DEST for what rreceive keeps about subvolume `name`:
+/// `.rreceive` then `tag`, then `name` in hex or, where that would be
+/// longer than a name can be, a digest of it (the same name always gives
+/// the same one).
+pub(crate) fn reserved_name(tag: &[u8], name: &[u8]) -> Vec<u8> {
     let mut v = subvol::RESERVED_PREFIX.to_vec();
-    v.extend_from_slice(b"-copy-");
+    v.extend_from_slice(tag);
     let hex = btrfs_text::hex::encode(name);
     if v.len() + hex.len() <= 255 {
         v.extend_from_slice(hex.as_bytes());
@@ -111,13 +119,18 @@ pub struct Listed {
     /// btrfs, a snapshot of a subvolume no longer in DEST (its
     /// `state.parent_uuid` is then `None`, as for a full receive).
     pub parent_unknown: bool,
+    /// Incomplete, and another rreceive is receiving it now: who.
+    pub receiving: Option<crate::lock::Holder>,
 }
 
 impl Listed {
-    /// `complete`, `resumable` (incomplete, stopped cleanly) or `incomplete`.
+    /// `complete`, `receiving` (incomplete, and a receive of it is
+    /// running), `resumable` (incomplete, stopped cleanly) or `incomplete`.
     pub fn status(&self) -> &'static str {
         if self.state.complete {
             "complete"
+        } else if self.receiving.is_some() {
+            "receiving"
         } else if self.state.resume.is_some() {
             "resumable"
         } else {
@@ -146,6 +159,9 @@ pub enum NoToken {
     /// again.
     #[error("is incomplete and not resumable: {0}. Delete it and receive the stream again")]
     NotResumable(String),
+    /// Another rreceive is receiving it now.
+    #[error("{0}")]
+    Receiving(crate::lock::Busy),
     /// Its receive was killed or the system went down, and left nothing to
     /// resume from.
     #[error(
@@ -170,6 +186,9 @@ pub enum NotDeleted {
     /// A complete subvolume, never deleted.
     #[error("{0} is complete: it is kept")]
     Complete(String),
+    /// Another rreceive is receiving it (or using it as a parent) now.
+    #[error("{0}")]
+    Receiving(crate::lock::Busy),
 }
 
 /// What is already at a name a stream wants to create.
@@ -234,6 +253,11 @@ pub struct Dest {
     /// What the last search of the filesystem for a uuid met that did not
     /// do (subvolumes not beneath the mount root, an error).
     missed: HashMap<Uuid, String>,
+    /// Whether `renameat2(RENAME_NOREPLACE)` is tried (cleared when the
+    /// filesystem refuses it: see [`probe::rename_noreplace`]).
+    native_rename: std::cell::Cell<bool>,
+    /// What the filesystem can do, once probed ([`Dest::probe`]).
+    caps: Option<probe::Caps>,
 }
 
 fn open_dir_at(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<File> {
@@ -253,11 +277,6 @@ impl Dest {
         let f = File::open(path)?;
         if !f.metadata()?.is_dir() {
             return Err(io::Error::new(
-    /// Whether `renameat2(RENAME_NOREPLACE)` is tried (cleared when the
-    /// filesystem refuses it: see [`probe::rename_noreplace`]).
-    native_rename: std::cell::Cell<bool>,
-    /// What the filesystem can do, once probed ([`Dest::probe`]).
-    caps: Option<probe::Caps>,
                 io::ErrorKind::NotADirectory,
                 "not a directory",
             ));
@@ -268,6 +287,9 @@ impl Dest {
         } else {
             Kind::Plain
         };
+        // What a rename emulated where rename2 is missing left when it was
+        // killed half-way.
+        probe::clear_placeholders(f.as_fd());
         Ok(Dest {
             fd: f.into(),
             path: path.to_path_buf(),
@@ -278,33 +300,11 @@ impl Dest {
             root_mount: None,
             mount: None,
             missed: HashMap::new(),
+            native_rename: std::cell::Cell::new(true),
+            caps: None,
         })
     }
 
-    /// `-m ROOTMOUNT`: search for parents and clone sources beneath this
-    /// mount root instead of the one /proc/self/mountinfo gives for DEST.
-    pub(crate) fn set_root_mount(&mut self, path: Option<PathBuf>) {
-        self.root_mount = path;
-        self.mount = None;
-    }
-        // What a rename emulated where rename2 is missing left when it was
-        // killed half-way.
-        probe::clear_placeholders(f.as_fd());
-
-    /// The mount root searched beneath (btrfs only), or why there is none.
-    pub(crate) fn mount_root(&mut self) -> Result<&MountRoot, String> {
-        if self.mount.is_none() {
-            let m = match &self.root_mount {
-                Some(p) => MountRoot::at(p)
-                    .map_err(|e| format!("-m {}: {}", p.display(), btrfs_text::plain_io(&e))),
-                None => MountRoot::of(self.fd(), &self.path).map_err(|e| {
-                    format!(
-                        "the mount root of {}: {}",
-                        self.path.display(),
-                        btrfs_text::plain_io(&e)
-                    )
-                }),
-            };
     /// Finds what DEST's filesystem can do (see [`probe::probe`]); the
     /// renames that must not replace a name use the fallback from then on
     /// where rename2 is missing.
@@ -320,6 +320,27 @@ impl Dest {
         probe::rename_noreplace(self.fd(), from, to, &self.native_rename)
     }
 
+    /// `-m ROOTMOUNT`: search for parents and clone sources beneath this
+    /// mount root instead of the one /proc/self/mountinfo gives for DEST.
+    pub(crate) fn set_root_mount(&mut self, path: Option<PathBuf>) {
+        self.root_mount = path;
+        self.mount = None;
+    }
+
+    /// The mount root searched beneath (btrfs only), or why there is none.
+    pub(crate) fn mount_root(&mut self) -> Result<&MountRoot, String> {
+        if self.mount.is_none() {
+            let m = match &self.root_mount {
+                Some(p) => MountRoot::at(p)
+                    .map_err(|e| format!("-m {}: {}", p.display(), btrfs_text::plain_io(&e))),
+                None => MountRoot::of(self.fd(), &self.path).map_err(|e| {
+                    format!(
+                        "the mount root of {}: {}",
+                        self.path.display(),
+                        btrfs_text::plain_io(&e)
+                    )
+                }),
+            };
             self.mount = Some(m);
         }
         match &self.mount {
@@ -680,9 +701,25 @@ impl Dest {
 
     /// Removes subvolume `name`, which rreceive received and did not
     /// complete, with what rreceive keeps beside it (its side file, work
-    /// directory and state-file line). A complete subvolume, or anything
-    /// rreceive did not receive, is refused.
+    /// directory and state-file line). A complete subvolume, anything
+    /// rreceive did not receive, and one another rreceive is receiving are
+    /// refused; no receive of it starts until this is done.
     pub fn delete_incomplete(&self, name: &[u8]) -> Result<(), NotDeleted> {
+        let _held = match crate::lock::acquire(
+            self.fd(),
+            &self.path,
+            name,
+            crate::lock::Wait::No,
+        ) {
+            Ok(h) => h,
+            Err(crate::lock::LockError::Busy(b)) => return Err(NotDeleted::Receiving(b)),
+            Err(crate::lock::LockError::Io(e)) => return Err(NotDeleted::Io(e)),
+        };
+        self.delete_incomplete_held(name)
+    }
+
+    /// [`Dest::delete_incomplete`] by the holder of `name`'s lock.
+    pub(crate) fn delete_incomplete_held(&self, name: &[u8]) -> Result<(), NotDeleted> {
         let shown = || crate::error::escape(name);
         match self.existing(name)? {
             None => return Err(NotDeleted::Missing(shown())),
@@ -716,11 +753,18 @@ impl Dest {
             Some(Existing::Other) => return Err(NoToken::NotReceived),
             Some(Existing::Received(st)) => st,
         };
-        if let Some(t) = st.token() {
-            return Ok(t);
-        }
         if st.complete {
             return Err(NoToken::Complete);
+        }
+        if let Some(holder) = crate::lock::holder(self.fd(), name) {
+            return Err(NoToken::Receiving(crate::lock::Busy {
+                holder,
+                name: name.to_vec(),
+                dest: self.path.clone(),
+            }));
+        }
+        if let Some(t) = st.token() {
+            return Ok(t);
         }
         match crate::apply::refusal(self.fd(), name)
             .or_else(|| crate::apply::killed_point(self.fd(), name, &st).err())
@@ -842,10 +886,16 @@ impl Dest {
         let mut out = Vec::new();
         for name in self.child_dirs()? {
             if let Some((state, parent_unknown)) = self.received_listed(&name)? {
+                let receiving = if state.complete {
+                    None
+                } else {
+                    crate::lock::holder(self.fd(), &name)
+                };
                 out.push(Listed {
                     name,
                     state,
                     parent_unknown,
+                    receiving,
                 });
             }
         }

@@ -52,6 +52,10 @@ pub enum Error {
         "{0}: corrupted in transit (read from a pipe; the same stream sent again does not have it)"
     )]
     Transit(btrfs_stream::Error),
+    /// Another rreceive holds the subvolume (or the parent) this stream
+    /// needs: nothing was changed, and a later try can succeed.
+    #[error(transparent)]
+    Busy(Box<crate::lock::Busy>),
     /// A stream read again to resume a subvolume (a stored stream file, or
     /// `--resume`) is not the one it was being received from, or ends
     /// before where that receive stopped: nothing was changed.
@@ -226,6 +230,10 @@ pub enum CmdError {
     /// ENCODED_WRITE data that does not decode.
     #[error(transparent)]
     Decode(#[from] btrfs_compress::Error),
+    /// Another rreceive holds the subvolume (or parent) named (becomes
+    /// [`Error::Busy`]).
+    #[error(transparent)]
+    Busy(Box<crate::lock::Busy>),
 }
 
 /// Errors a later try may not meet: the destination full, out of memory,
@@ -266,7 +274,7 @@ impl Error {
                 )),
                 _ => Some(format!("the stream is malformed ({e})")),
             },
-            Error::Interrupted(..) | Error::Transit(_) => None,
+            Error::Interrupted(..) | Error::Transit(_) | Error::Busy(_) => None,
             Error::NotTheStream { .. } => Some(self.to_string()),
             Error::Failed(n) => Some(format!("{n} command(s) failed")),
             Error::Dest { .. } => Some(self.to_string()),
@@ -295,6 +303,7 @@ impl CmdError {
                     .is_some_and(|n| TRANSIENT.contains(&Errno::from_raw(n)))
             }
             CmdError::DirTimes { err, .. } => err.transient(),
+            CmdError::Busy(_) => true,
             _ => false,
         }
     }
@@ -358,8 +367,12 @@ impl CmdError {
         }
     }
 
-    /// Attaches the command's identity.
+    /// Attaches the command's identity (but to [`CmdError::Busy`], which
+    /// is about no command's paths).
     pub(crate) fn at(self, cmd: &Command<'_>, pos: Position) -> Error {
+        if let CmdError::Busy(b) = self {
+            return Error::Busy(b);
+        }
         Error::Command {
             command: pos.index,
             offset: pos.offset,

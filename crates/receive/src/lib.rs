@@ -63,11 +63,12 @@ mod fake_super;
 mod flags;
 #[allow(unsafe_code)]
 mod ioctl;
+mod lock;
 mod meta;
 mod overlay;
 mod path;
-mod report;
 mod probe;
+mod report;
 mod stop;
 mod subvol;
 mod workdir;
@@ -84,6 +85,7 @@ use stop::signal_name;
 
 pub use dest::{Dest, Kind, Listed, NoToken, NotDeleted, Snapshot};
 pub use error::{CmdError, Error};
+pub use lock::{Busy, Holder};
 pub use path::PathError;
 pub use report::{Level, Report};
 pub use stop::{interruptible, StopFlag};
@@ -139,6 +141,12 @@ pub struct Options {
     /// command in it stops the receive for good. From a pipe or socket it
     /// was corrupted on the way, and the stop is resumable.
     pub stored: bool,
+    /// Wait for another rreceive receiving the same subvolume (or using
+    /// the same parent) to finish, instead of stopping at once (`--wait`).
+    pub wait: bool,
+    /// Tell (as a notice) that the receive waits for another, whatever the
+    /// verbosity (`--wait` on a terminal); with `-v` it is told anyway.
+    pub tell_waiting: bool,
     /// Resume from the stream itself (`--resume`), as is done anyway when
     /// it is [`Options::stored`]: a subvolume of the stream that DEST holds
     /// incomplete, with a point to resume from, is not refused; the
@@ -172,6 +180,8 @@ impl Options {
             root_mount: None,
             durable: true,
             stored: false,
+            wait: false,
+            tell_waiting: false,
             resume: false,
             input: None,
         }
@@ -288,6 +298,7 @@ pub fn receive_with<R: Read>(
     };
     raise_fd_limit();
     let mut rx = Receiver::new(opts, dest, log);
+    rx.probe_dest();
     rx.sweep_orphans();
     let mut reader = Reader::new(input);
     let mut failed = 0u64;
@@ -310,7 +321,6 @@ pub fn receive_with<R: Read>(
     };
     // A failure that leaves the subvolume incomplete and not resumable,
     // recording why for `--resume-token`.
-    rx.probe_dest();
     let refuse = |rx: &mut Receiver<'_>, error: Error, why: String| {
         let name = rx.current_name();
         let mut f = fail(rx, error);
@@ -391,6 +401,14 @@ pub fn receive_with<R: Read>(
         let mut res = Ok(apply::Flow::End);
         if starts && rx.in_subvol() {
             res = rx.apply(&Command::End {}, pos);
+        }
+        // One writer per subvolume: its lock comes before anything looks
+        // at what DEST holds of it (another receive holding it stops this
+        // one, which changed nothing: exit 3).
+        if res.is_ok() && starts {
+            if let Err(e) = rx.lock_next(&cmd, pos) {
+                return Err(stop(&mut rx, e));
+            }
         }
         // A stream read again: what a stopped receive applied is read, not
         // applied again.

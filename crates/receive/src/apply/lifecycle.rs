@@ -123,6 +123,7 @@ impl Receiver<'_> {
         if self.cur.is_some() {
             return Err(CmdError::NestedSubvol);
         }
+        let held = self.lock(name)?;
         self.refuse_existing(name, uuid)?;
         let state = SubvolState {
             received_uuid: uuid,
@@ -144,13 +145,15 @@ impl Receiver<'_> {
                     err,
                 })?;
         self.log.info(format_args!("At subvol {}", escape(name)));
-        self.cur = Some(Current::new(
+        let mut cur = Current::new(
             name,
             state,
             root,
             self.closer.clone(),
             self.opts.max_dir_times,
-        ));
+        );
+        cur.locks.push(held);
+        self.cur = Some(cur);
         self.place(staged, "create subvolume")?;
         Ok(Flow::Continue)
     }
@@ -203,6 +206,7 @@ impl Receiver<'_> {
         if self.cur.is_some() {
             return Err(CmdError::NestedSubvol);
         }
+        let mut locks = vec![self.lock(name)?];
         self.refuse_existing(name, uuid)?;
         let parent = self
             .dest
@@ -211,6 +215,11 @@ impl Receiver<'_> {
             .ok_or_else(|| {
                 CmdError::ParentNotFound(parent_uuid, self.dest.searched(parent_uuid))
             })?;
+        if parent.elsewhere.is_none() {
+            // Copied, linked or changed in place while this receive runs;
+            // one being received (incomplete) is waited for or said busy.
+            locks.push(self.lock(&parent.name)?);
+        }
         if parent.elsewhere.is_some() {
             self.log.note(format_args!(
                 "parent {parent_uuid} found outside DEST: {}",
@@ -390,6 +399,7 @@ impl Receiver<'_> {
             }
         }
         cur.guard = guard;
+        cur.locks = locks;
         cur.write_ahead = self.write_ahead();
         cur.taken = taken;
         cur.work = work;
@@ -453,6 +463,8 @@ impl Receiver<'_> {
             self.cur = Some(cur);
             return Err(CmdError::io("mark subvolume received")(e));
         }
+        // Released once what END removes is gone.
+        let _locks = std::mem::take(&mut cur.locks);
         drop(cur);
         super::resume::forget_side(self.dest.fd(), &name);
         super::durable::forget(self.dest.fd(), &name);

@@ -160,6 +160,9 @@ pub(crate) struct Current {
     /// How what a change of a linked or in-place tree needs first reaches
     /// the disk before it.
     write_ahead: crate::workdir::WriteAhead,
+    /// The locks of this subvolume and of the parent it copies, links or
+    /// changes (see [`crate::lock`]), released when it is done with.
+    locks: Vec<crate::lock::Held>,
 }
 
 /// Applies commands to a destination.
@@ -182,11 +185,16 @@ pub(crate) struct Receiver<'o> {
     now: (CommandKind, Position),
     /// Whether the note that a parent is copied was given.
     told_copy: bool,
+    /// Whether the note that DEST has no file locks was given.
+    told_no_locks: bool,
     /// The point a RESUME gave, for the SUBVOL or SNAPSHOT after it.
     resume: Option<btrfs_stream::resume::Point>,
     /// The point after the SUBVOL or SNAPSHOT being applied, and its
     /// protocol version (see [`Receiver::start_journal`]).
     first: Option<(btrfs_stream::resume::Point, u32)>,
+    /// The lock of the subvolume the next SUBVOL or SNAPSHOT names, taken
+    /// before anything looks at it ([`Receiver::lock_next`]).
+    next_lock: Option<(Vec<u8>, crate::lock::Held)>,
 }
 
 type R<T> = Result<T, CmdError>;
@@ -236,6 +244,7 @@ impl Current {
             side_kept: false,
             marker: None,
             write_ahead: crate::workdir::WriteAhead::Off,
+            locks: Vec::new(),
         }
     }
 
@@ -352,8 +361,10 @@ impl<'o> Receiver<'o> {
                 },
             ),
             told_copy: false,
+            told_no_locks: false,
             resume: None,
             first: None,
+            next_lock: None,
         }
     }
 
@@ -391,7 +402,7 @@ impl<'o> Receiver<'o> {
         let Some(name) = self.current_name() else {
             return false;
         };
-        if self.dest.delete_incomplete(&name).is_err() {
+        if self.dest.delete_incomplete_held(&name).is_err() {
             return false;
         }
         self.cur = None;
@@ -432,6 +443,8 @@ impl<'o> Receiver<'o> {
         let taken = c.taken.take()?;
         if unchanged {
             let name = c.name.clone();
+            // Held until the parent is back under its name.
+            let _locks = std::mem::take(&mut c.locks);
             self.cur = None;
             if self.dest.give_back(&name, &taken).is_ok() {
                 resume::forget_side(self.dest.fd(), &name);
@@ -450,19 +463,6 @@ impl<'o> Receiver<'o> {
             .map(|t| t.parent.as_slice())
     }
 
-    /// Waits for the files handed to the closing thread and reports their
-    /// failures (call after the last command).
-    pub(crate) fn finish(&mut self) -> Result<(), Error> {
-        self.flush_batch()?;
-        if let Some(c) = self.cur.as_mut() {
-            c.settle_all();
-        }
-        self.closer.wait();
-        self.collect()
-    }
-
-    /// Counts `n` items of `kind` this destination cannot store.
-    fn skip(&mut self, kind: &str, n: u64) {
     /// Finds what DEST's filesystem can do, and says it with `-v`.
     pub(crate) fn probe_dest(&mut self) {
         let caps = self.dest.probe().clone();
@@ -476,14 +476,21 @@ impl<'o> Receiver<'o> {
         }
     }
 
-        self.stats.skipped += n;
-        self.skipped.add(kind, n);
-    /// Finds what DEST's filesystem can do, and says it with `-v`.
-    pub(crate) fn probe_dest(&mut self) {
-        let caps = self.dest.probe();
-        self.log.note(format_args!("DEST is {caps}"));
+    /// Waits for the files handed to the closing thread and reports their
+    /// failures (call after the last command).
+    pub(crate) fn finish(&mut self) -> Result<(), Error> {
+        self.flush_batch()?;
+        if let Some(c) = self.cur.as_mut() {
+            c.settle_all();
+        }
+        self.closer.wait();
+        self.collect()
     }
 
+    /// Counts `n` items of `kind` this destination cannot store.
+    fn skip(&mut self, kind: &str, n: u64) {
+        self.stats.skipped += n;
+        self.skipped.add(kind, n);
     }
 
     fn merge_counts(&mut self) {
@@ -525,6 +532,69 @@ impl<'o> Receiver<'o> {
             self.extra_errors += 1;
         }
         Ok(())
+    }
+
+    /// Takes the lock of the subvolume `cmd` starts (SUBVOL or SNAPSHOT),
+    /// before anything looks at what DEST holds of it: another rreceive
+    /// receiving it stops this receive ([`Error::Busy`]) or, with
+    /// [`Options::wait`], is waited for.
+    pub(crate) fn lock_next(&mut self, cmd: &Command<'_>, pos: Position) -> Result<(), Error> {
+        let (Command::Subvol { path, .. } | Command::Snapshot { path, .. }) = *cmd else {
+            return Ok(());
+        };
+        // A name that is refused is refused by the command itself.
+        if path::confine(cmd).is_err() {
+            return Ok(());
+        }
+        let held = self.lock(path).map_err(|e| e.at(cmd, pos))?;
+        self.next_lock = Some((path.to_vec(), held));
+        Ok(())
+    }
+
+    /// The lock of subvolume `name` in DEST: the one [`Receiver::lock_next`]
+    /// took for it, or taken now.
+    fn lock(&mut self, name: &[u8]) -> R<crate::lock::Held> {
+        if self.next_lock.as_ref().is_some_and(|(n, _)| n == name) {
+            if let Some((_, held)) = self.next_lock.take() {
+                return Ok(held);
+            }
+        }
+        let log = &self.log;
+        let tell = self.opts.tell_waiting;
+        let waiting = |h: &crate::lock::Holder| {
+            let args = format_args!("waiting for rreceive ({h}) receiving {}", escape(name));
+            if tell && log.level < 2 {
+                log.report.message(crate::Level::Notice, args);
+            } else {
+                log.note(args);
+            }
+        };
+        let wait = if self.opts.wait {
+            crate::lock::Wait::Yes {
+                stop: self.opts.stop.as_ref(),
+                waiting: &waiting,
+            }
+        } else {
+            crate::lock::Wait::No
+        };
+        let held = crate::lock::acquire(self.dest.fd(), self.dest.path(), name, wait).map_err(
+            |e| match e {
+                crate::lock::LockError::Busy(b) => CmdError::Busy(Box::new(b)),
+                crate::lock::LockError::Io(err) => CmdError::InDest {
+                    op: "lock the subvolume",
+                    dest: self.dest.path().display().to_string(),
+                    err,
+                },
+            },
+        )?;
+        if !held.locked() && !self.told_no_locks {
+            self.told_no_locks = true;
+            self.log.note(format_args!(
+                "{} has no file locks: a second rreceive of the same subvolume is not kept out",
+                self.dest.path().display()
+            ));
+        }
+        Ok(held)
     }
 
     /// Whether a subvolume is being received (after its SUBVOL or

@@ -310,6 +310,7 @@ impl Receiver<'_> {
         pos: Position,
     ) -> R<Flow> {
         let shown = escape(name);
+        let held = self.lock(name)?;
         let state = self
             .dest
             .state_of(name)
@@ -429,6 +430,7 @@ impl Receiver<'_> {
             },
             p.commands
         ));
+        cur.locks.push(held);
         let side = side_file(name);
         self.cur = Some(cur);
         let stopped = crate::subvol::side_point(self.dest.fd(), name);
@@ -514,11 +516,18 @@ impl Receiver<'_> {
     /// with `rm -rf`, say). Called as a receive starts.
     pub(crate) fn sweep_orphans(&self) {
         let dest = self.dest.fd();
-        journal::sweep(dest_id_of(dest), |name| match self.dest.existing(name) {
-            Ok(Some(crate::dest::Existing::Received(st))) => !st.complete,
-            Ok(_) => false,
-            Err(_) => true,
+        // What a running receive (one holding its subvolume's lock) has is
+        // never an orphan; lock files nobody holds are.
+        let running = |name: &[u8]| crate::lock::holder(dest, name).is_some();
+        journal::sweep(dest_id_of(dest), |name| {
+            running(name)
+                || match self.dest.existing(name) {
+                    Ok(Some(crate::dest::Existing::Received(st))) => !st.complete,
+                    Ok(_) => false,
+                    Err(_) => true,
+                }
         });
+        crate::lock::sweep(dest);
         let Ok(mut dir) = nix::dir::Dir::openat(
             Some(dest.as_raw_fd()),
             ".",
@@ -541,7 +550,7 @@ impl Receiver<'_> {
                 ),
                 Err(Errno::ENOENT)
             );
-            if gone && e.file_type() == Some(nix::dir::Type::File) {
+            if gone && e.file_type() == Some(nix::dir::Type::File) && !running(&name) {
                 orphans.push(file.to_vec());
             }
         }

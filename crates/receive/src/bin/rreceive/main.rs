@@ -19,8 +19,9 @@ use rsend_cli::Failure;
 ///
 /// Exit codes: 0 success; 1 an error that a resume would meet again
 /// (--resume-token says why); 2 usage; 3 stopped for a cause that can go
-/// away (a full disk, a cut stream, a signal): resume it, or receive the
-/// same stream again when nothing was kept.
+/// away (a full disk, a cut stream, a signal, another rreceive receiving
+/// the same subvolume): resume it, or receive the same stream again when
+/// nothing was kept.
 #[derive(Parser)]
 #[command(name = "rreceive", version, after_help = SHORT_HELP, after_long_help = AFTER_HELP)]
 struct Args {
@@ -133,20 +134,35 @@ struct Args {
     /// syncfs sent (on FUSE: the server's own disk writes); -v says which.
     #[arg(long)]
     no_durable: bool,
+    /// When another rreceive is receiving the same subvolume (or using its
+    /// parent), wait for it instead of stopping (exit 3)
+    ///
+    /// One receive at a time writes a subvolume: each holds a lock on it
+    /// (and on the parent it copies, links or changes) while it runs, which
+    /// dies with it. Without --wait a second receive of it changes nothing,
+    /// says "another rreceive (pid N) is receiving NAME into DEST" and
+    /// exits 3; with it, it says once that it waits (with -v, or on a
+    /// terminal), then goes on, and finds what the other left (complete,
+    /// or to resume). Receives of different subvolumes run side by side.
+    #[arg(long)]
+    wait: bool,
     #[command(flatten)]
     verbosity: rsend_cli::Verbosity<Said>,
     /// Print the subvolumes received in DEST, one per line: name,
-    /// received uuid, ctransid, parent uuid and status (complete,
-    /// resumable or incomplete), tab-separated; names escaped as rdump does
+    /// received uuid, ctransid, parent uuid and status (complete, receiving
+    /// (pid N), resumable or incomplete), tab-separated; names escaped as
+    /// rdump does
     ///
     /// A name is escaped as `btrfs receive --dump` and rdump print it
     /// (`a b\xff` is `a\ b\377`), so it never holds a tab or a newline.
     /// `rsend --parent-from` reads this to pick the parent of the next
-    /// incremental send.
+    /// incremental send. `receiving (pid N)`: another rreceive is receiving
+    /// it now (it holds its lock).
     #[arg(long, conflicts_with_all = ["dump", "resume_token"])]
     list: bool,
     /// With --list: one JSON object per line instead (name, received_uuid,
-    /// ctransid, parent_uuid, parent_ctransid, complete, resumable).
+    /// ctransid, parent_uuid, parent_ctransid, complete, resumable,
+    /// receiving, pid).
     #[arg(long, requires = "list")]
     json: bool,
     /// Print the token that resumes the receive of DEST/NAME where it
@@ -160,7 +176,8 @@ struct Args {
     /// code 1, with the reason, when NAME cannot be resumed: complete, not
     /// received by rreceive, stopped by an error a resume would meet
     /// again, or received with --in-place, --link or --no-durable and cut
-    /// by a power loss. Resuming needs a stream made by rsend (or the stream
+    /// by a power loss. Exit code 3, no token, while another rreceive is
+    /// receiving it. Resuming needs a stream made by rsend (or the stream
     /// file read again: -f FILE, --resume).
     #[arg(long, value_name = "DEST/NAME", conflicts_with = "dump")]
     resume_token: Option<PathBuf>,
@@ -182,6 +199,10 @@ struct Args {
     /// Delete DEST/NAME, a subvolume rreceive received and did not
     /// complete (one --resume-token calls not resumable), with what
     /// rreceive kept beside it; a complete one is never deleted
+    ///
+    /// Nor is one another rreceive is receiving: exit 3, "another rreceive
+    /// (pid N) is receiving NAME into DEST"; no receive of it starts while
+    /// it deletes.
     ///
     /// For a nightly job that starts again after a stop that resuming
     /// would only repeat (rsend-nightly --delete-incomplete).
@@ -231,7 +252,8 @@ Exit status:
   2  the command line is wrong
   3  stopped for a cause that can go away (a full disk, a cut stream, a signal,
      no input at all: the sender failed): resume it (--resume-token), or receive
-     the same stream again
+     the same stream again; or another rreceive is receiving the same
+     subvolume (--resume-token and --delete-incomplete too): try again later
 
 See also:
   rsend(1), rdump(1), btrfs-receive(8)
@@ -306,7 +328,9 @@ fn list(dest: &std::path::Path, json: bool, plain: bool) -> ExitCode {
                 "parent_uuid": parent,
                 "parent_ctransid": st.parent_ctransid,
                 "complete": st.complete,
-                "resumable": st.token().is_some(),
+                "resumable": st.token().is_some() && l.receiving.is_none(),
+                "receiving": l.receiving.is_some(),
+                "pid": l.receiving.as_ref().and_then(|h| h.pid),
             })
             .to_string()
         } else {
@@ -315,12 +339,16 @@ fn list(dest: &std::path::Path, json: bool, plain: bool) -> ExitCode {
                 (None, true) => "?",
                 (None, false) => "-",
             };
+            // `receiving (pid N)`: one column still (no tab), the word first.
+            let status = match &l.receiving {
+                Some(h) if !st.complete => format!("{} ({h})", l.status()),
+                _ => l.status().to_string(),
+            };
             format!(
-                "{}\t{}\t{}\t{shown}\t{}",
+                "{}\t{}\t{}\t{shown}\t{status}",
                 btrfs_text::escape::escape(&l.name),
                 st.received_uuid.hyphenated(),
                 st.ctransid,
-                l.status()
             )
         });
     }
@@ -384,9 +412,17 @@ fn delete_incomplete(path: &std::path::Path, plain: bool) -> ExitCode {
     };
     let res = rreceive::Dest::open(&dir, plain)
         .map_err(|e| format!("{}: {}", dir.display(), btrfs_text::plain_io(&e)))
-        .and_then(|d| d.delete_incomplete(&name).map_err(|e| e.to_string()));
+        .and_then(|d| match d.delete_incomplete(&name) {
+            // Not deleted, and a later try can succeed: exit 3.
+            Err(rreceive::NotDeleted::Receiving(b)) => Ok(Some(b)),
+            r => r.map(|()| None).map_err(|e| e.to_string()),
+        });
     match res {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(None) => ExitCode::SUCCESS,
+        Ok(Some(busy)) => {
+            rsend_cli::say_error("rreceive", format!("not deleted: {busy}"));
+            rsend_cli::exit("rreceive", Err(Failure::Said(STOPPED)))
+        }
         Err(why) => rsend_cli::exit(
             "rreceive",
             Err(Failure::msg(format!(
@@ -412,6 +448,11 @@ fn resume_token(path: &std::path::Path, plain: bool) -> ExitCode {
         Ok(t) => {
             println!("{t}");
             return ExitCode::SUCCESS;
+        }
+        // It is being received: ask again once that receive is done.
+        Err(rreceive::NoToken::Receiving(b)) => {
+            rsend_cli::say_error("rreceive", format!("no resume token: {b}"));
+            return rsend_cli::exit("rreceive", Err(Failure::Said(STOPPED)));
         }
         Err(rreceive::NoToken::Io(e)) => format!("{}: {}", dir.display(), btrfs_text::plain_io(&e)),
         Err(e) => format!("{shown} {e}"),
@@ -504,6 +545,9 @@ fn receive(args: Args) -> ExitCode {
     opts.plain = args.plain;
     opts.fake_super = args.fake_super;
     opts.durable = !args.no_durable;
+    opts.wait = args.wait;
+    opts.tell_waiting =
+        !args.verbosity.quiet() && std::io::IsTerminal::is_terminal(&io::stderr());
     opts.stored = size.is_some();
     opts.resume = args.resume;
     opts.input = args.file.clone().filter(|p| p.as_os_str() != "-");
@@ -548,6 +592,15 @@ fn receive(args: Args) -> ExitCode {
                  with nothing to send still sends one): did the sender fail? Its own message \
                  says why; nothing was received, and a later try can succeed",
             );
+            rsend_cli::exit("rreceive", Err(Failure::Said(STOPPED)))
+        }
+        Err(f) if matches!(f.error, rreceive::Error::Busy(_)) => {
+            rsend_cli::say_error("rreceive", &f.error);
+            if !args.verbosity.quiet() {
+                eprintln!(
+                    "rreceive: nothing was changed; try again once it is done (or give --wait)"
+                );
+            }
             rsend_cli::exit("rreceive", Err(Failure::Said(STOPPED)))
         }
         Err(f) => {
@@ -638,5 +691,6 @@ fn no_input(e: &rreceive::Error) -> bool {
 }
 
 /// The exit code of a receive that stopped for a cause that can go away
-/// (a full disk, a cut connection, a signal) and can be resumed.
+/// (a full disk, a cut connection, a signal, another rreceive receiving the
+/// same subvolume) and can be resumed.
 const STOPPED: u8 = 3;

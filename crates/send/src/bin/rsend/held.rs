@@ -105,6 +105,8 @@ pub(crate) fn parse_list(text: &str) -> anyhow::Result<Vec<Held>> {
                 complete: match f[0] {
                     "complete" => true,
                     "incomplete" | "resumable" => false,
+                    // Another rreceive is receiving it: `receiving (pid N)`.
+                    s if s == "receiving" || s.starts_with("receiving (") => false,
                     _ => return Err(bad()),
                 },
             }
@@ -120,4 +122,28 @@ pub(crate) fn parse_list(text: &str) -> anyhow::Result<Vec<Held>> {
         );
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A subvolume another rreceive is receiving is listed, not complete,
+    /// in text and in JSON.
+    #[test]
+    fn a_subvolume_being_received_is_not_complete() {
+        let u = "0b5c9a2e-1f3d-4e6a-9b8c-7d6e5f4a3b2c";
+        let text = format!(
+            "s1\t{u}\t7\t-\treceiving (pid 42)\ns\\ 2\t{u}\t8\t-\treceiving\n# end of list: 2 subvolumes\n"
+        );
+        let held = parse_list(&text).unwrap();
+        assert_eq!(held.len(), 2);
+        assert!(held.iter().all(|h| !h.complete));
+        let json = format!(
+            "{{\"name\":\"s1\",\"received_uuid\":\"{u}\",\"complete\":false,\"receiving\":true,\"pid\":42}}\n{{\"end\":true,\"subvolumes\":1}}\n"
+        );
+        assert!(!parse_list(&json).unwrap()[0].complete);
+        let odd = format!("s1\t{u}\t7\t-\treceivingx\n# end of list: 1 subvolume\n");
+        assert!(parse_list(&odd).is_err());
+    }
 }
