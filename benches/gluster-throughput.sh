@@ -59,6 +59,8 @@ gluster_cleanup() {
 CLEANUP_HOOK=gluster_cleanup
 pgrep -x glusterd >/dev/null || { glusterd; STARTED_GLUSTERD=1; sleep 2; }
 gluster --mode=script volume create "$vol" "$host:$TMP/brick/b" force >/dev/null
+# Volumes allow 100 links to a file by default; /usr has more (git).
+gluster --mode=script volume set "$vol" storage.max-hardlinks 100000 >/dev/null
 gluster --mode=script volume start "$vol" >/dev/null
 mount -t glusterfs -o acl "$host:/$vol" "$TMP/mnt"
 
