@@ -314,6 +314,11 @@ impl Dest {
         self.caps.insert(caps)
     }
 
+    /// What the filesystem can do, once probed ([`Dest::probe`]).
+    pub(crate) fn caps(&self) -> Option<&probe::Caps> {
+        self.caps.as_ref()
+    }
+
     /// Renames `from` to `to` in DEST, never over a name that exists
     /// (EEXIST): see [`probe::rename_noreplace`].
     fn rename_noreplace(&self, from: &[u8], to: &[u8]) -> nix::Result<()> {
@@ -705,12 +710,7 @@ impl Dest {
     /// rreceive did not receive, and one another rreceive is receiving are
     /// refused; no receive of it starts until this is done.
     pub fn delete_incomplete(&self, name: &[u8]) -> Result<(), NotDeleted> {
-        let _held = match crate::lock::acquire(
-            self.fd(),
-            &self.path,
-            name,
-            crate::lock::Wait::No,
-        ) {
+        let _held = match crate::lock::acquire(self.fd(), &self.path, name, crate::lock::Wait::No) {
             Ok(h) => h,
             Err(crate::lock::LockError::Busy(b)) => return Err(NotDeleted::Receiving(b)),
             Err(crate::lock::LockError::Io(e)) => return Err(NotDeleted::Io(e)),

@@ -330,21 +330,10 @@ fn holder_of(dest: BorrowedFd<'_>, file: &[u8]) -> Option<Holder> {
 /// that were killed), each while holding it.
 pub(crate) fn sweep(dest: BorrowedFd<'_>) {
     let prefix = file_name(b"");
-    let Ok(mut dir) = nix::dir::Dir::openat(
-        Some(dest.as_raw_fd()),
-        ".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    ) else {
-        return;
-    };
-    let stale: Vec<Vec<u8>> = dir
-        .iter()
-        .flatten()
-        .filter(|e| e.file_type() == Some(nix::dir::Type::File))
-        .map(|e| e.file_name().to_bytes().to_vec())
-        .filter(|n| n.starts_with(&prefix))
-        .collect();
+    let stale = crate::meta::entries(dest)
+        .into_iter()
+        .filter(|(n, t)| *t == Some(nix::dir::Type::File) && n.starts_with(&prefix))
+        .map(|(n, _)| n);
     for file in stale {
         let Ok(fd) = ioctl::openat(
             Some(dest.as_raw_fd()),

@@ -212,6 +212,24 @@ impl Handle {
     }
 }
 
+/// The entries of directory `dir` (`.` and `..` left out): name, and type
+/// when the filesystem gives it; empty when it cannot be read.
+pub(crate) fn entries(dir: BorrowedFd<'_>) -> Vec<(Vec<u8>, Option<nix::dir::Type>)> {
+    let Ok(mut d) = nix::dir::Dir::openat(
+        Some(dir.as_raw_fd()),
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return Vec::new();
+    };
+    d.iter()
+        .flatten()
+        .map(|e| (e.file_name().to_bytes().to_vec(), e.file_type()))
+        .filter(|(n, _)| n != b"." && n != b"..")
+        .collect()
+}
+
 /// The errno of an io::Error, if it has one.
 pub(crate) fn errno(e: &io::Error) -> Option<Errno> {
     e.raw_os_error().map(Errno::from_raw)

@@ -252,19 +252,10 @@ fn probe_name() -> Vec<u8> {
 /// Removes probe directories of processes no longer running (a receive
 /// killed while probing).
 fn clear_stale_probes(dest: BorrowedFd<'_>) {
-    let Ok(mut d) = nix::dir::Dir::openat(
-        Some(dest.as_raw_fd()),
-        ".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    ) else {
-        return;
-    };
     let mut stale = Vec::new();
     let mut prefix = crate::subvol::RESERVED_PREFIX.to_vec();
     prefix.extend_from_slice(b"-probe-");
-    for e in d.iter().flatten() {
-        let n = e.file_name().to_bytes();
+    for (n, _) in crate::meta::entries(dest) {
         let Some(pid) = n.strip_prefix(prefix.as_slice()) else {
             continue;
         };
@@ -275,7 +266,7 @@ fn clear_stale_probes(dest: BorrowedFd<'_>) {
             continue;
         };
         if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(Errno::ESRCH) {
-            stale.push(n.to_vec());
+            stale.push(n);
         }
     }
     for n in stale {
@@ -554,21 +545,10 @@ pub(crate) fn is_placeholder(dir: BorrowedFd<'_>, name: &[u8]) -> bool {
 /// steps left in DEST (`dest`): an empty directory goes with `rmdir`,
 /// which refuses any other.
 pub(crate) fn clear_placeholders(dest: BorrowedFd<'_>) {
-    let Ok(mut d) = nix::dir::Dir::openat(
-        Some(dest.as_raw_fd()),
-        ".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    ) else {
-        return;
-    };
-    let names: Vec<Vec<u8>> = d
-        .iter()
-        .flatten()
-        .filter(|e| matches!(e.file_type(), Some(nix::dir::Type::Directory) | None))
-        .map(|e| e.file_name().to_bytes().to_vec())
-        .filter(|n| n != b"." && n != b"..")
-        .collect();
+    let names = crate::meta::entries(dest)
+        .into_iter()
+        .filter(|(_, t)| matches!(t, Some(nix::dir::Type::Directory) | None))
+        .map(|(n, _)| n);
     for n in names {
         if is_placeholder(dest, &n) {
             let _ = nix::unistd::unlinkat(

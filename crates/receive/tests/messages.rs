@@ -633,7 +633,7 @@ fn help_ends_with_examples() {
         "Examples come last: {examples}"
     );
     assert!(
-        help.contains("Resuming needs a stream made by rsend."),
+        help.contains("Resuming needs a stream made by rsend (or the stream file read again"),
         "{help}"
     );
     assert!(help.contains("`rsend --parent-from` reads this"), "{help}");

@@ -145,6 +145,7 @@ impl Receiver<'_> {
                     err,
                 })?;
         self.log.info(format_args!("At subvol {}", escape(name)));
+        self.say_dest();
         let mut cur = Current::new(
             name,
             state,
@@ -372,6 +373,7 @@ impl Receiver<'_> {
             }
         };
         self.log.info(format_args!("At snapshot {}", escape(name)));
+        self.say_dest();
         let mut cur = Current::new(
             name,
             state,

@@ -187,6 +187,8 @@ pub(crate) struct Receiver<'o> {
     told_copy: bool,
     /// Whether the note that DEST has no file locks was given.
     told_no_locks: bool,
+    /// Whether what DEST can do was said ([`Receiver::say_dest`]).
+    told_dest: bool,
     /// The point a RESUME gave, for the SUBVOL or SNAPSHOT after it.
     resume: Option<btrfs_stream::resume::Point>,
     /// The point after the SUBVOL or SNAPSHOT being applied, and its
@@ -362,6 +364,7 @@ impl<'o> Receiver<'o> {
             ),
             told_copy: false,
             told_no_locks: false,
+            told_dest: false,
             resume: None,
             first: None,
             next_lock: None,
@@ -465,7 +468,20 @@ impl<'o> Receiver<'o> {
 
     /// Finds what DEST's filesystem can do, and says it with `-v`.
     pub(crate) fn probe_dest(&mut self) {
-        let caps = self.dest.probe().clone();
+        self.dest.probe();
+    }
+
+    /// Says what DEST's filesystem can do ([`Receiver::probe_dest`]) once,
+    /// after the first `At subvol` line (which comes first, as from btrfs
+    /// receive).
+    pub(crate) fn say_dest(&mut self) {
+        if self.told_dest {
+            return;
+        }
+        self.told_dest = true;
+        let Some(caps) = self.dest.caps().cloned() else {
+            return;
+        };
         self.log.note(format_args!("DEST is {caps}"));
         if !caps.time_ns {
             self.log.warning(format_args!(

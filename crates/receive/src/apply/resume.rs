@@ -430,6 +430,7 @@ impl Receiver<'_> {
             },
             p.commands
         ));
+        self.say_dest();
         cur.locks.push(held);
         let side = side_file(name);
         self.cur = Some(cur);
@@ -528,18 +529,9 @@ impl Receiver<'_> {
                 }
         });
         crate::lock::sweep(dest);
-        let Ok(mut dir) = nix::dir::Dir::openat(
-            Some(dest.as_raw_fd()),
-            ".",
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        ) else {
-            return;
-        };
         let mut orphans = Vec::new();
-        for e in dir.iter().flatten() {
-            let file = e.file_name().to_bytes();
-            let Some(name) = side_owner(file) else {
+        for (file, kind) in crate::meta::entries(dest) {
+            let Some(name) = side_owner(&file) else {
                 continue;
             };
             let gone = matches!(
@@ -550,8 +542,8 @@ impl Receiver<'_> {
                 ),
                 Err(Errno::ENOENT)
             );
-            if gone && e.file_type() == Some(nix::dir::Type::File) && !running(&name) {
-                orphans.push(file.to_vec());
+            if gone && kind == Some(nix::dir::Type::File) && !running(&name) {
+                orphans.push(file);
             }
         }
         for f in orphans {

@@ -546,8 +546,7 @@ fn receive(args: Args) -> ExitCode {
     opts.fake_super = args.fake_super;
     opts.durable = !args.no_durable;
     opts.wait = args.wait;
-    opts.tell_waiting =
-        !args.verbosity.quiet() && std::io::IsTerminal::is_terminal(&io::stderr());
+    opts.tell_waiting = !args.verbosity.quiet() && std::io::IsTerminal::is_terminal(&io::stderr());
     opts.stored = size.is_some();
     opts.resume = args.resume;
     opts.input = args.file.clone().filter(|p| p.as_os_str() != "-");
