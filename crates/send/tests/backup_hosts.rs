@@ -489,7 +489,7 @@ fn kills(host: &Host, tmp: &Path) {
 }
 
 fn gluster() -> Option<Host> {
-    let v = testkit::skip_unless("backup_hosts gluster", testkit::gluster::Volume::new(512))?;
+    let v = testkit::skip_unless("backup_hosts gluster", testkit::gluster::Volume::new(2048))?;
     // A volume allows 100 links to a file by default; --link and
     // --in-place add to a file's links (docs/rreceive.md says so).
     v.set("storage.max-hardlinks", "100000")
@@ -517,7 +517,7 @@ fn sshfs() -> Option<Host> {
 fn overlay() -> Option<Host> {
     let o = testkit::skip_unless(
         "backup_hosts overlay",
-        testkit::overlay::Overlay::new(256, &[], |_| {}),
+        testkit::overlay::Overlay::new(2048, &[], |_| {}),
     )?;
     Some(Host {
         label: "overlayfs",
