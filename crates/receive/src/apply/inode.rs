@@ -22,6 +22,13 @@ use super::{is_kind, target, Current, Flow, Receiver, Target, R, RESOLVE};
 
 pub(super) use crate::flags::{managed_flags, map_inode_flags, LATE_FLAGS, MAX_DEFERRED};
 
+/// How GlusterFS keeps file capabilities: its FUSE client refuses
+/// `security.capability` (EOPNOTSUPP) unless started with `--capability`,
+/// which `mount -t glusterfs` has no option for.
+const GLUSTER_CAPABILITY_FIX: &str = "GlusterFS keeps file capabilities only when its client \
+     runs with --capability (glusterfs --capability --acl --volfile-server=HOST \
+     --volfile-id=VOLUME DIR; mount -t glusterfs has no option for it)";
+
 /// `r`, the result of setting the owner or times of `at`, with ENOENT
 /// from a symlink (a filesystem that followed it to nothing: sshfs)
 /// turned into ELOOP, the refusal to follow it.
@@ -333,6 +340,11 @@ impl Receiver<'_> {
                 if name.starts_with(b"system.posix_acl_") {
                     self.skipped
                         .fix("ACLs need the mount option acl (mount -o acl)");
+                }
+                if name == b"security.capability"
+                    && self.dest.caps().is_some_and(|c| c.fs == "fuse.glusterfs")
+                {
+                    self.skipped.fix(GLUSTER_CAPABILITY_FIX);
                 }
                 self.log.note(format_args!(
                     "xattr {} of '{}' not supported by this filesystem; skipped",
