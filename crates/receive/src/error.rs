@@ -141,6 +141,21 @@ pub enum CmdError {
     /// its mount root); the text says where it was looked for.
     #[error("parent subvolume {0} not found {1}")]
     ParentNotFound(Uuid, String),
+    /// `--link` onto a filesystem that does not show hard links.
+    #[error(
+        "--link into {dest} ({fs}): it does not show hard links (each name has a link count \
+         of 1), so a file still shared with parent {parent} could not be told from the new \
+         snapshot's own and a change would reach the parent; receive with --in-place, or \
+         without --link"
+    )]
+    LinkUnseen {
+        /// DEST.
+        dest: String,
+        /// Its filesystem type.
+        fs: String,
+        /// The parent's name in DEST.
+        parent: String,
+    },
     /// The parent exists but its receive did not finish.
     #[error("parent subvolume {name} ({uuid}) is incomplete (its receive did not finish); --force uses it anyway")]
     ParentIncomplete {

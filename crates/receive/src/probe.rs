@@ -44,6 +44,11 @@ pub enum Order {
     Unknown,
 }
 
+/// The sshfs mount options under which a change made through one name
+/// of a file shows under its other names at once (sshfs's own cache of
+/// attributes by path and the kernel's off).
+pub const SSHFS_FRESH: &str = "dir_cache=no,attr_timeout=0,entry_timeout=0";
+
 /// What DEST's filesystem can do.
 #[derive(Debug, Clone)]
 pub struct Caps {
@@ -71,6 +76,14 @@ pub struct Caps {
     /// Setting a symlink's owner or times changes what it points to
     /// instead (sshfs: SFTP follows links): never done there.
     pub symlinks_followed: bool,
+    /// A hard link shows as one file: both names with a link count of 2
+    /// and one inode number (sshfs: every name has a link count of 1 and
+    /// an inode number of its own).
+    pub links_shown: bool,
+    /// A change made through one name of a file shows under its other
+    /// names at once (sshfs with its attribute caches on: only after a
+    /// while, each name's attributes cached apart).
+    pub names_fresh: bool,
     /// How a power cut leaves name changes.
     pub order: Order,
 }
@@ -91,6 +104,8 @@ impl Caps {
             fifos: true,
             time_ns: true,
             symlinks_followed: false,
+            links_shown: true,
+            names_fresh: true,
             order: Order::Unknown,
         }
     }
@@ -109,7 +124,7 @@ impl fmt::Display for Caps {
             f,
             "{} (rename2 noreplace: {}{}, O_TMPFILE: {}, reflink: {}, user xattrs: {xattrs}, \
              acl: {}, inode flags: {}, fifos: {}, times: {}, symlink owner and times: {}, \
-             power-loss order: {})",
+             hard links: {}, power-loss order: {})",
             self.fs,
             yn(self.rename_noreplace),
             if self.rename_noreplace {
@@ -131,6 +146,14 @@ impl fmt::Display for Caps {
                 "no (the filesystem would follow the link)"
             } else {
                 "yes"
+            },
+            match (self.links_shown, self.names_fresh) {
+                (true, true) => "yes",
+                (true, false) => "yes (a change shows under a file's other names only later)",
+                (false, true) => "not shown (each name has a link count of 1)",
+                (false, false) =>
+                    "not shown (each name has a link count of 1 and its own \
+                     attributes, which show a change made through another name only later)",
             },
             match self.order {
                 Order::Known => "known",
@@ -372,6 +395,7 @@ fn probe_in(dir: BorrowedFd<'_>, fs: String, fuse: bool, order: Order) -> Caps {
     let fifos = nix::unistd::mkfifoat(Some(raw), "p", Mode::from_bits_retain(0o600)).is_ok();
     let time_ns = keeps_nanoseconds(dir);
     let symlinks_followed = follows_symlinks(dir);
+    let (links_shown, names_fresh) = hard_links(dir);
     if symlinks_followed {
         if let Ok(st) = nix::sys::stat::fstat(raw) {
             guard_symlinks(st.st_dev);
@@ -389,8 +413,41 @@ fn probe_in(dir: BorrowedFd<'_>, fs: String, fuse: bool, order: Order) -> Caps {
         fifos,
         time_ns,
         symlinks_followed,
+        links_shown,
+        names_fresh,
         order,
     }
+}
+
+/// Whether a hard link shows as one file in `dir` (a link count of 2 and
+/// one inode number under both names), and whether a change made through
+/// one name shows at once under the other: tried on new files "h" and
+/// "h2". What cannot be tried is taken as shown.
+fn hard_links(dir: BorrowedFd<'_>) -> (bool, bool) {
+    let raw = dir.as_raw_fd();
+    let Ok(f) = ioctl::openat(
+        Some(raw),
+        "h",
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC,
+        Mode::from_bits_retain(0o600),
+    ) else {
+        return (true, true);
+    };
+    if nix::unistd::linkat(Some(raw), "h", Some(raw), "h2", AtFlags::empty()).is_err() {
+        return (true, true);
+    }
+    let stat = |n: &str| fstatat(Some(raw), n, AtFlags::AT_SYMLINK_NOFOLLOW);
+    let (Ok(a), Ok(b)) = (stat("h"), stat("h2")) else {
+        return (true, true);
+    };
+    let shown = a.st_nlink == 2 && b.st_nlink == 2 && a.st_ino == b.st_ino;
+    // One byte through "h" (closed, so that it reached the filesystem),
+    // then "h2" looked at again.
+    let mut f = std::fs::File::from(f);
+    let written = std::io::Write::write_all(&mut f, b"x").is_ok();
+    drop(f);
+    let fresh = !written || stat("h2").map_or(true, |st| st.st_size == 1);
+    (shown, fresh)
 }
 
 /// Whether a file's mtime keeps its nanoseconds in `dir` (tried on a new
@@ -643,5 +700,6 @@ mod tests {
         assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0);
         assert!(c.rename_noreplace, "{c}");
         assert!(c.to_string().contains("power-loss order"), "{c}");
+        assert!(c.links_shown && c.names_fresh, "{c}");
     }
 }

@@ -264,6 +264,15 @@ impl Receiver<'_> {
             ));
             how = Snapshot::Copy;
         }
+        if how == Snapshot::Link {
+            if let Some(caps) = self.dest.caps().filter(|c| !c.links_shown) {
+                return Err(CmdError::LinkUnseen {
+                    dest: self.dest.path().display().to_string(),
+                    fs: caps.fs.clone(),
+                    parent: escape(&parent.name),
+                });
+            }
+        }
         let copying = if self.dest.kind() == Kind::Plain && how == Snapshot::Copy {
             let plan = self
                 .dest

@@ -490,6 +490,25 @@ impl<'o> Receiver<'o> {
                 caps.fs
             ));
         }
+        if !caps.links_shown {
+            self.log.warning(format_args!(
+                "{} ({}) does not show hard links (each name has a link count of 1): a parent \
+                 copied through it keeps each name of a file as a file of its own, and --link \
+                 is refused; --in-place keeps them",
+                self.dest.path().display(),
+                caps.fs
+            ));
+        }
+        if !caps.names_fresh {
+            self.log.warning(format_args!(
+                "{} ({}) shows a change made through one name of a file under its other names \
+                 only later (attributes cached by name): a parent copied through it may copy \
+                 stale sizes and modes; mount sshfs with -o {}",
+                self.dest.path().display(),
+                caps.fs,
+                crate::probe::SSHFS_FRESH
+            ));
+        }
     }
 
     /// Waits for the files handed to the closing thread and reports their
