@@ -253,7 +253,11 @@ pub enum CmdError {
 
 /// Errors a later try may not meet: the destination full, out of memory,
 /// an I/O error, a busy or read-only filesystem.
-const TRANSIENT: [Errno; 12] = [
+const TRANSIENT: [Errno; 14] = [
+    // A FUSE server gone (an sshfs connection dropped) or one that lost
+    // an open file's state (GlusterFS's client, now and then).
+    Errno::ENOTCONN,
+    Errno::EBADFD,
     Errno::ENOSPC,
     Errno::EDQUOT,
     Errno::EIO,

@@ -212,6 +212,42 @@ impl Handle {
     }
 }
 
+/// Removes the empty directory `name` in `dir`. On a FUSE filesystem
+/// served by libfuse (sshfs) a file unlinked before the server saw it
+/// closed is only hidden (`.fuse_hidden*`) until then: while the directory
+/// holds nothing else, this waits for them to go (a second at most).
+pub(crate) fn rmdir(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<()> {
+    let rm = || {
+        nix::unistd::unlinkat(
+            Some(dir.as_raw_fd()),
+            name,
+            nix::unistd::UnlinkatFlags::RemoveDir,
+        )
+    };
+    for _ in 0..100 {
+        match rm() {
+            Err(Errno::ENOTEMPTY) => {}
+            r => return r,
+        }
+        let Ok(sub) = ioctl::openat(
+            Some(dir.as_raw_fd()),
+            name,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) else {
+            break;
+        };
+        let hidden = entries(sub.as_fd())
+            .iter()
+            .all(|(n, _)| n.starts_with(b".fuse_hidden"));
+        if !hidden {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    rm()
+}
+
 /// The entries of directory `dir` (`.` and `..` left out): name, and type
 /// when the filesystem gives it; empty when it cannot be read.
 pub(crate) fn entries(dir: BorrowedFd<'_>) -> Vec<(Vec<u8>, Option<nix::dir::Type>)> {

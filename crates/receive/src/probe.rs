@@ -73,6 +73,8 @@ pub struct Caps {
     pub fifos: bool,
     /// Times are kept to the nanosecond (SFTP keeps whole seconds).
     pub time_ns: bool,
+    /// Times before 1970 are kept (SFTP carries unsigned 32-bit seconds).
+    pub time_pre_1970: bool,
     /// Setting a symlink's owner or times changes what it points to
     /// instead (sshfs: SFTP follows links): never done there.
     pub symlinks_followed: bool,
@@ -103,6 +105,7 @@ impl Caps {
             inode_flags: true,
             fifos: true,
             time_ns: true,
+            time_pre_1970: true,
             symlinks_followed: false,
             links_shown: true,
             names_fresh: true,
@@ -393,7 +396,7 @@ fn probe_in(dir: BorrowedFd<'_>, fs: String, fuse: bool, order: Order) -> Caps {
         None => (0, false, false),
     };
     let fifos = nix::unistd::mkfifoat(Some(raw), "p", Mode::from_bits_retain(0o600)).is_ok();
-    let time_ns = keeps_nanoseconds(dir);
+    let (time_ns, time_pre_1970) = keeps_times(dir);
     let symlinks_followed = follows_symlinks(dir);
     let (links_shown, names_fresh) = hard_links(dir);
     if symlinks_followed {
@@ -412,6 +415,7 @@ fn probe_in(dir: BorrowedFd<'_>, fs: String, fuse: bool, order: Order) -> Caps {
         inode_flags,
         fifos,
         time_ns,
+        time_pre_1970,
         symlinks_followed,
         links_shown,
         names_fresh,
@@ -450,9 +454,9 @@ fn hard_links(dir: BorrowedFd<'_>) -> (bool, bool) {
     (shown, fresh)
 }
 
-/// Whether a file's mtime keeps its nanoseconds in `dir` (tried on a new
-/// file "n").
-fn keeps_nanoseconds(dir: BorrowedFd<'_>) -> bool {
+/// Whether a file's mtime keeps its nanoseconds in `dir`, and a time
+/// before 1970 (tried on a new file "n").
+fn keeps_times(dir: BorrowedFd<'_>) -> (bool, bool) {
     let raw = dir.as_raw_fd();
     let Ok(f) = ioctl::openat(
         Some(raw),
@@ -460,7 +464,7 @@ fn keeps_nanoseconds(dir: BorrowedFd<'_>) -> bool {
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC,
         Mode::from_bits_retain(0o600),
     ) else {
-        return true;
+        return (true, true);
     };
     drop(f);
     let t = nix::sys::time::TimeSpec::new(1_000_000_000, 123_456_789);
@@ -473,10 +477,23 @@ fn keeps_nanoseconds(dir: BorrowedFd<'_>) -> bool {
     )
     .is_err()
     {
-        return true;
+        return (true, true);
     }
-    fstatat(Some(raw), "n", AtFlags::AT_SYMLINK_NOFOLLOW)
-        .map_or(true, |st| st.st_mtime_nsec == 123_456_789)
+    let ns = fstatat(Some(raw), "n", AtFlags::AT_SYMLINK_NOFOLLOW)
+        .map_or(true, |st| st.st_mtime_nsec == 123_456_789);
+    // 1969-01-01.
+    let old = nix::sys::time::TimeSpec::new(-31_536_000, 0);
+    let pre_1970 = nix::sys::stat::utimensat(
+        Some(raw),
+        "n",
+        &old,
+        &old,
+        nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+    )
+    .is_err()
+        || fstatat(Some(raw), "n", AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map_or(true, |st| st.st_mtime == -31_536_000);
+    (ns, pre_1970)
 }
 
 /// Whether setting the times of a symlink (`utimensat` with

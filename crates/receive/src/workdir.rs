@@ -331,7 +331,7 @@ pub(crate) fn remove_tree(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
         }
     }
     drop(sub);
-    match unlinkat(Some(dir.as_raw_fd()), name, UnlinkatFlags::RemoveDir) {
+    match crate::meta::rmdir(dir, name) {
         Ok(()) | Err(Errno::ENOENT) => Ok(()),
         Err(e) => Err(e.into()),
     }

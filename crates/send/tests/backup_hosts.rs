@@ -96,6 +96,8 @@ struct Skipped {
     xattr: BTreeSet<String>,
     /// Said that times are kept to the second only.
     seconds: bool,
+    /// Xattrs too large for the filesystem: (path, name).
+    too_large: BTreeSet<(String, String)>,
     /// Said that DEST does not show hard links (a parent's copy keeps
     /// each name apart, `--link` is refused).
     links_apart: bool,
@@ -123,6 +125,14 @@ impl Skipped {
             } else if l.contains("of symlink '") && l.contains("not set") {
                 if let Some(p) = quoted(l, "of symlink") {
                     into.symlink.insert(p);
+                }
+            } else if l.contains("is too large for this filesystem") {
+                // xattr NAME of 'PATH' (N bytes) is too large ...
+                let named = l
+                    .split_once("xattr ")
+                    .and_then(|(_, r)| r.split_once(" of "));
+                if let (Some((name, _)), Some(p)) = (named, quoted(l, " of ")) {
+                    into.too_large.insert((p, name.to_string()));
                 }
             } else if l.contains("rreceive: xattr ") && l.contains("skipped") {
                 if let Some(p) = quoted(l, " of ") {
@@ -249,6 +259,20 @@ fn masked(
         for r in &mut m.rows {
             let p = row_path(r);
             let mut f: Vec<String> = r.split('\t').map(str::to_string).collect();
+            if let Some(x) = f.get_mut(12).filter(|x| *x != "-") {
+                let kept: Vec<&str> = x
+                    .split(';')
+                    .filter(|kv| {
+                        let n = kv.split('=').next().unwrap_or("");
+                        !sk.too_large.contains(&(p.clone(), n.to_string()))
+                    })
+                    .collect();
+                *x = if kept.is_empty() {
+                    "-".into()
+                } else {
+                    kept.join(";")
+                };
+            }
             if seconds {
                 for i in [7, 8] {
                     if let Some(c) = f.get_mut(i) {
@@ -413,6 +437,7 @@ fn chains(host: &Host, tmp: &Path) {
                     sk_c.symlink.extend(sk.symlink.iter().cloned());
                     sk_c.xattr.extend(sk.xattr.iter().cloned());
                     sk_c.seconds |= sk.seconds;
+                    sk_c.too_large.extend(sk.too_large.iter().cloned());
                     sk_c.links_apart |= sk.links_apart;
                     check(
                         host,

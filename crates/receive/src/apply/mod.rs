@@ -490,6 +490,14 @@ impl<'o> Receiver<'o> {
                 caps.fs
             ));
         }
+        if !caps.time_pre_1970 {
+            self.log.warning(format_args!(
+                "{} ({}) cannot keep times before 1970 (SFTP carries them as unsigned 32-bit \
+                 seconds): such times come out wrong",
+                self.dest.path().display(),
+                caps.fs
+            ));
+        }
         if !caps.links_shown {
             self.log.warning(format_args!(
                 "{} ({}) does not show hard links (each name has a link count of 1): a parent \

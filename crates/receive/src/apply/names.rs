@@ -83,7 +83,12 @@ impl Receiver<'_> {
         } else {
             (UnlinkatFlags::NoRemoveDir, "unlink")
         };
-        match unlinkat(Some(d.as_raw_fd()), name, flag) {
+        let done = if dir {
+            crate::meta::rmdir(d, name)
+        } else {
+            unlinkat(Some(d.as_raw_fd()), name, flag)
+        };
+        match done {
             Err(Errno::ENOENT) if cur.redo.maybe_done(cur.track.count + 1) => {}
             r => r.map_err(CmdError::os(op))?,
         }
