@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use btrfs_stream::resume::{Digest, Token};
 use btrfs_stream::{Command as Cmd, Reader, Writer};
-use common::receivers::{manifest_of_tree, rreceive_bin, without_xattrs, Receiver};
+use common::receivers::{manifest_of_tree, rreceive_bin, wait_for, without_xattrs, Receiver};
 use common::receivers::{without_nlink, ManifestServer};
 use common::scenarios::{self, Manifest};
 use common::v2;
@@ -1405,22 +1405,6 @@ fn what_cannot_be_resumed_says_why() {
     let (code, _, err) = resume_token(&dest.join(&p));
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("does not exist"), "{err}");
-}
-
-/// Waits for `child` at most `secs` seconds; kills it (and fails) after.
-fn wait_for(child: &mut Child, secs: u64) -> std::process::ExitStatus {
-    let until = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("rreceive did not exit within {secs}s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// rreceive into `dest` reading a pipe (its stdin) and its stderr piped.

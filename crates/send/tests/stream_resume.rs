@@ -17,11 +17,13 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use btrfs_stream::{Command as Cmd, Reader, Writer};
-use common::receivers::{rreceive_bin, without_nlink, without_xattrs, ManifestServer, Receiver};
+use common::receivers::{
+    rreceive_bin, wait_for, without_nlink, without_xattrs, ManifestServer, Receiver,
+};
 use common::scenarios::{self, Manifest};
 
 /// The scenario received: files written at random offsets, renamed,
@@ -248,22 +250,6 @@ fn commands(file: &Path) -> u64 {
         n += 1;
     }
     n
-}
-
-/// Waits for `child` (at most `secs` seconds).
-fn wait_for(child: &mut Child, secs: u64) -> std::process::ExitStatus {
-    let until = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("rreceive did not exit within {secs}s");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// Runs `cmd` until it stops itself (`RRECEIVE_TEST_STOP=n`: SIGSTOP

@@ -321,3 +321,20 @@ pub fn without_nlink(m: &Manifest) -> Manifest {
     }
     m
 }
+
+/// Waits for `child` at most `secs` seconds; kills it (and fails) after.
+#[allow(dead_code)]
+pub fn wait_for(child: &mut Child, secs: u64) -> std::process::ExitStatus {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("rreceive did not exit within {secs}s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
