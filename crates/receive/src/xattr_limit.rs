@@ -92,8 +92,9 @@ pub(crate) fn too_large(
             Some("a btrfs made with a larger nodesize (mkfs.btrfs -n 65536) holds it".to_string()),
         )
     } else {
+        let vfs = fstatvfs(fs).ok();
         let free = if errno == Errno::ENOSPC {
-            let vfs = fstatvfs(fs).ok()?;
+            let vfs = vfs.as_ref()?;
             let bytes = (vfs.blocks_available() as u64).saturating_mul(vfs.fragment_size() as u64);
             let inodes_short = vfs.files() > 0 && (vfs.files_available() as u64) <= FREE_INODES;
             if inodes_short || bytes <= need.saturating_add(FREE_MARGIN) {
@@ -103,7 +104,7 @@ pub(crate) fn too_large(
         } else {
             format!(" ({errno})")
         };
-        let block = fstatvfs(fs).map_or(0, |v| v.block_size());
+        let block = vfs.map_or(0, |v| v.block_size());
         let (what, fix) = if kind == Some(EXT4_SUPER_MAGIC) {
             (
                 format!(
