@@ -63,9 +63,9 @@ build_rsend() {
     [[ -x $RSEND ]] || die "$RSEND was not built"
 }
 
-# build_rdump: builds rdump (package rsend-dump); sets RDUMP.
+# build_rdump: builds rdump (package rdump); sets RDUMP.
 build_rdump() {
-    cargo_release rsend-dump
+    cargo_release rdump
     RDUMP="$TARGET_DIR/release/rdump"
     [[ -x $RDUMP ]] || die "$RDUMP was not built"
 }

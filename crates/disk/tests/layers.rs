@@ -84,3 +84,8 @@ fn modules_import_only_lower_layers() {
         wrong.join("\n")
     );
 }
+
+#[test]
+fn modules_import_each_other_without_a_circle() {
+    testkit::layers::assert_no_circle(Path::new(env!("CARGO_MANIFEST_DIR")), 20);
+}

@@ -8,7 +8,7 @@
 fn the_library_never_prints_and_the_command_line_crates_are_optional() {
     let deps = [
         "rsend-cli",
-        "rsend-dump",
+        "rdump",
         "clap",
         "indicatif",
         "signal-hook",

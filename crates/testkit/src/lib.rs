@@ -19,6 +19,7 @@ pub mod engine;
 pub mod fiemap;
 pub mod gluster;
 mod inode_flags;
+pub mod layers;
 pub mod overlay;
 pub mod powercut;
 pub mod sshfs;
@@ -572,7 +573,7 @@ pub fn rreceive_bin() -> PathBuf {
 /// The rdump binary, for tests of other packages ([`workspace_bin`]).
 pub fn rdump_bin() -> PathBuf {
     workspace_bin(
-        "rsend-dump",
+        "rdump",
         "rdump",
         &["crates/dump", "crates/stream", "crates/text", "crates/cli"],
     )

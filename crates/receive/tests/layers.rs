@@ -1,0 +1,28 @@
+//! The library's modules import each other without a circle, and no
+//! function of the crate (its binary included) is longer than 150 lines
+//! but the one `match` over the stream's command table (see
+//! `testkit::layers`).
+
+use std::path::Path;
+
+use testkit::layers;
+
+fn crate_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn modules_import_each_other_without_a_circle() {
+    layers::assert_no_circle(crate_dir(), MODULES);
+}
+
+#[test]
+fn no_function_is_over_150_lines() {
+    let long = layers::long_functions(crate_dir(), 150, COMMAND_TABLE);
+    assert!(long.is_empty(), "functions over 150 lines:\n{}", long.join("\n"));
+}
+
+/// At least this many modules (a scan that finds fewer is broken).
+const MODULES: usize = 30;
+/// The function that is one `match` over the stream's command table.
+const COMMAND_TABLE: &[&str] = &[];
