@@ -6,12 +6,6 @@
 
 #[test]
 fn the_library_never_prints_and_the_command_line_crates_are_optional() {
-    let deps = [
-        "rsend-cli",
-        "rdump",
-        "clap",
-        "indicatif",
-        "signal-hook",
-    ];
+    let deps = ["rsend-cli", "rdump", "clap", "indicatif", "signal-hook"];
     testkit::engine::assert_quiet_library(env!("CARGO_MANIFEST_DIR").as_ref(), &deps);
 }

@@ -19,7 +19,11 @@ fn modules_import_each_other_without_a_circle() {
 #[test]
 fn no_function_is_over_150_lines() {
     let long = layers::long_functions(crate_dir(), 150, COMMAND_TABLE);
-    assert!(long.is_empty(), "functions over 150 lines:\n{}", long.join("\n"));
+    assert!(
+        long.is_empty(),
+        "functions over 150 lines:\n{}",
+        long.join("\n")
+    );
 }
 
 /// At least this many modules (a scan that finds fewer is broken).
