@@ -150,7 +150,7 @@ pub(crate) enum Wait<'a> {
     /// set (then [`LockError::Busy`]).
     Yes {
         /// Set when the receive must stop.
-        stop: Option<&'a crate::StopFlag>,
+        stop: Option<&'a crate::stop::StopFlag>,
         /// Told who holds it, once, as the wait begins.
         waiting: &'a dyn Fn(&Holder),
     },

@@ -10,7 +10,7 @@ use std::fmt::Arguments;
 use btrfs_stream::{Command, Position};
 
 use crate::copy::Tick;
-use crate::Error;
+use crate::error::Error;
 
 /// What kind of message a receive reports, each shown from the
 /// [`Options::verbosity`](crate::Options::verbosity) given.

@@ -67,10 +67,10 @@ use crate::dest::{Dest, Kind};
 use crate::error::{escape, CmdError, Error};
 use crate::ioctl;
 use crate::meta::At;
+use crate::options::{Options, Stats};
 use crate::path::{self, Resolver};
 use crate::report::Log;
 use crate::subvol::SubvolState;
-use crate::{Options, Stats};
 
 use batch::{Fold, Pending};
 use create::Create;
@@ -607,7 +607,7 @@ impl<'o> Receiver<'o> {
         let waiting = |h: &crate::lock::Holder| {
             let args = format_args!("waiting for rreceive ({h}) receiving {}", escape(name));
             if tell && log.level < 2 {
-                log.report.message(crate::Level::Notice, args);
+                log.report.message(crate::report::Level::Notice, args);
             } else {
                 log.note(args);
             }

@@ -11,8 +11,8 @@ use nix::sys::stat::{fstat, FileStat};
 
 use crate::dest::Dest;
 use crate::error::{escape, CmdError, Error};
+use crate::options::Stats;
 use crate::path;
-use crate::Stats;
 
 use super::dirtimes::{Record, Source};
 use super::inode::set_times;

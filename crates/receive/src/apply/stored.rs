@@ -20,8 +20,8 @@ use uuid::Uuid;
 
 use crate::dest::Existing;
 use crate::error::{escape, Error};
+use crate::run::Failure;
 use crate::subvol::SubvolState;
-use crate::Failure;
 
 use super::resume::Track;
 use super::Receiver;
@@ -188,7 +188,7 @@ impl Receiver<'_> {
             want.offset,
             self.input_name()
         ));
-        let signalled = |opts: &crate::Options| {
+        let signalled = |opts: &crate::options::Options| {
             let n = opts
                 .stop
                 .as_ref()?
