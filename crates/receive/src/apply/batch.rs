@@ -18,9 +18,10 @@ use crate::fake_super;
 use crate::meta;
 use crate::path;
 
+use super::create::Create;
+use super::current::{err_at, Flow, Receiver, R};
 use super::dirtimes::{Record, Source};
 use super::resume::RecipeMark;
-use super::{err_at, Create, Flow, Receiver, R};
 use btrfs_stream::resume::Point;
 
 /// What a held-back new file gets before it is created, so that it is

@@ -15,7 +15,7 @@ use crate::error::CmdError;
 use crate::fake_super;
 use crate::ioctl;
 
-use super::{OpenFile, Receiver, R, RESOLVE};
+use super::current::{OpenFile, Receiver, R, RESOLVE};
 
 /// The inode a held-back create makes.
 pub(super) enum Create {

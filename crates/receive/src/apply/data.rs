@@ -15,8 +15,8 @@ use crate::error::{escape, CmdError};
 use crate::ioctl;
 use crate::path::Resolver;
 
+use super::current::{open_regular, to_i64, Flow, Receiver, R};
 use super::guard::Guard;
-use super::{open_regular, to_i64, Flow, Receiver, R};
 
 /// Largest decoded extent accepted from ENCODED_WRITE (btrfs itself never
 /// exceeds 128 KiB).

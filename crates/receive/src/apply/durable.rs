@@ -58,7 +58,7 @@ use crate::ioctl;
 use crate::path::Resolver;
 use crate::subvol::Resumable;
 
-use super::{err_at, Receiver, R};
+use super::current::{err_at, Receiver, R};
 
 /// A window ends after this many commands...
 pub(super) const MAX_COMMANDS: u64 = 1 << 20;

@@ -27,8 +27,8 @@ use crate::ioctl;
 use crate::overlay::Overlay;
 use crate::workdir::WriteAhead;
 
+use super::current::{Current, Receiver, R, RESOLVE};
 use super::inode::{LATE_FLAGS, MAX_DEFERRED};
-use super::{Current, Receiver, R, RESOLVE};
 
 /// How the subvolume being received relates to its parent's tree.
 pub(super) enum Guard {

@@ -18,7 +18,7 @@ use crate::meta::{self, At};
 use crate::subvol::XATTR_RESERVED_PREFIX;
 use crate::{copy, xattr_limit};
 
-use super::{is_kind, target, Current, Flow, Receiver, Target, R, RESOLVE};
+use super::current::{is_kind, target, Current, Flow, Receiver, Target, R, RESOLVE};
 
 pub(super) use crate::flags::{managed_flags, map_inode_flags, LATE_FLAGS, MAX_DEFERRED};
 

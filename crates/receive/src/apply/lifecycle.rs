@@ -13,9 +13,9 @@ use crate::overlay::Overlay;
 use crate::subvol::SubvolState;
 use crate::workdir::Workdir;
 
+use super::current::{Current, Flow, Receiver, R};
 use super::guard::Guard;
 use super::inode::LATE_FLAGS;
-use super::{Current, Flow, Receiver, R};
 
 /// Counts what a snapshot's copy made; for the tests of a receive killed
 /// while copying, `RRECEIVE_TEST_KILL=copy:N` kills it (SIGKILL) after N.

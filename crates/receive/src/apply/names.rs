@@ -10,7 +10,7 @@ use nix::unistd::{linkat, unlinkat, UnlinkatFlags};
 use crate::error::CmdError;
 use crate::path;
 
-use super::{Flow, Receiver, R, RESOLVE};
+use super::current::{Flow, Receiver, R, RESOLVE};
 
 impl Receiver<'_> {
     /// Renames `from` to `to` for command number `at`.

@@ -34,7 +34,8 @@ use crate::error::{escape, CmdError, Error};
 use crate::ioctl;
 use crate::subvol::{Resumable, SubvolState};
 
-use super::{journal, Current, Flow, Receiver, R};
+use super::current::{Current, Flow, Receiver, R};
+use super::journal;
 
 impl Current {
     /// The paths (beneath the subvolume) of the files whose immutable or
@@ -723,7 +724,7 @@ impl Receiver<'_> {
         {
             let kind = self.now.0;
             self.durable_start()
-                .map_err(|k| super::err_at(kind, pos, b"", k))?;
+                .map_err(|k| super::current::err_at(kind, pos, b"", k))?;
         }
         let done = self.closer.done();
         let Some(c) = self.cur.as_ref() else {

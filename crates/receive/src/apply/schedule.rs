@@ -14,9 +14,9 @@ use crate::error::{escape, CmdError, Error};
 use crate::options::Stats;
 use crate::path;
 
+use super::current::{Current, Receiver, R};
 use super::dirtimes::{Record, Source};
 use super::inode::set_times;
-use super::{Current, Receiver, R};
 
 impl Current {
     /// Forgets handed-over files the closing thread is done with.
