@@ -9,7 +9,7 @@ use std::ops::Not;
 
 use uuid::Uuid;
 
-use crate::path::PathError;
+use crate::path::{PathError, Refused};
 
 /// Why a receive stopped.
 #[derive(Debug, thiserror::Error)]
@@ -304,6 +304,12 @@ impl Error {
                 .not()
                 .then(|| format!("command #{command} {cmd} failed: {kind}")),
         }
+    }
+}
+
+impl From<Refused> for CmdError {
+    fn from(Refused { which, err }: Refused) -> CmdError {
+        CmdError::Path { which, err }
     }
 }
 

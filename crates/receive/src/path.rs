@@ -22,7 +22,6 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 
-use crate::error::CmdError;
 use crate::ioctl::{openat, openat2};
 
 /// Longest path the kernel sends (PATH_MAX).
@@ -130,8 +129,8 @@ pub(crate) fn check_symlink_target(target: &[u8]) -> Result<(), PathError> {
 ///
 /// A command added to the stream crate later gets its paths checked here
 /// the strict way without being listed.
-pub(crate) fn confine(cmd: &Command<'_>) -> Result<(), CmdError> {
-    let refused = |which| move |err| CmdError::Path { which, err };
+pub(crate) fn confine(cmd: &Command<'_>) -> Result<(), Refused> {
+    let refused = |which| move |err| Refused { which, err };
     for (role, p) in cmd.paths() {
         match role {
             PathRole::Path => match cmd.kind() {
@@ -153,6 +152,15 @@ pub(crate) fn confine(cmd: &Command<'_>) -> Result<(), CmdError> {
         }?;
     }
     Ok(())
+}
+
+/// A path [`confine`] refuses: which field of the command, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refused {
+    /// The field ("path", "destination", "clone source", ...).
+    pub which: &'static str,
+    /// Why it is refused.
+    pub err: PathError,
 }
 
 /// Splits a checked, non-empty path into its parent (maybe empty) and final
@@ -381,11 +389,9 @@ mod tests {
 
     /// The field `confine` refuses in `cmd`, and why.
     fn refused(cmd: Command<'_>) -> Option<(&'static str, PathError)> {
-        match confine(&cmd) {
-            Ok(()) => None,
-            Err(CmdError::Path { which, err }) => Some((which, err)),
-            Err(e) => panic!("{e}"),
-        }
+        confine(&cmd)
+            .err()
+            .map(|Refused { which, err }| (which, err))
     }
 
     #[test]
