@@ -6,7 +6,7 @@
 use std::io::Read;
 use std::path::PathBuf;
 
-use btrfs_stream::{Command, Reader};
+use btrfs_stream::{Command, Reader, Source};
 
 use crate::apply::{self, Receiver};
 use crate::dest::Dest;
@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::options::{Options, Stats};
 use crate::report::{Log, Report};
 use crate::stop::signal_name;
-use crate::subvol;
+use crate::subvol::{self, SubvolState};
 
 /// A failed receive.
 #[derive(Debug)]
@@ -82,9 +82,28 @@ pub fn receive_with<R: Read>(
     let mut rx = Receiver::new(opts, dest, log);
     rx.probe_dest();
     rx.sweep_orphans();
+    let mut run = Run {
+        rx,
+        opts,
+        failed: 0,
+    };
     let mut reader = Reader::new(input);
-    let mut failed = 0u64;
-    let fail = |rx: &mut Receiver<'_>, error: Error| {
+    while run.step(&mut reader)? {}
+    run.finish()
+}
+
+/// A receive under way: the engine, and the failed commands counted.
+struct Run<'o> {
+    rx: Receiver<'o>,
+    opts: &'o Options,
+    failed: u64,
+}
+
+impl Run<'_> {
+    /// A failure: the subvolume stays incomplete (or, taken over in place
+    /// and unchanged, is given back).
+    fn fail(&mut self, error: Error) -> Box<Failure> {
+        let rx = &mut self.rx;
         let mut incomplete = rx.current_path();
         let in_place_of = rx.in_place_of().map(<[u8]>::to_vec);
         let given_back = rx.abort();
@@ -100,28 +119,30 @@ pub fn receive_with<R: Read>(
             not_resumable: None,
             stats: rx.stats,
         })
-    };
-    // A failure that leaves the subvolume incomplete and not resumable,
-    // recording why for `--resume-token`.
-    let refuse = |rx: &mut Receiver<'_>, error: Error, why: String| {
-        let name = rx.current_name();
-        let mut f = fail(rx, error);
+    }
+
+    /// A failure that leaves the subvolume incomplete and not resumable,
+    /// recording why for `--resume-token`.
+    fn refuse(&mut self, error: Error, why: String) -> Box<Failure> {
+        let name = self.rx.current_name();
+        let mut f = self.fail(error);
         if let (Some(_), Some(name)) = (&f.incomplete, name) {
-            rx.record_refusal(&name, &why);
+            self.rx.record_refusal(&name, &why);
             f.not_resumable = Some(why);
         }
         f
-    };
-    // A stream that stops early: what was applied is kept, and where it
-    // stopped is recorded to resume from, unless resuming would only meet
-    // the same error again.
-    let stop = |rx: &mut Receiver<'_>, error: Error| {
+    }
+
+    /// A stream that stops early: what was applied is kept, and where it
+    /// stopped is recorded to resume from, unless resuming would only meet
+    /// the same error again.
+    fn stop(&mut self, error: Error) -> Box<Failure> {
         if let Some(why) = error.permanent() {
             let why = format!("{why}; resuming would stop there again");
-            return refuse(rx, error, why);
+            return self.refuse(error, why);
         }
-        let path = rx.current_path();
-        match rx.suspend() {
+        let path = self.rx.current_path();
+        match self.rx.suspend() {
             Ok(state) => Box::new(Failure {
                 error,
                 incomplete: path,
@@ -129,163 +150,198 @@ pub fn receive_with<R: Read>(
                 given_back: None,
                 resumable: Some(state),
                 not_resumable: None,
-                stats: rx.stats,
+                stats: self.rx.stats,
             }),
-            Err(why) if rx.unstarted() => {
+            Err(why) if self.rx.unstarted() => {
                 // Nothing of the stream is in it yet (the disk was full
                 // from the start, say): it goes, and the same stream
                 // received again starts over.
-                let mut f = fail(rx, error);
+                let mut f = self.fail(error);
                 if f.incomplete.is_some() {
-                    if rx.discard() {
+                    if self.rx.discard() {
                         f.incomplete = None;
-                    } else if let Some(name) = rx.current_name() {
-                        rx.record_refusal(&name, &why);
+                    } else if let Some(name) = self.rx.current_name() {
+                        self.rx.record_refusal(&name, &why);
                         f.not_resumable = Some(why);
                     }
                 }
                 f
             }
-            Err(why) => refuse(rx, error, why),
+            Err(why) => self.refuse(error, why),
         }
-    };
-    let signalled = || {
-        let n = opts
+    }
+
+    /// The signal that asked to stop, if one did.
+    fn signalled(&self) -> Option<&'static str> {
+        let n = self
+            .opts
             .stop
             .as_ref()?
             .load(std::sync::atomic::Ordering::Relaxed);
         (n != 0).then(|| signal_name(n))
-    };
-    loop {
-        if let Some(sig) = signalled() {
+    }
+
+    /// Reads and applies the next command: whether to go on.
+    fn step<S: Source>(&mut self, reader: &mut Reader<S>) -> Result<bool, Box<Failure>> {
+        if let Some(sig) = self.signalled() {
             let e = Error::Interrupted(sig, reader.commands());
-            return Err(stop(&mut rx, e));
+            return Err(self.stop(e));
         }
         let (cmd, pos) = match reader.next_framed() {
             Ok(Some(c)) => c,
-            Ok(None) => break,
+            Ok(None) => return Ok(false),
             Err(e) => {
-                let e = match signalled() {
+                let e = match self.signalled() {
                     Some(sig) => Error::Interrupted(sig, e.command.saturating_sub(1)),
-                    None => Error::from_stream(e, opts.stored),
+                    None => Error::from_stream(e, self.opts.stored),
                 };
-                return Err(stop(&mut rx, e));
+                return Err(self.stop(e));
             }
         };
         let end = matches!(cmd, Command::End {});
         if pos.index % 64 == 0 {
-            rx.log.progress(pos.offset + pos.len, pos.index);
+            self.rx.log.progress(pos.offset + pos.len, pos.index);
         }
         // A stream of several subvolumes made by `btrfs send -e` has no END
         // between them: the next one's start ends the one before, as for
         // btrfs receive.
         let starts = matches!(cmd, Command::Subvol { .. } | Command::Snapshot { .. });
         let mut res = Ok(apply::Flow::End);
-        if starts && rx.in_subvol() {
-            res = rx.apply(&Command::End {}, pos);
+        if starts && self.rx.in_subvol() {
+            res = self.rx.apply(&Command::End {}, pos);
         }
-        // One writer per subvolume: its lock comes before anything looks
-        // at what DEST holds of it (another receive holding it stops this
-        // one, which changed nothing: exit 3).
         if res.is_ok() && starts {
-            if let Err(e) = rx.lock_next(&cmd, pos) {
-                return Err(stop(&mut rx, e));
-            }
-        }
-        // A stream read again: what a stopped receive applied is read, not
-        // applied again.
-        if res.is_ok() && starts && (opts.stored || opts.resume) {
-            if let Some(start) = apply::Start::of(&cmd, pos) {
-                match rx.stored_point(&start) {
-                    Err(e) => return Err(fail(&mut rx, e)),
-                    Ok(None) => {}
-                    Ok(Some(st)) => {
-                        if let Err(e) = rx.skip_to(&mut reader, &start, &st) {
-                            return Err(rx.skip_failed(e, &start, st));
-                        }
-                        if let Err(e) = rx.apply(&start.command(), start.pos) {
-                            return Err(stop(&mut rx, e));
-                        }
-                        continue;
-                    }
-                }
+            if let Some((start, st)) = self.start(&cmd, pos)? {
+                self.skip_applied(reader, start, st)?;
+                return Ok(true);
             }
         }
         if res.is_ok() {
-            res = rx.apply(&cmd, pos);
+            res = self.rx.apply(&cmd, pos);
         }
-        failed += std::mem::take(&mut rx.extra_errors);
-        if opts.max_errors != 0 && failed >= opts.max_errors && res.is_ok() {
-            let why = format!("{failed} command(s) failed");
-            return Err(refuse(&mut rx, Error::Failed(failed), why));
+        self.counted(res)?;
+        Ok(!(end && self.opts.stop_at_end))
+    }
+
+    /// Before a SUBVOL or SNAPSHOT: its lock, and in a stream read again
+    /// the point a stopped receive of it reached, if one did.
+    fn start(
+        &mut self,
+        cmd: &Command<'_>,
+        pos: btrfs_stream::Position,
+    ) -> Result<Option<(apply::Start, SubvolState)>, Box<Failure>> {
+        // One writer per subvolume: its lock comes before anything looks
+        // at what DEST holds of it (another receive holding it stops this
+        // one, which changed nothing: exit 3).
+        if let Err(e) = self.rx.lock_next(cmd, pos) {
+            return Err(self.stop(e));
         }
-        match res {
-            Ok(_) => {}
-            Err(e) => {
-                failed += 1;
-                if opts.max_errors == 1 {
-                    // Everything before the failed command is applied (or
-                    // recorded to be applied again): resumable from there
-                    // when the cause can go away (ENOSPC, say).
-                    return Err(stop(&mut rx, e));
-                }
-                rx.note_error();
-                if opts.max_errors != 0 && failed >= opts.max_errors {
-                    return Err(fail(&mut rx, e));
-                }
-                rx.log.error(&e);
+        if !(self.opts.stored || self.opts.resume) {
+            return Ok(None);
+        }
+        let Some(start) = apply::Start::of(cmd, pos) else {
+            return Ok(None);
+        };
+        match self.rx.stored_point(&start) {
+            Err(e) => Err(self.fail(e)),
+            Ok(None) => Ok(None),
+            Ok(Some(st)) => Ok(Some((start, st))),
+        }
+    }
+
+    /// Reads the commands a stopped receive applied, without applying
+    /// them again, and applies the subvolume's start.
+    fn skip_applied<S: Source>(
+        &mut self,
+        reader: &mut Reader<S>,
+        start: apply::Start,
+        st: SubvolState,
+    ) -> Result<(), Box<Failure>> {
+        if let Err(e) = self.rx.skip_to(reader, &start, &st) {
+            return Err(self.rx.skip_failed(e, &start, st));
+        }
+        if let Err(e) = self.rx.apply(&start.command(), start.pos) {
+            return Err(self.stop(e));
+        }
+        Ok(())
+    }
+
+    /// Counts a command's failure against `-E` (`max_errors`).
+    fn counted(&mut self, res: Result<apply::Flow, Error>) -> Result<(), Box<Failure>> {
+        let max = self.opts.max_errors;
+        self.failed += std::mem::take(&mut self.rx.extra_errors);
+        if max != 0 && self.failed >= max && res.is_ok() {
+            let why = format!("{} command(s) failed", self.failed);
+            return Err(self.refuse(Error::Failed(self.failed), why));
+        }
+        if let Err(e) = res {
+            self.failed += 1;
+            if max == 1 {
+                // Everything before the failed command is applied (or
+                // recorded to be applied again): resumable from there
+                // when the cause can go away (ENOSPC, say).
+                return Err(self.stop(e));
             }
+            self.rx.note_error();
+            if max != 0 && self.failed >= max {
+                return Err(self.fail(e));
+            }
+            self.rx.log.error(&e);
         }
-        if end && opts.stop_at_end {
-            break;
+        Ok(())
+    }
+
+    /// After the last command: the end of the last subvolume, and what was
+    /// done said.
+    fn finish(mut self) -> Result<Stats, Box<Failure>> {
+        let res = self.rx.finish();
+        self.failed += std::mem::take(&mut self.rx.extra_errors);
+        if let Err(e) = res {
+            if self.opts.max_errors == 1 {
+                return Err(self.stop(e));
+            }
+            return Err(self.fail(e));
         }
-    }
-    let res = rx.finish();
-    failed += std::mem::take(&mut rx.extra_errors);
-    if let Err(e) = res {
-        if opts.max_errors == 1 {
-            return Err(stop(&mut rx, e));
+        if self.failed > 0 {
+            let why = format!("{} command(s) failed", self.failed);
+            return Err(self.refuse(Error::Failed(self.failed), why));
         }
-        return Err(fail(&mut rx, e));
-    }
-    if failed > 0 {
-        let why = format!("{failed} command(s) failed");
-        return Err(refuse(&mut rx, Error::Failed(failed), why));
-    }
-    let s = rx.stats;
-    rx.log.note(format_args!(
-        "{} commands, {} subvolume(s); {} inodes created ({} at their final name); \
-         {} bytes written, {} cloned; encoded writes: {} by ioctl, {} decoded; \
-         {} truncates, {} chowns and {} chmods skipped; {} directory utimes held back; \
-         directories changed after their times: {} given their UTIMES again, {} their \
-         earlier times; {} directory times applied early; {} durable checkpoint(s) ({} bytes recorded)",
-        s.commands,
-        s.subvols,
-        s.created,
-        s.fused_renames,
-        s.bytes_written,
-        s.bytes_cloned,
-        s.encoded_ioctl,
-        s.encoded_decoded,
-        s.truncates_skipped,
-        s.chowns_skipped,
-        s.chmods_skipped,
-        s.dir_utimes_deferred,
-        s.dir_times_restored,
-        s.dir_times_kept,
-        s.dir_times_early,
-        s.durable_checkpoints,
-        s.durable_bytes
-    ));
-    if rx.stats.skipped > 0 {
-        rx.log.warning(format_args!(
-            "{} item(s) this filesystem cannot store were skipped: {} (-v lists them){}",
-            rx.stats.skipped,
-            rx.skipped.said(),
-            rx.skipped.fixes()
+        let rx = &mut self.rx;
+        let s = rx.stats;
+        rx.log.note(format_args!(
+            "{} commands, {} subvolume(s); {} inodes created ({} at their final name); \
+             {} bytes written, {} cloned; encoded writes: {} by ioctl, {} decoded; \
+             {} truncates, {} chowns and {} chmods skipped; {} directory utimes held back; \
+             directories changed after their times: {} given their UTIMES again, {} their \
+             earlier times; {} directory times applied early; {} durable checkpoint(s) ({} bytes recorded)",
+            s.commands,
+            s.subvols,
+            s.created,
+            s.fused_renames,
+            s.bytes_written,
+            s.bytes_cloned,
+            s.encoded_ioctl,
+            s.encoded_decoded,
+            s.truncates_skipped,
+            s.chowns_skipped,
+            s.chmods_skipped,
+            s.dir_utimes_deferred,
+            s.dir_times_restored,
+            s.dir_times_kept,
+            s.dir_times_early,
+            s.durable_checkpoints,
+            s.durable_bytes
         ));
+        if rx.stats.skipped > 0 {
+            rx.log.warning(format_args!(
+                "{} item(s) this filesystem cannot store were skipped: {} (-v lists them){}",
+                rx.stats.skipped,
+                rx.skipped.said(),
+                rx.skipped.fixes()
+            ));
+        }
+        Ok(rx.stats)
     }
-    Ok(rx.stats)
 }
 
 /// Raises the soft limit on open files to the hard limit (tree copies of
