@@ -48,7 +48,7 @@ use nix::sys::stat::{fchmod, fstat, futimens, Mode};
 use nix::unistd::{fchown, Gid, Uid};
 
 use crate::decode::{self, Decoder};
-use crate::error::{escape, CmdError, Error};
+use crate::error::{err_at, CmdError, Error};
 use crate::fake_super;
 use crate::meta;
 
@@ -473,31 +473,21 @@ fn run_job(job: &Job, shared: &Shared) -> bool {
     }
 }
 
-fn err(cmd: CommandKind, pos: Position, path: &[u8], kind: CmdError) -> Error {
-    Error::Command {
-        command: pos.index,
-        offset: pos.offset,
-        cmd,
-        path: format!("'{}'", escape(path)),
-        kind,
-    }
-}
-
 /// The rest of a new file's commands, in stream order; stops at the first
 /// that fails, as applying them one by one would.
 fn finish_file(file: &File, f: &Finish, shared: &Shared) -> Result<(), Error> {
     let path = &f.path;
     for (off, data, pos) in &f.writes {
         file.write_all_at(data, *off)
-            .map_err(|e| err(CommandKind::Write, *pos, path, CmdError::io("write")(e)))?;
+            .map_err(|e| err_at(CommandKind::Write, *pos, path, CmdError::io("write")(e)))?;
     }
     if f.owner.is_some() || f.mode.is_some() {
         let st = fstat(file.as_raw_fd())
-            .map_err(|e| err(CommandKind::Mkfile, f.create, path, CmdError::os("stat")(e)))?;
+            .map_err(|e| err_at(CommandKind::Mkfile, f.create, path, CmdError::os("stat")(e)))?;
         let mut chowned = false;
         if f.fake_super {
             fake_super::finish_new(file, &st, f.owner, f.mode)
-                .map_err(|(k, p, e)| err(k, p, path, e))?;
+                .map_err(|(k, p, e)| err_at(k, p, path, e))?;
         } else if let Some((u, g, pos)) = f.owner {
             if (st.st_uid, st.st_gid) != (u, g) {
                 fchown(
@@ -505,7 +495,7 @@ fn finish_file(file: &File, f: &Finish, shared: &Shared) -> Result<(), Error> {
                     Some(Uid::from_raw(u)),
                     Some(Gid::from_raw(g)),
                 )
-                .map_err(|e| err(CommandKind::Chown, pos, path, CmdError::chown(u, g)(e)))?;
+                .map_err(|e| err_at(CommandKind::Chown, pos, path, CmdError::chown(u, g)(e)))?;
                 chowned = true;
             } else {
                 shared.chowns_skipped.fetch_add(1, Ordering::Relaxed);
@@ -515,7 +505,7 @@ fn finish_file(file: &File, f: &Finish, shared: &Shared) -> Result<(), Error> {
             // chown clears set-id bits: the mode goes on again after it.
             if chowned || st.st_mode & 0o7777 != m {
                 fchmod(file.as_raw_fd(), Mode::from_bits_retain(m))
-                    .map_err(|e| err(CommandKind::Chmod, pos, path, CmdError::os("chmod")(e)))?;
+                    .map_err(|e| err_at(CommandKind::Chmod, pos, path, CmdError::os("chmod")(e)))?;
             } else {
                 shared.chmods_skipped.fetch_add(1, Ordering::Relaxed);
             }
@@ -524,10 +514,10 @@ fn finish_file(file: &File, f: &Finish, shared: &Shared) -> Result<(), Error> {
     if let Some((a, m, pos)) = f.times {
         let ts = |t| {
             meta::timespec(t)
-                .map_err(|e| err(CommandKind::Utimes, pos, path, CmdError::os("utimes")(e)))
+                .map_err(|e| err_at(CommandKind::Utimes, pos, path, CmdError::os("utimes")(e)))
         };
         futimens(file.as_raw_fd(), &ts(a)?, &ts(m)?)
-            .map_err(|e| err(CommandKind::Utimes, pos, path, CmdError::os("utimes")(e)))?;
+            .map_err(|e| err_at(CommandKind::Utimes, pos, path, CmdError::os("utimes")(e)))?;
     }
     Ok(())
 }

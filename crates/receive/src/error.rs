@@ -408,6 +408,17 @@ impl CmdError {
     }
 }
 
+/// The error of command `cmd` at `pos` on `path`.
+pub(crate) fn err_at(cmd: CommandKind, pos: Position, path: &[u8], kind: CmdError) -> Error {
+    Error::Command {
+        command: pos.index,
+        offset: pos.offset,
+        cmd,
+        path: format!("'{}'", escape(path)),
+        kind,
+    }
+}
+
 /// Bytes as text with everything outside printable ASCII escaped.
 pub(crate) fn escape(b: &[u8]) -> String {
     b.escape_ascii().to_string()

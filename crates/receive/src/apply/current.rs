@@ -16,7 +16,8 @@ use uuid::Uuid;
 use crate::closer::Closer;
 use crate::copy::{self, Methods};
 use crate::dest::Dest;
-use crate::error::{escape, CmdError, Error};
+pub(super) use crate::error::err_at;
+use crate::error::CmdError;
 use crate::ioctl;
 use crate::meta::At;
 use crate::options::{Options, Stats};
@@ -49,16 +50,6 @@ pub(super) struct OpenFile {
     /// Its owner, when this receive created it (a chown to the same owner
     /// is then a no-op and skipped).
     pub(super) owner: Option<(u32, u32)>,
-}
-
-pub(super) fn err_at(cmd: CommandKind, pos: Position, path: &[u8], kind: CmdError) -> Error {
-    Error::Command {
-        command: pos.index,
-        offset: pos.offset,
-        cmd,
-        path: format!("'{}'", escape(path)),
-        kind,
-    }
 }
 
 /// The subvolume being received.
