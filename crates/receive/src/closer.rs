@@ -461,8 +461,16 @@ fn run_job(job: &Job, shared: &Shared) -> bool {
     let Some(f) = &job.finish else {
         return false;
     };
-    match finish_file(&job.file, f, shared) {
-        Ok(()) => f.flush,
+    match finish_new(&job.file, f, false) {
+        Ok(done) => {
+            if done.chown_skipped {
+                shared.chowns_skipped.fetch_add(1, Ordering::Relaxed);
+            }
+            if done.chmod_skipped {
+                shared.chmods_skipped.fetch_add(1, Ordering::Relaxed);
+            }
+            f.flush
+        }
         Err(e) => {
             if let Ok(mut g) = shared.errors.lock() {
                 g.push(e);
@@ -473,17 +481,32 @@ fn run_job(job: &Job, shared: &Shared) -> bool {
     }
 }
 
-/// The rest of a new file's commands, in stream order; stops at the first
-/// that fails, as applying them one by one would.
-fn finish_file(file: &File, f: &Finish, shared: &Shared) -> Result<(), Error> {
+/// What finishing a new file did ([`finish_new`]).
+#[derive(Debug, Default)]
+pub(crate) struct Finished {
+    /// Its owner, when known: the one it was created with, or the CHOWN's.
+    pub owner: Option<(u32, u32)>,
+    /// The CHOWN was skipped: the file had that owner already.
+    pub chown_skipped: bool,
+    /// The CHMOD was skipped: the file had that mode already.
+    pub chmod_skipped: bool,
+}
+
+/// Applies the rest of a new file's commands `f` to it, in stream order
+/// (data, owner or the fake-super record, mode, times); stops at the first
+/// that fails, as applying them one by one would. With `owner` its owner
+/// is learnt (with a stat) even when no CHOWN or CHMOD asks for one.
+pub(crate) fn finish_new(file: &File, f: &Finish, owner: bool) -> Result<Finished, Error> {
     let path = &f.path;
+    let mut done = Finished::default();
     for (off, data, pos) in &f.writes {
         file.write_all_at(data, *off)
             .map_err(|e| err_at(CommandKind::Write, *pos, path, CmdError::io("write")(e)))?;
     }
-    if f.owner.is_some() || f.mode.is_some() {
+    if owner || f.owner.is_some() || f.mode.is_some() {
         let st = fstat(file.as_raw_fd())
             .map_err(|e| err_at(CommandKind::Mkfile, f.create, path, CmdError::os("stat")(e)))?;
+        done.owner = Some((st.st_uid, st.st_gid));
         let mut chowned = false;
         if f.fake_super {
             fake_super::finish_new(file, &st, f.owner, f.mode)
@@ -498,8 +521,9 @@ fn finish_file(file: &File, f: &Finish, shared: &Shared) -> Result<(), Error> {
                 .map_err(|e| err_at(CommandKind::Chown, pos, path, CmdError::chown(u, g)(e)))?;
                 chowned = true;
             } else {
-                shared.chowns_skipped.fetch_add(1, Ordering::Relaxed);
+                done.chown_skipped = true;
             }
+            done.owner = Some((u, g));
         }
         if let Some((m, pos)) = f.mode.filter(|_| !f.fake_super) {
             // chown clears set-id bits: the mode goes on again after it.
@@ -507,7 +531,7 @@ fn finish_file(file: &File, f: &Finish, shared: &Shared) -> Result<(), Error> {
                 fchmod(file.as_raw_fd(), Mode::from_bits_retain(m))
                     .map_err(|e| err_at(CommandKind::Chmod, pos, path, CmdError::os("chmod")(e)))?;
             } else {
-                shared.chmods_skipped.fetch_add(1, Ordering::Relaxed);
+                done.chmod_skipped = true;
             }
         }
     }
@@ -519,7 +543,7 @@ fn finish_file(file: &File, f: &Finish, shared: &Shared) -> Result<(), Error> {
         futimens(file.as_raw_fd(), &ts(a)?, &ts(m)?)
             .map_err(|e| err_at(CommandKind::Utimes, pos, path, CmdError::os("utimes")(e)))?;
     }
-    Ok(())
+    Ok(done)
 }
 
 impl Drop for Closer {

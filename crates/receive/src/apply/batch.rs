@@ -3,15 +3,10 @@
 //! created grouped by directory when it is full or before any other kind of
 //! command.
 
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
-
 use btrfs_stream::{Command, CommandKind, Position, Timespec};
 use nix::errno::Errno;
-use nix::sys::stat::{fchmod, fstat, futimens, Mode};
-use nix::unistd::{fchown, Gid, Uid};
 
-use crate::closer::{Finish, Job};
+use crate::closer::{self, Finish, Job};
 use crate::dest::Kind;
 use crate::error::{CmdError, Error};
 use crate::fake_super;
@@ -400,51 +395,25 @@ impl Receiver<'_> {
         let Some(f) = cur.file.as_mut().filter(|f| f.path == at) else {
             return Err(err_at(kind, cmd_pos, &at, CmdError::NotRegular));
         };
-        for (off, data, wpos) in &r.writes {
-            f.file
-                .write_all_at(data, *off)
-                .map_err(|e| err_at(CommandKind::Write, *wpos, &at, CmdError::io("write")(e)))?;
+        let finish = Finish {
+            path: at,
+            create: cmd_pos,
+            writes: r.writes,
+            owner: r.owner,
+            mode: r.mode,
+            times: r.times,
+            fake_super: self.opts.fake_super,
+            flush: false,
+        };
+        let done = closer::finish_new(&f.file, &finish, true)?;
+        for (off, data, _) in &finish.writes {
             let end = off + data.len() as u64;
             f.size = f.size.map(|s| s.max(end));
             self.stats.bytes_written += data.len() as u64;
         }
-        let st = fstat(f.file.as_raw_fd())
-            .map_err(|e| err_at(kind, cmd_pos, &at, CmdError::os("stat")(e)))?;
-        let mut chowned = false;
-        f.owner = Some((st.st_uid, st.st_gid));
-        if self.opts.fake_super {
-            fake_super::finish_new(&f.file, &st, r.owner, r.mode)
-                .map_err(|(k, p, e)| err_at(k, p, &at, e))?;
-        } else if let Some((u, g, opos)) = r.owner {
-            if (st.st_uid, st.st_gid) != (u, g) {
-                fchown(
-                    f.file.as_raw_fd(),
-                    Some(Uid::from_raw(u)),
-                    Some(Gid::from_raw(g)),
-                )
-                .map_err(|e| err_at(CommandKind::Chown, opos, &at, CmdError::chown(u, g)(e)))?;
-                chowned = true;
-            } else {
-                self.stats.chowns_skipped += 1;
-            }
-            f.owner = Some((u, g));
-        }
-        if let Some((m, mpos)) = r.mode.filter(|_| !self.opts.fake_super) {
-            if chowned || st.st_mode & 0o7777 != m {
-                fchmod(f.file.as_raw_fd(), Mode::from_bits_retain(m))
-                    .map_err(|e| err_at(CommandKind::Chmod, mpos, &at, CmdError::os("chmod")(e)))?;
-            } else {
-                self.stats.chmods_skipped += 1;
-            }
-        }
-        if let Some((a, m, tpos)) = r.times {
-            let ts = |t| {
-                meta::timespec(t)
-                    .map_err(|e| err_at(CommandKind::Utimes, tpos, &at, CmdError::os("utimes")(e)))
-            };
-            futimens(f.file.as_raw_fd(), &ts(a)?, &ts(m)?)
-                .map_err(|e| err_at(CommandKind::Utimes, tpos, &at, CmdError::os("utimes")(e)))?;
-        }
+        f.owner = done.owner;
+        self.stats.chowns_skipped += u64::from(done.chown_skipped);
+        self.stats.chmods_skipped += u64::from(done.chmod_skipped);
         Ok(())
     }
 }
