@@ -22,6 +22,7 @@ use uuid::Uuid;
 use crate::copy;
 use crate::elsewhere::{self, MountRoot};
 use crate::ioctl;
+use crate::meta::open_dir;
 use crate::probe;
 use crate::subvol::{self, Store, SubvolState};
 use crate::workdir;
@@ -260,16 +261,6 @@ pub struct Dest {
     caps: Option<probe::Caps>,
 }
 
-fn open_dir_at(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<File> {
-    let fd = ioctl::openat(
-        Some(dir.as_raw_fd()),
-        name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    Ok(File::from(fd))
-}
-
 impl Dest {
     /// Opens DEST (following symlinks: the path is the user's, not the
     /// stream's). `plain` forces directory mode on btrfs.
@@ -405,7 +396,7 @@ impl Dest {
 
     /// Opens subvolume `name`'s root directory.
     pub(crate) fn open_subvol(&self, name: &[u8]) -> nix::Result<OwnedFd> {
-        open_dir_at(self.fd(), name).map(OwnedFd::from)
+        open_dir(self.fd(), name).map(OwnedFd::from)
     }
 
     /// Creates subvolume `name` for a full stream, with `state`, under a
@@ -805,7 +796,7 @@ impl Dest {
     fn received_listed(&self, name: &[u8]) -> io::Result<Option<(SubvolState, bool)>> {
         let recorded = |st: Option<SubvolState>| st.map(|st| (st, false));
         if self.kind == Kind::Btrfs {
-            let Ok(f) = open_dir_at(self.fd(), name) else {
+            let Ok(f) = open_dir(self.fd(), name) else {
                 return Ok(None);
             };
             use std::os::unix::fs::MetadataExt;
@@ -851,7 +842,7 @@ impl Dest {
         names
             .into_iter()
             .find_map(|n| {
-                let f = open_dir_at(self.fd(), &n).ok()?;
+                let f = open_dir(self.fd(), &n).ok()?;
                 let info = ioctl::get_subvol_info(f.as_fd()).ok()?;
                 let ru = Uuid::from_bytes(info.received_uuid);
                 (Uuid::from_bytes(info.uuid) == own && !ru.is_nil()).then_some((ru, info.stransid))
@@ -946,7 +937,7 @@ impl Dest {
                 if let Some(st) = &running {
                     subvol::set_lines(self.fd(), &[(name, Some(st))])?;
                 }
-                let dir = open_dir_at(self.fd(), name)?;
+                let dir = open_dir(self.fd(), name)?;
                 match dir.remove_xattr(subvol::XATTR_NAME) {
                     Err(e)
                         if crate::meta::errno(&e) != Some(Errno::ENODATA)
@@ -1094,7 +1085,7 @@ impl Dest {
                 }
                 names.sort();
                 for name in names {
-                    let Ok(f) = open_dir_at(self.fd(), &name) else {
+                    let Ok(f) = open_dir(self.fd(), &name) else {
                         continue;
                     };
                     let Ok(md) = f.metadata() else { continue };

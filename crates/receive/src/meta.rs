@@ -271,6 +271,17 @@ pub(crate) fn errno(e: &io::Error) -> Option<Errno> {
     e.raw_os_error().map(Errno::from_raw)
 }
 
+/// Opens directory `name` in `dir` to read, following no symlink.
+pub(crate) fn open_dir(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<File> {
+    let fd = ioctl::openat(
+        Some(dir.as_raw_fd()),
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(File::from(fd))
+}
+
 /// The filesystems (by device) where [`Caps::symlinks_followed`](crate::probe::Caps::symlinks_followed): a
 /// symlink's owner and times are never set there.
 static FOLLOWING: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());

@@ -31,6 +31,7 @@ use nix::unistd::unlinkat;
 use uuid::Uuid;
 
 use crate::ioctl;
+use crate::meta::open_dir;
 
 /// Names starting with this are rreceive's own in DEST.
 pub(crate) const RESERVED_PREFIX: &[u8] = b".rreceive";
@@ -229,16 +230,6 @@ fn is_unsupported(e: &io::Error) -> bool {
             | Some(Errno::ENOSPC)
             | Some(Errno::E2BIG)
     )
-}
-
-fn open_dir(dest: BorrowedFd<'_>, name: &[u8]) -> nix::Result<File> {
-    let fd = ioctl::openat(
-        Some(dest.as_raw_fd()),
-        name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    Ok(File::from(fd))
 }
 
 /// Records `state` for directory `name` in `dest`, in its xattr if the

@@ -13,6 +13,7 @@ use nix::sys::stat::Mode;
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
 use crate::ioctl;
+use crate::meta::open_dir;
 
 /// The file in it recording the mode (see [`Workdir::record_mode`]).
 const MODE: &str = "mode";
@@ -122,15 +123,6 @@ pub(crate) fn name_for(name: &[u8]) -> Vec<u8> {
     s
 }
 
-fn open_dir(dest: BorrowedFd<'_>, name: &[u8]) -> nix::Result<OwnedFd> {
-    ioctl::openat(
-        Some(dest.as_raw_fd()),
-        name,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-}
-
 impl Workdir {
     /// Makes the work directory of subvolume `name` in `dest` (one left
     /// by an earlier run is removed first: nothing in it is needed now).
@@ -143,7 +135,7 @@ impl Workdir {
             Mode::from_bits_retain(0o700),
         )?;
         Ok(Workdir {
-            fd: open_dir(dest, &name)?,
+            fd: open_dir(dest, &name).map(OwnedFd::from)?,
             name,
         })
     }
@@ -157,7 +149,7 @@ impl Workdir {
     /// stopped, if any.
     pub(crate) fn open(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<Option<Workdir>> {
         let name = name_for(name);
-        match open_dir(dest, &name) {
+        match open_dir(dest, &name).map(OwnedFd::from) {
             Ok(fd) => Ok(Some(Workdir { fd, name })),
             Err(Errno::ENOENT) => Ok(None),
             Err(e) => Err(e.into()),
@@ -285,7 +277,7 @@ fn remove(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
 /// no symlink; immutable and append-only flags in the way are cleared.
 /// Nothing there is not an error.
 pub(crate) fn remove_tree(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
-    let sub = match open_dir(dir, name) {
+    let sub = match open_dir(dir, name).map(OwnedFd::from) {
         Ok(d) => d,
         Err(Errno::ENOENT) => return Ok(()),
         Err(Errno::ENOTDIR) => {
