@@ -850,7 +850,9 @@ impl Dest {
             .or_else(|| crate::elsewhere::received_uuid_of(self.fd(), own))
     }
 
-    fn child_dirs(&self) -> io::Result<Vec<Vec<u8>>> {
+    /// The directories in DEST (and entries of unknown type), by name,
+    /// sorted.
+    fn subdirs(&self) -> io::Result<Vec<Vec<u8>>> {
         let mut d = nix::dir::Dir::openat(
             Some(self.fd.as_raw_fd()),
             ".",
@@ -861,7 +863,7 @@ impl Dest {
         for e in d.iter() {
             let e = e?;
             let n = e.file_name().to_bytes();
-            if n == b"." || n == b".." || n.starts_with(subvol::RESERVED_PREFIX) {
+            if n == b"." || n == b".." {
                 continue;
             }
             if matches!(e.file_type(), Some(nix::dir::Type::Directory) | None) {
@@ -869,6 +871,13 @@ impl Dest {
             }
         }
         names.sort();
+        Ok(names)
+    }
+
+    /// [`Dest::subdirs`] but the reserved names (`.rreceive-*`).
+    fn child_dirs(&self) -> io::Result<Vec<Vec<u8>>> {
+        let mut names = self.subdirs()?;
+        names.retain(|n| !n.starts_with(subvol::RESERVED_PREFIX));
         Ok(names)
     }
 
@@ -1066,25 +1075,7 @@ impl Dest {
                 }
             }
             Kind::Btrfs => {
-                let mut d = nix::dir::Dir::openat(
-                    Some(self.fd.as_raw_fd()),
-                    ".",
-                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                    Mode::empty(),
-                )?;
-                let mut names = Vec::new();
-                for e in d.iter() {
-                    let e = e?;
-                    let n = e.file_name().to_bytes();
-                    if n == b"." || n == b".." {
-                        continue;
-                    }
-                    if matches!(e.file_type(), Some(nix::dir::Type::Directory) | None) {
-                        names.push(n.to_vec());
-                    }
-                }
-                names.sort();
-                for name in names {
+                for name in self.subdirs()? {
                     let Ok(f) = open_dir(self.fd(), &name) else {
                         continue;
                     };

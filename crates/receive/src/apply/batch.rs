@@ -363,24 +363,26 @@ impl Receiver<'_> {
             .cur
             .as_mut()
             .ok_or_else(|| err_at(kind, cmd_pos, &at, CmdError::NoSubvol))?;
+        let mut finish = Finish {
+            path: at.clone(),
+            create: cmd_pos,
+            writes: r.writes,
+            owner: r.owner,
+            mode: r.mode,
+            times: r.times,
+            fake_super: self.opts.fake_super,
+            flush: false,
+        };
         if complete && direct {
             if let Some(f) = cur.file.take_if(|f| f.path == at) {
                 // btrfs writes a new file's data back soon anyway.
-                let flush = self.dest.kind() == Kind::Btrfs && !r.writes.is_empty();
-                self.stats.bytes_written += r.writes.iter().map(|w| w.1.len() as u64).sum::<u64>();
+                finish.flush = self.dest.kind() == Kind::Btrfs && !finish.writes.is_empty();
+                self.stats.bytes_written +=
+                    finish.writes.iter().map(|w| w.1.len() as u64).sum::<u64>();
                 cur.prune();
                 let seq = cur.closer.submit(Job {
                     file: f.file,
-                    finish: Some(Box::new(Finish {
-                        path: at.clone(),
-                        create: cmd_pos,
-                        writes: r.writes,
-                        owner: r.owner,
-                        mode: r.mode,
-                        times: r.times,
-                        fake_super: self.opts.fake_super,
-                        flush,
-                    })),
+                    finish: Some(Box::new(finish)),
                 });
                 cur.redo.prune(self.closer.done(), self.closer.has_errors());
                 cur.redo.handed(seq, mark);
@@ -394,16 +396,6 @@ impl Receiver<'_> {
         }
         let Some(f) = cur.file.as_mut().filter(|f| f.path == at) else {
             return Err(err_at(kind, cmd_pos, &at, CmdError::NotRegular));
-        };
-        let finish = Finish {
-            path: at,
-            create: cmd_pos,
-            writes: r.writes,
-            owner: r.owner,
-            mode: r.mode,
-            times: r.times,
-            fake_super: self.opts.fake_super,
-            flush: false,
         };
         let done = closer::finish_new(&f.file, &finish, true)?;
         for (off, data, _) in &finish.writes {
