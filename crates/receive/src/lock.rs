@@ -33,7 +33,6 @@ use nix::errno::Errno;
 use nix::fcntl::{AtFlags, Flock, FlockArg, OFlag};
 use nix::sys::stat::{fstat, fstatat, Mode};
 
-use crate::error::escape;
 use crate::ioctl;
 
 /// How long a lock taken by a process that is not running (or that has not
@@ -125,7 +124,7 @@ impl fmt::Display for Busy {
             f,
             "another rreceive ({}) is receiving {} into {}",
             self.holder,
-            escape(&self.name),
+            self.name.escape_ascii(),
             self.dest.display()
         )
     }
