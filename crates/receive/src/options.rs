@@ -1,10 +1,12 @@
-//! What a receive is asked to do ([`Options`]) and what it did
-//! ([`Stats`]): plain data every room reads, calling nothing.
+//! What a receive is asked to do ([`Options`]) and what it did ([`Stats`],
+//! or on a failure [`Failure`]): plain data, calling nothing.
 
 use std::path::PathBuf;
 
 use crate::dest::Snapshot;
+use crate::error::Error;
 use crate::stop::StopFlag;
+use crate::subvol::SubvolState;
 
 /// How to receive.
 #[derive(Debug, Clone)]
@@ -147,4 +149,30 @@ pub struct Stats {
     /// Things this filesystem cannot store (xattrs, flags, verity), noted
     /// under `-v`.
     pub skipped: u64,
+}
+
+/// A failed receive.
+#[derive(Debug)]
+pub struct Failure {
+    /// What went wrong (the last error when several were allowed).
+    pub error: Error,
+    /// The subvolume left incomplete, if one was being received.
+    pub incomplete: Option<PathBuf>,
+    /// The parent it was applied to in place (`--in-place`), now gone.
+    pub in_place_of: Option<Vec<u8>>,
+    /// A parent taken over in place and given back unchanged.
+    pub given_back: Option<Vec<u8>>,
+    /// The incomplete subvolume's state, when it stopped cleanly and can
+    /// be resumed (`rreceive --resume-token`, `rsend --resume`).
+    pub resumable: Option<SubvolState>,
+    /// Why the incomplete subvolume cannot be resumed, when it cannot.
+    pub not_resumable: Option<String>,
+    /// What was done before the failure.
+    pub stats: Stats,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.error)
+    }
 }

@@ -4,43 +4,16 @@
 //! [`Failure`].
 
 use std::io::Read;
-use std::path::PathBuf;
 
 use btrfs_stream::{Command, Reader, Source};
 
 use crate::apply::{self, Receiver};
 use crate::dest::Dest;
 use crate::error::Error;
-use crate::options::{Options, Stats};
+use crate::options::{Failure, Options, Stats};
 use crate::report::{Log, Report};
 use crate::stop::signal_name;
-use crate::subvol::{self, SubvolState};
-
-/// A failed receive.
-#[derive(Debug)]
-pub struct Failure {
-    /// What went wrong (the last error when several were allowed).
-    pub error: Error,
-    /// The subvolume left incomplete, if one was being received.
-    pub incomplete: Option<PathBuf>,
-    /// The parent it was applied to in place (`--in-place`), now gone.
-    pub in_place_of: Option<Vec<u8>>,
-    /// A parent taken over in place and given back unchanged.
-    pub given_back: Option<Vec<u8>>,
-    /// The incomplete subvolume's state, when it stopped cleanly and can
-    /// be resumed (`rreceive --resume-token`, `rsend --resume`).
-    pub resumable: Option<subvol::SubvolState>,
-    /// Why the incomplete subvolume cannot be resumed, when it cannot.
-    pub not_resumable: Option<String>,
-    /// What was done before the failure.
-    pub stats: Stats,
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.error)
-    }
-}
+use crate::subvol::SubvolState;
 
 /// Receives the streams in `input` into `opts.dest`, reporting nothing.
 pub fn receive<R: Read>(input: R, opts: &Options) -> Result<Stats, Box<Failure>> {

@@ -417,6 +417,41 @@ pub fn circles(graph: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<BTreeSet<Modul
     out
 }
 
+/// The imports of the crate at `crate_dir` against `layers` (bottom
+/// first; each a list of top-level modules, a room's submodules counted as
+/// the room): every import across top-level modules goes down, never up
+/// or sideways; each line says one that does not, or a module no layer
+/// lists.
+pub fn against_layers(crate_dir: &Path, layers: &[&[&str]]) -> Vec<String> {
+    let graph = graph_of(&sources(crate_dir));
+    let top = |m: &Module| m.first().cloned().unwrap_or_default();
+    let layer = |t: &str| layers.iter().position(|l| l.contains(&t));
+    let mut wrong = BTreeSet::new();
+    for (m, deps) in &graph {
+        let tm = top(m);
+        if tm.is_empty() {
+            continue;
+        }
+        let Some(lm) = layer(&tm) else {
+            wrong.insert(format!("{tm}: in no layer"));
+            continue;
+        };
+        for d in deps {
+            let td = top(d);
+            if td == tm {
+                continue;
+            }
+            match layer(&td) {
+                Some(ld) if ld < lm => {}
+                _ => {
+                    wrong.insert(format!("{} imports {}", name(m), name(d)));
+                }
+            }
+        }
+    }
+    wrong.into_iter().collect()
+}
+
 /// Every function of `src` (a file's text) without its unit tests, as
 /// (name, first line, number of lines from `fn` to the closing brace);
 /// a declaration without a body is left out.

@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use crate::dest::Existing;
 use crate::error::{escape, Error};
-use crate::run::Failure;
+use crate::options::Failure;
 use crate::subvol::SubvolState;
 
 use super::resume::Track;
