@@ -150,7 +150,7 @@ pub fn plan(
         parent = check_resume(fs, sv, parent, t)?;
     } else if let (Some(list), Some(sv)) = (ask.listing, svs.first()) {
         match parent_from_list(fs, sv, list, ask.parent_any, notes)? {
-            FromList::Parent(p) => parent = p,
+            FromList::Parent(p) => parent = p.map(|p| *p),
             FromList::Held(own) if svs.len() == 1 => return Ok(Plan::Held(own)),
             FromList::Held(own) => {
                 return Err(PlanError::AlreadyHeld {
@@ -229,7 +229,7 @@ impl Policy {
 /// What `--parent-from` found in the destination's list.
 enum FromList {
     /// The parent to send against; none for a full send.
-    Parent(Option<Subvolume>),
+    Parent(Option<Box<Subvolume>>),
     /// The destination holds the snapshot sent complete already (its
     /// uuid as the destination knows it): there is nothing to send.
     Held(uuid::Uuid),
@@ -274,7 +274,7 @@ fn parent_from_list(
         if let Some(p) = &best {
             tell(Pick::NewestOfAny(p));
         }
-        return Ok(FromList::Parent(best));
+        return Ok(FromList::Parent(best.map(Box::new)));
     }
     let lineage = Lineage::of(sv, &all);
     let kin: Vec<&&Subvolume> = there.iter().filter(|c| lineage.contains(c)).collect();
@@ -288,7 +288,7 @@ fn parent_from_list(
                 parent: p,
                 same_origin: same_origin(sv, p),
             });
-            Ok(FromList::Parent(Some((**p).clone())))
+            Ok(FromList::Parent(Some(Box::new((**p).clone()))))
         }
         None if kin.is_empty() => {
             tell(Pick::NoKin {
