@@ -73,9 +73,9 @@ pub struct Receiver {
     pub who: Option<String>,
 }
 
-/// The last line of `rreceive --list`: `# end of list: N subvolumes`
-/// (never a tab: a subvolume's line always has four), or with `--json`
-/// `{"end":true,"subvolumes":N}`.
+/// The last line of `rreceive --list`: [`END_TEXT`] then `N subvolumes`
+/// (`1 subvolume`; never a tab: a subvolume's line always has four), or
+/// with `--json` `{"end":true,"subvolumes":N}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct End {
     /// How many subvolume lines come before it.
@@ -87,8 +87,8 @@ pub struct End {
 #[error("not a line of rreceive --list")]
 pub struct NotALine;
 
-/// The start of the text form of the end line.
-const END_TEXT: &str = "# end of list: ";
+/// The start of the text form of the [`End`] line.
+pub const END_TEXT: &str = "# end of list: ";
 
 impl fmt::Display for Parent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -294,9 +294,9 @@ fn input(
 }
 
 /// `--list DEST`: one line per subvolume received in DEST, then an end
-/// line (`# end of list: N subvolumes`, or `{"end":true,"subvolumes":N}`
-/// with `--json`) so that a reader such as `rsend --parent-from` can tell
-/// a whole listing, an empty one included, from one cut short.
+/// line that counts them (both [`btrfs_text::list`]'s, in text or with
+/// `--json` in JSON) so that a reader such as `rsend --parent-from` can
+/// tell a whole listing, an empty one included, from one cut short.
 fn list(dest: &std::path::Path, json: bool, plain: bool) -> ExitCode {
     use btrfs_text::list::{End, Line, Parent, Receiver, State};
     use std::io::Write;
