@@ -9,7 +9,7 @@
 //!
 //! Owns the format only: what DEST holds is the receive crate's, what a
 //! listing means for a send is rsend's. Calls [`crate::escape`] and
-//! [`crate::json`].
+//! `crate::json` (feature `json`).
 
 use std::fmt;
 
