@@ -15,6 +15,9 @@
 //! - [`record`]: the records both list, as text or JSON lines;
 //! - [`lineage`]: which subvolumes descend from the same one (the
 //!   parents an incremental send may use);
+//! - [`plan`]: the parent and clone sources of each subvolume sent, as
+//!   `-p`, `-c`, `--parent-from` (reading `rreceive --list`) and
+//!   `--resume` ask;
 //! - [`snapshot_error`]: a failed read of a snapshot, told at the inode
 //!   and path it happened, as all three report it;
 //! - [`progress`], [`output`]: the small pieces the binary shares with
@@ -22,17 +25,17 @@
 //!   in words come from `btrfs_text::plain_io`.
 //!
 //! The `rsend` binary (`src/bin/rsend/`, built with the default `cli`
-//! feature) is the command line: flags, choosing parents, reading
-//! `rreceive --list`, the progress bar, and every line on standard
-//! error. A library user takes `default-features = false` and gets none
-//! of the command line's dependencies (its parser, its error reporting,
-//! its progress bar).
+//! feature) is the command line: flags, the progress bar, the dry run's
+//! table, and every line on standard error. A library user takes
+//! `default-features = false` and gets none of the command line's
+//! dependencies (its parser, its error reporting, its progress bar).
 
 #![warn(missing_docs)]
 
 pub mod changes;
 pub mod lineage;
 pub mod output;
+pub mod plan;
 pub mod progress;
 pub mod record;
 pub mod rescue;

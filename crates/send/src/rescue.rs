@@ -188,6 +188,10 @@ fn extents_in(ino: u64, first: Key, next: Option<Key>, size: u64) -> Option<(u64
     (a < z.min(size)).then_some((a, z.min(size) - a))
 }
 
+/// Inodes with items around lost blocks: for each, the first key of each
+/// such block and the key after it.
+type Touched = BTreeMap<u64, Vec<(Key, Option<Key>)>>;
+
 struct SubvolReport<'a, 'fs> {
     fs: &'fs Filesystem,
     sv: &'a Subvolume,
@@ -294,9 +298,32 @@ impl<'a, 'fs> SubvolReport<'a, 'fs> {
             .filter(|i| i.tree == self.sv.id)
             .map(|i| (i.ino, i.fault))
             .collect();
-        // Each lost block: the key range it held, and the inodes in it.
+        let (spans, mut touched) = self.lost_blocks(&tree, out)?;
+        for &ino in dropped.keys() {
+            touched.entry(ino).or_default();
+        }
+        let names = self.names_not_sent(&tree, &spans, &dropped)?;
+        for ino in names.keys() {
+            touched.entry(*ino).or_default();
+        }
+        // Inodes with items in a lost block, left out, or named only.
+        for (ino, in_ranges) in &touched {
+            self.inode_loss(*ino, in_ranges, dropped.get(ino), &names, out);
+        }
+        self.data_losses(out);
+        Ok(())
+    }
+
+    /// The loss of each lost block, into `out`; the inode ranges they
+    /// held, and the inodes whose items survive around each (with the
+    /// block's first key and the key after it).
+    fn lost_blocks(
+        &mut self,
+        tree: &btrfs_disk::Tree<'_>,
+        out: &mut Vec<Loss>,
+    ) -> Result<(Vec<(u64, u64)>, Touched), btrfs_disk::Error> {
         let mut spans: Vec<(u64, u64)> = Vec::new();
-        let mut touched: BTreeMap<u64, Vec<(Key, Option<Key>)>> = BTreeMap::new();
+        let mut touched = Touched::new();
         for b in self.blocks.clone() {
             let first = b.first_key.unwrap_or(Key::MIN);
             let next = tree.cursor().seek_ge(&first)?.map(|i| i.key);
@@ -327,11 +354,18 @@ impl<'a, 'fs> SubvolReport<'a, 'fs> {
                 }
             }
         }
-        for &ino in dropped.keys() {
-            touched.entry(ino).or_default();
-        }
-        // The names of inodes not sent, kept by the walk and found in
-        // directory entries anywhere in the tree.
+        Ok((spans, touched))
+    }
+
+    /// The paths of inodes not sent, by inode: their names kept by the
+    /// walk and found in directory entries anywhere in the tree (in the
+    /// inode ranges `spans` of lost blocks).
+    fn names_not_sent(
+        &mut self,
+        tree: &btrfs_disk::Tree<'_>,
+        spans: &[(u64, u64)],
+        dropped: &BTreeMap<u64, InodeFault>,
+    ) -> Result<BTreeMap<u64, Vec<Vec<u8>>>, btrfs_disk::Error> {
         let mut named: BTreeSet<(u64, u64, Vec<u8>)> = BTreeSet::new();
         for n in self
             .losses
@@ -342,7 +376,7 @@ impl<'a, 'fs> SubvolReport<'a, 'fs> {
             named.insert((n.ino, n.dir, n.name));
         }
         if !spans.is_empty() {
-            self.entries_into(&tree, &spans, &dropped, &mut named)?;
+            self.entries_into(tree, spans, dropped, &mut named)?;
         }
         // A directory left out is named by an entry found for it.
         let mut found: BTreeMap<u64, (u64, &[u8])> = BTreeMap::new();
@@ -355,104 +389,113 @@ impl<'a, 'fs> SubvolReport<'a, 'fs> {
             path.extend_from_slice(name);
             names.entry(*ino).or_default().push(path);
         }
-        for ino in names.keys() {
-            touched.entry(*ino).or_default();
+        Ok(names)
+    }
+
+    /// The loss of inode `ino`, into `out`: its items in the lost blocks
+    /// `in_ranges` (first key, key after), why it was left out (`fault`),
+    /// and the names found of it (`names`).
+    fn inode_loss(
+        &mut self,
+        ino: u64,
+        in_ranges: &[(Key, Option<Key>)],
+        fault: Option<&InodeFault>,
+        names: &BTreeMap<u64, Vec<Vec<u8>>>,
+        out: &mut Vec<Loss>,
+    ) {
+        let info = self.lookup.inode(ino).ok().flatten();
+        let is_dir = info.is_some_and(|i| i.mode & 0o170000 == 0o040000);
+        let mut lost: Vec<&str> = Vec::new();
+        let mut extents = Vec::new();
+        for &(first, next) in in_ranges {
+            let types = types_in(ino, first, next);
+            for t in &types {
+                let pointless = info.is_some() && !is_dir && *t == "directory entries";
+                if !lost.contains(t) && !pointless {
+                    lost.push(t);
+                }
+            }
+            if let (Some(i), false) = (&info, is_dir) {
+                if types.contains(&"file extents") {
+                    extents.extend(extents_in(ino, first, next, i.size));
+                }
+            }
         }
-        // Inodes with items in a lost block, left out, or named only.
-        for (ino, in_ranges) in &touched {
-            let ino = *ino;
-            let info = self.lookup.inode(ino).ok().flatten();
-            let is_dir = info.is_some_and(|i| i.mode & 0o170000 == 0o040000);
-            let mut lost: Vec<&str> = Vec::new();
-            let mut extents = Vec::new();
-            for &(first, next) in in_ranges {
-                let types = types_in(ino, first, next);
-                for t in &types {
-                    let pointless = info.is_some() && !is_dir && *t == "directory entries";
-                    if !lost.contains(t) && !pointless {
-                        lost.push(t);
+        let named_only = info.is_none() && fault.is_none();
+        if fault.is_none() && lost.is_empty() && !named_only && !names.contains_key(&ino) {
+            return;
+        }
+        let why = match fault {
+            Some(InodeFault::NoInodeItem) => "its inode item was lost".to_string(),
+            Some(InodeFault::NoName) if lost.contains(&"names") => {
+                "its names were lost".to_string()
+            }
+            Some(InodeFault::NoName) => {
+                "it has no name in a directory that can be reached".to_string()
+            }
+            Some(InodeFault::Unreadable(e)) => e.clone(),
+            None if named_only => "all its items were lost".to_string(),
+            None if lost.is_empty() => {
+                "a name of it is in a directory that cannot be reached".to_string()
+            }
+            None => format!("lost: {}", lost.join(", ")),
+        };
+        if named_only && lost.is_empty() {
+            lost.push("inode item");
+        }
+        let sent = fault.is_none() && !named_only;
+        let paths: Vec<Vec<u8>> = match (sent, self.path(ino)) {
+            (true, Some(p)) => vec![p],
+            (_, own) => {
+                let mut v: Vec<Vec<u8>> = own.into_iter().collect();
+                for n in names.get(&ino).into_iter().flatten() {
+                    if !v.contains(n) {
+                        v.push(n.clone());
                     }
                 }
-                if let (Some(i), false) = (&info, is_dir) {
-                    if types.contains(&"file extents") {
-                        extents.extend(extents_in(ino, first, next, i.size));
-                    }
-                }
+                v
             }
-            let fault = dropped.get(&ino);
-            let named_only = info.is_none() && fault.is_none();
-            if fault.is_none() && lost.is_empty() && !named_only && !names.contains_key(&ino) {
-                continue;
-            }
-            let why = match fault {
-                Some(InodeFault::NoInodeItem) => "its inode item was lost".to_string(),
-                Some(InodeFault::NoName) if lost.contains(&"names") => {
-                    "its names were lost".to_string()
-                }
-                Some(InodeFault::NoName) => {
-                    "it has no name in a directory that can be reached".to_string()
-                }
-                Some(InodeFault::Unreadable(e)) => e.clone(),
-                None if named_only => "all its items were lost".to_string(),
-                None if lost.is_empty() => {
-                    "a name of it is in a directory that cannot be reached".to_string()
-                }
-                None => format!("lost: {}", lost.join(", ")),
-            };
-            if named_only && lost.is_empty() {
-                lost.push("inode item");
-            }
-            let sent = fault.is_none() && !named_only;
-            let paths: Vec<Vec<u8>> = match (sent, self.path(ino)) {
-                (true, Some(p)) => vec![p],
-                (_, own) => {
-                    let mut v: Vec<Vec<u8>> = own.into_iter().collect();
-                    for n in names.get(&ino).into_iter().flatten() {
-                        if !v.contains(n) {
-                            v.push(n.clone());
-                        }
-                    }
-                    v
-                }
-            };
-            let shown = paths
-                .first()
-                .map_or_else(|| format!("inode {ino} (no name found)"), |p| escape(p));
-            let text = format!(
-                "{shown}: {} ({why})",
-                if sent {
-                    "sent without what was lost"
-                } else {
-                    "not sent"
-                }
-            );
-            out.push(self.loss(
-                "inode",
-                json!({
-                    "ino": ino,
-                    "path": paths.first().map(|p| bytes_value(p)),
-                    "paths": paths.iter().map(|p| bytes_value(p)).collect::<Vec<_>>(),
-                    "sent": sent,
-                    "lost": lost,
-                    "why": why,
-                    "ranges": extents.iter().map(|(a, n)| json!([a, n])).collect::<Vec<_>>(),
-                }),
-                text,
-            ));
+        };
+        let shown = paths
+            .first()
+            .map_or_else(|| format!("inode {ino} (no name found)"), |p| escape(p));
+        let text = format!(
+            "{shown}: {} ({why})",
             if sent {
-                // Names of a sent inode that were not kept (their
-                // directory cannot be reached).
-                for path in names.get(&ino).into_iter().flatten() {
-                    let text = format!("{}: name not kept", escape(path));
-                    out.push(self.loss(
-                        "name",
-                        json!({ "ino": ino, "path": bytes_value(path) }),
-                        text,
-                    ));
-                }
+                "sent without what was lost"
+            } else {
+                "not sent"
+            }
+        );
+        out.push(self.loss(
+            "inode",
+            json!({
+                "ino": ino,
+                "path": paths.first().map(|p| bytes_value(p)),
+                "paths": paths.iter().map(|p| bytes_value(p)).collect::<Vec<_>>(),
+                "sent": sent,
+                "lost": lost,
+                "why": why,
+                "ranges": extents.iter().map(|(a, n)| json!([a, n])).collect::<Vec<_>>(),
+            }),
+            text,
+        ));
+        if sent {
+            // Names of a sent inode that were not kept (their
+            // directory cannot be reached).
+            for path in names.get(&ino).into_iter().flatten() {
+                let text = format!("{}: name not kept", escape(path));
+                out.push(self.loss(
+                    "name",
+                    json!({ "ino": ino, "path": bytes_value(path) }),
+                    text,
+                ));
             }
         }
-        // File data.
+    }
+
+    /// The losses of file data, into `out`.
+    fn data_losses(&mut self, out: &mut Vec<Loss>) {
         for d in self
             .losses
             .data()
@@ -489,7 +532,6 @@ impl<'a, 'fs> SubvolReport<'a, 'fs> {
                 text,
             ));
         }
-        Ok(())
     }
 
     /// Adds to `named` the directory entries (anywhere in the tree) that

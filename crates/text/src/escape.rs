@@ -62,6 +62,46 @@ pub fn escape(s: &[u8]) -> String {
     out.into_iter().map(char::from).collect()
 }
 
+/// The bytes an escaped form stands for: the inverse of [`escape_into`].
+/// A backslash before anything [`escape_into`] never writes after one is
+/// kept as it is.
+pub fn unescape(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let c = s[i];
+        let next = s.get(i + 1).copied();
+        let octal = s
+            .get(i + 1..i + 4)
+            .filter(|d| d[0] <= b'3' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        let plain = match next {
+            _ if c != b'\\' => None,
+            Some(b'a') => Some(0x07),
+            Some(b'b') => Some(0x08),
+            Some(b'e') => Some(0x1b),
+            Some(b'f') => Some(0x0c),
+            Some(b'n') => Some(b'\n'),
+            Some(b'r') => Some(b'\r'),
+            Some(b't') => Some(b'\t'),
+            Some(b'v') => Some(0x0b),
+            Some(b' ') => Some(b' '),
+            Some(b'\\') => Some(b'\\'),
+            _ => None,
+        };
+        if let Some(b) = plain {
+            out.push(b);
+            i += 2;
+        } else if let (b'\\', Some(d)) = (c, octal) {
+            out.push((d[0] - b'0') << 6 | (d[1] - b'0') << 3 | (d[2] - b'0'));
+            i += 4;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
 /// The bytes of `s` up to its first NUL, as C string functions see them.
 pub fn c_str(s: &[u8]) -> &[u8] {
     match s.iter().position(|&b| b == 0) {
@@ -92,6 +132,19 @@ mod tests {
             esc(&[0x07, 0x08, 0x1b, 0x0c, 0x0d, 0x0b]),
             "\\a\\b\\e\\f\\r\\v"
         );
+    }
+
+    #[test]
+    fn unescape_undoes_escape() {
+        for s in [
+            &b"a b"[..],
+            b"x\ny\tz\\",
+            &[0xff, 0x07, 0x1b, 0x7f, 0x01, b'q'],
+            b"",
+        ] {
+            assert_eq!(unescape(escape(s).as_bytes()), s);
+        }
+        assert_eq!(unescape(b"a\\q\\"), b"a\\q\\");
     }
 
     #[test]

@@ -11,6 +11,15 @@ pub fn bytes_value(b: &[u8]) -> Value {
     }
 }
 
+/// The bytes a value of [`bytes_value`] stands for; `None` when it is
+/// neither form.
+pub fn value_bytes(v: &Value) -> Option<Vec<u8>> {
+    match v {
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        v => crate::hex::decode(v.get("hex")?.as_str()?).ok(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -20,5 +29,8 @@ mod tests {
         assert_eq!(bytes_value("a bé".as_bytes()), json!("a bé"));
         assert_eq!(bytes_value(b"a b\xff"), json!({ "hex": "612062ff" }));
         assert_eq!(bytes_value(b""), json!(""));
+        for b in [&b"a b"[..], b"a b\xff", b""] {
+            assert_eq!(value_bytes(&bytes_value(b)).as_deref(), Some(b));
+        }
     }
 }

@@ -7,6 +7,8 @@
 //!   reserved names);
 //! - [`plain_io`]: an I/O error in words, without the OS's "(os error N)"
 //!   (every tool's messages and its library's errors);
+//! - [`list`]: the lines of `rreceive --list`, which `rsend --parent-from`
+//!   reads;
 //! - [`mountinfo`]: the kernel's mount table (rsend's mounted paths,
 //!   rreceive's mount root);
 //! - `json` (feature `json`): a byte string as a JSON value, losslessly (the
@@ -20,6 +22,7 @@ pub mod hex;
 mod io_error;
 #[cfg(feature = "json")]
 pub mod json;
+pub mod list;
 pub mod mountinfo;
 
 pub use io_error::plain_io;

@@ -411,11 +411,66 @@ pub fn send_with<W: Write>(
     opts: &SendOptions,
 ) -> Result<StreamStats, SendError> {
     let flavor = flavor(opts)?;
-    let proto = flavor.proto;
-    // Their root blocks stay in memory while the send runs. On a mounted
-    // filesystem a root may have moved since the caller looked it up (a
-    // snapshot of a snapshot copies its root block, and the old one is
-    // reused): then all are looked up again as of the newest commit.
+    // Their root blocks stay in memory while the send runs.
+    let (_pins, (sv_now, parent_now, sources_now)) = pin_current(fs, sv, parent, sources);
+    let (sv, parent, sources) = (&sv_now, parent_now.as_ref(), &sources_now[..]);
+    let name = checked_name(sv, parent, sources)?;
+    let subvol = sv.label();
+    let before = out.bytes_written();
+    start_stream(out, opts, flavor.proto, &subvol)?;
+    let first = match parent {
+        None => Cmd::Subvol {
+            path: name,
+            uuid: stream_uuid(sv),
+            ctransid: sv.ctransid,
+        },
+        Some(p) => Cmd::Snapshot {
+            path: name,
+            uuid: stream_uuid(sv),
+            ctransid: sv.ctransid,
+            clone_uuid: stream_uuid(p),
+            clone_ctransid: p.ctransid,
+        },
+    };
+    let mut reads = vec![("", sv)];
+    reads.extend(parent.map(|p| ("parent ", p)));
+    reads.extend(
+        sources
+            .iter()
+            .filter(|c| c.id != sv.id && parent.is_none_or(|p| p.id != c.id))
+            .map(|c| ("clone source ", c)),
+    );
+    let job = Job {
+        fs,
+        sv,
+        parent,
+        sources,
+        reads: &reads,
+        subvol,
+        flavor,
+        opts,
+    };
+    let mut stats = job.run(out, first)?;
+    if !opts.dry_run {
+        stats.bytes = out.bytes_written() - before;
+    }
+    Ok(stats)
+}
+
+/// A send's subvolume, parent and clone sources, as pinned.
+type Pinned = (Subvolume, Option<Subvolume>, Vec<Subvolume>);
+
+/// The subvolumes of a send (`sv`, its parent and clone sources) as of
+/// now, their root blocks pinned in memory while the pins live. On a
+/// mounted filesystem a root may have moved since the caller looked it up
+/// (a snapshot of a snapshot copies its root block, and the old one is
+/// reused): then all are looked up again as of the newest commit.
+fn pin_current<'fs>(
+    fs: &'fs Filesystem,
+    sv: &Subvolume,
+    parent: Option<&Subvolume>,
+    sources: &[Subvolume],
+) -> (Pins<'fs>, Pinned) {
     let mut pins = Pins {
         fs,
         trees: Vec::new(),
@@ -438,7 +493,16 @@ pub fn send_with<W: Write>(
                 .chain(&sources_now),
         );
     }
-    let (sv, parent, sources) = (&sv_now, parent_now.as_ref(), &sources_now[..]);
+    (pins, (sv_now, parent_now, sources_now))
+}
+
+/// The name `sv` is sent as, when it, its parent and its clone sources
+/// can be sent, be a parent and be cloned from.
+fn checked_name(
+    sv: &Subvolume,
+    parent: Option<&Subvolume>,
+    sources: &[Subvolume],
+) -> Result<Bytes, SendError> {
     check_sendable(sv)?;
     if let Some(p) = parent {
         check_parent(p)?;
@@ -451,8 +515,18 @@ pub fn send_with<W: Write>(
     for c in sources {
         check_clone_source(c)?;
     }
-    let subvol = sv.label();
-    let before = out.bytes_written();
+    Ok(name)
+}
+
+/// Writes the stream's header (of version `proto`), or a resumed
+/// stream's, or with `opts.omit_header` checks that the stream started
+/// before goes on in that version.
+fn start_stream<W: Write>(
+    out: &mut Writer<W>,
+    opts: &SendOptions,
+    proto: u32,
+    subvol: &str,
+) -> Result<(), SendError> {
     let started = if opts.omit_header {
         // The stream started before goes on, in its own version.
         match out.version() {
@@ -467,122 +541,155 @@ pub fn send_with<W: Write>(
     started.map_err(|e| match e {
         WriteError::Io(io) => SendError::Output(io),
         other => SendError::Encode {
-            subvol: subvol.clone(),
+            subvol: subvol.to_string(),
             path: String::new(),
             source: other,
         },
-    })?;
-    let tree = fs.fs_tree(sv);
-    let parent_tree = parent.map(|p| fs.fs_tree(p));
-    let first = match parent {
-        None => Cmd::Subvol {
-            path: name,
-            uuid: stream_uuid(sv),
-            ctransid: sv.ctransid,
-        },
-        Some(p) => Cmd::Snapshot {
-            path: name,
-            uuid: stream_uuid(sv),
-            ctransid: sv.ctransid,
-            clone_uuid: stream_uuid(p),
-            clone_ctransid: p.ctransid,
-        },
-    };
-    let (mode, unread_until) = match (opts.dry_run, opts.resume) {
-        (true, p) => (sink::Mode::Measure(p), u64::MAX),
-        (false, Some(p)) => (sink::Mode::Resume(p), p.commands),
-        (false, None) => (sink::Mode::Write, 0),
-    };
-    let mut reads = vec![("", sv)];
-    reads.extend(parent.map(|p| ("parent ", p)));
-    reads.extend(
-        sources
-            .iter()
-            .filter(|c| c.id != sv.id && parent.is_none_or(|p| p.id != c.id))
-            .map(|c| ("clone source ", c)),
-    );
-    let reads = &reads[..];
-    let read_failed = |pos: Option<(u64, String)>, e: Error| {
-        explain(fs, reads, placed(subvol.clone(), pos, Fault::Read(e)))
-    };
-    let readers = Arc::new(ahead::Readers::default());
-    let mut stats = std::thread::scope(|s| {
-        let (tx, rx) = mpsc::sync_channel(sink::CHANNEL_BATCHES);
-        let (pool_tx, pool_rx) = mpsc::sync_channel(sink::POOL_BUFFERS);
-        let walk_label = subvol.clone();
-        for _ in 0..ahead::Readers::threads() {
-            let (readers, read_failed) = (&readers, &read_failed);
-            s.spawn(move || readers.serve(fs, &tree, read_failed));
-        }
-        let (em_readers, walk_readers) = (readers.clone(), readers.clone());
-        let walker = s.spawn(move || {
-            let mut em = Emitter::new(tx, pool_rx, flavor.write_size(), unread_until, em_readers);
-            if em.push(first).is_err() {
-                return;
-            }
-            let (r, pos) = {
-                let clones = Clones::new(fs, sv, parent, sources, !opts.no_clones);
-                let mut walk = Walk::new(fs, tree, parent_tree, &mut em, clones, flavor);
-                // No END before the subvolumes read are known to be intact.
-                let r = walk.run().and_then(|()| {
-                    // The data read ahead was read before the check too.
-                    walk_readers.settle();
-                    rescued_parent_whole(fs, parent)?;
-                    match check_intact(fs, reads) {
-                        Ok(()) => walk.end(),
-                        Err(e) => Err(Stop::Changed(Box::new(e))),
-                    }
-                });
-                (r, walk.position())
-            };
-            let pos = pos.map(|(ino, p)| (ino, String::from_utf8_lossy(&p).into_owned()));
-            let e = match r {
-                Ok(()) | Err(Stop::Hangup) => return,
-                Err(Stop::Changed(e)) => *e,
-                Err(Stop::Read(source)) => {
-                    // A failed read of a subvolume that changed is told as that change.
-                    explain(fs, reads, placed(walk_label, pos, Fault::Read(source)))
-                }
-                Err(Stop::Bad(reason)) => {
-                    explain(fs, reads, placed(walk_label, pos, Fault::Bad(reason)))
-                }
-            };
-            em.fail(e);
-        });
-        let mut sink = Sink::new(
-            out,
-            flavor.write_size(),
-            pool_tx,
-            &*opts.progress,
-            mode,
-            proto,
-            sink::Framing {
-                header: !opts.omit_header,
-                end: !opts.omit_end,
-            },
-        );
-        sink.sector = fs.sectorsize();
-        let res = loop {
-            match rx.recv() {
-                Ok(Msg::Batch(b)) => {
-                    if let Err(e) = sink.write(b) {
-                        break Err(e);
-                    }
-                }
-                Ok(Msg::Failed(e)) => break Err(e),
-                Err(mpsc::RecvError) => break Ok(()),
-            }
+    })
+}
+
+/// One send: the subvolumes it reads, pinned, and how.
+struct Job<'a> {
+    fs: &'a Filesystem,
+    sv: &'a Subvolume,
+    parent: Option<&'a Subvolume>,
+    sources: &'a [Subvolume],
+    /// Every subvolume read, with its role in messages.
+    reads: &'a [(&'static str, &'a Subvolume)],
+    /// The subvolume's label, for messages.
+    subvol: String,
+    flavor: Flavor,
+    opts: &'a SendOptions,
+}
+
+impl Job<'_> {
+    /// Walks the trees on threads of its own, from the command `first`,
+    /// and writes the commands to `out` on this one.
+    fn run<W: Write>(&self, out: &mut Writer<W>, first: Cmd) -> Result<StreamStats, SendError> {
+        let opts = self.opts;
+        let (mode, unread_until) = match (opts.dry_run, opts.resume) {
+            (true, p) => (sink::Mode::Measure(p), u64::MAX),
+            (false, Some(p)) => (sink::Mode::Resume(p), p.commands),
+            (false, None) => (sink::Mode::Write, 0),
         };
-        drop(rx);
-        let panicked = walker.join().is_err();
-        let res = match res {
+        let (fs, reads) = (self.fs, self.reads);
+        let read_failed = |pos: Option<(u64, String)>, e: Error| {
+            explain(fs, reads, placed(self.subvol.clone(), pos, Fault::Read(e)))
+        };
+        let readers = Arc::new(ahead::Readers::default());
+        let tree = fs.fs_tree(self.sv);
+        std::thread::scope(|s| {
+            let (tx, rx) = mpsc::sync_channel(sink::CHANNEL_BATCHES);
+            let (pool_tx, pool_rx) = mpsc::sync_channel(sink::POOL_BUFFERS);
+            for _ in 0..ahead::Readers::threads() {
+                let (readers, read_failed, tree) = (&readers, &read_failed, &tree);
+                s.spawn(move || readers.serve(fs, tree, read_failed));
+            }
+            let walker = s.spawn(|| {
+                let em = Emitter::new(
+                    tx,
+                    pool_rx,
+                    self.flavor.write_size(),
+                    unread_until,
+                    readers.clone(),
+                );
+                self.walk(em, first, &readers, tree);
+            });
+            let mut sink = Sink::new(
+                out,
+                self.flavor.write_size(),
+                pool_tx,
+                &*opts.progress,
+                mode,
+                self.flavor.proto,
+                sink::Framing {
+                    header: !opts.omit_header,
+                    end: !opts.omit_end,
+                },
+            );
+            sink.sector = fs.sectorsize();
+            let res = loop {
+                match rx.recv() {
+                    Ok(Msg::Batch(b)) => {
+                        if let Err(e) = sink.write(b) {
+                            break Err(e);
+                        }
+                    }
+                    Ok(Msg::Failed(e)) => break Err(e),
+                    Err(mpsc::RecvError) => break Ok(()),
+                }
+            };
+            drop(rx);
+            let panicked = walker.join().is_err();
+            self.outcome(res, panicked, &sink, mode)?;
+            let mut st = sink.stats;
+            if opts.dry_run {
+                st.bytes = sink.kept_len;
+            }
+            Ok(st)
+        })
+    }
+
+    /// The walk, on its own thread: every command from `first` to END
+    /// into `em`, or the failure that stopped it.
+    fn walk(
+        &self,
+        mut em: Emitter,
+        first: Cmd,
+        readers: &ahead::Readers,
+        tree: btrfs_disk::Tree<'_>,
+    ) {
+        let (fs, reads, parent) = (self.fs, self.reads, self.parent);
+        if em.push(first).is_err() {
+            return;
+        }
+        let (r, pos) = {
+            let clones = Clones::new(fs, self.sv, parent, self.sources, !self.opts.no_clones);
+            let parent_tree = parent.map(|p| fs.fs_tree(p));
+            let mut walk = Walk::new(fs, tree, parent_tree, &mut em, clones, self.flavor);
+            // No END before the subvolumes read are known to be intact.
+            let r = walk.run().and_then(|()| {
+                // The data read ahead was read before the check too.
+                readers.settle();
+                rescued_parent_whole(fs, parent)?;
+                match check_intact(fs, reads) {
+                    Ok(()) => walk.end(),
+                    Err(e) => Err(Stop::Changed(Box::new(e))),
+                }
+            });
+            (r, walk.position())
+        };
+        let pos = pos.map(|(ino, p)| (ino, String::from_utf8_lossy(&p).into_owned()));
+        let label = self.subvol.clone();
+        let e = match r {
+            Ok(()) | Err(Stop::Hangup) => return,
+            Err(Stop::Changed(e)) => *e,
+            Err(Stop::Read(source)) => {
+                // A failed read of a subvolume that changed is told as that change.
+                explain(fs, reads, placed(label, pos, Fault::Read(source)))
+            }
+            Err(Stop::Bad(reason)) => explain(fs, reads, placed(label, pos, Fault::Bad(reason))),
+        };
+        em.fail(e);
+    }
+
+    /// How the send ended, from what the sink got (`res`), whether the
+    /// walk `panicked`, and the `sink` that wrote in `mode`.
+    fn outcome<W: Write>(
+        &self,
+        res: Result<(), SendError>,
+        panicked: bool,
+        sink: &Sink<'_, W>,
+        mode: sink::Mode,
+    ) -> Result<(), SendError> {
+        match res {
             Err(SendError::Encode { path, source, .. }) => Err(SendError::Encode {
-                subvol: subvol.clone(),
+                subvol: self.subvol.clone(),
                 path,
                 source,
             }),
             Ok(()) if panicked || !sink.ended => Err(SendError::Walk {
-                subvol: subvol.clone(),
+                subvol: self.subvol.clone(),
             }),
             Ok(()) => match mode {
                 sink::Mode::Resume(p) | sink::Mode::Measure(Some(p))
@@ -602,18 +709,6 @@ pub fn send_with<W: Write>(
                 _ => Ok(()),
             },
             other => other,
-        };
-        let measured = sink.kept_len;
-        res.map(|()| (sink.stats, measured))
-    })
-    .map(|(mut st, measured)| {
-        if opts.dry_run {
-            st.bytes = measured;
         }
-        st
-    })?;
-    if !opts.dry_run {
-        stats.bytes = out.bytes_written() - before;
     }
-    Ok(stats)
 }

@@ -66,6 +66,23 @@ fn join(dir: &[u8], name: &[u8]) -> Bytes {
     Bytes::from(v)
 }
 
+/// Where [`Walk::process_recorded_refs`] is in the current inode's name
+/// changes.
+struct Renaming {
+    ino: u64,
+    gen: u64,
+    /// A path the inode has now.
+    valid: Bytes,
+    /// Whether that path is its orphan name.
+    is_orphan: bool,
+    /// A directory was moved to its orphan name to make room.
+    orphanized_dir: bool,
+    /// An ancestor of the inode was.
+    orphanized_ancestor: bool,
+    /// The directories it left or entered.
+    check_dirs: Vec<(u64, u64)>,
+}
+
 /// Adds a directory the current inode left or entered, once.
 fn add_check_dir(dirs: &mut Vec<(u64, u64)>, dir: u64, gen: u64) {
     if !dirs.contains(&(dir, gen)) {
@@ -447,21 +464,13 @@ impl<'fs> Walk<'_, 'fs> {
     pub(super) fn process_recorded_refs(&mut self) -> Result<bool> {
         let ino = self.cur.ino;
         let gen = self.cur.gen;
-        let is_dir = self.cur.kind() == S_IFDIR;
-        let has_parent = self.parent.is_some();
         if ino <= objectid::FIRST_FREE {
             return Err(Stop::Bad(format!("inode {ino} cannot have names")));
         }
-        let mut pending_move = false;
         let (mut new_refs, mut deleted_refs) = self.recorded.take();
-        let mut check_dirs: Vec<(u64, u64)> = Vec::new();
-        let mut can_rename = true;
-        let mut orphanized_dir = false;
-        let mut orphanized_ancestor = false;
-
         let did_overwrite = !self.cur.new && self.did_overwrite_first_ref(ino, gen)?;
-        let mut is_orphan = self.cur.new || did_overwrite;
-        let mut valid = if is_orphan {
+        let is_orphan = self.cur.new || did_overwrite;
+        let valid = if is_orphan {
             self.orphan_name(ino, gen)?
         } else {
             self.cur_path(ino, gen)?
@@ -469,9 +478,25 @@ impl<'fs> Walk<'_, 'fs> {
         if self.cur.new {
             self.cur.placed = true;
         }
+        let mut st = Renaming {
+            ino,
+            gen,
+            valid,
+            is_orphan,
+            orphanized_dir: false,
+            orphanized_ancestor: false,
+            check_dirs: Vec::new(),
+        };
+        self.make_room(&mut new_refs, &mut st)?;
+        let pending_move = self.add_new_names(&mut new_refs, &deleted_refs, &mut st)?;
+        self.drop_old_names(&mut deleted_refs, &mut st)?;
+        self.check_dirs(ino, st.check_dirs)?;
+        Ok(pending_move)
+    }
 
-        // First pass: make room for the new names (orphanize or unlink
-        // what the parent had there).
+    /// First pass: make room for the new names `new_refs` (orphanize or
+    /// unlink what the parent had there).
+    fn make_room(&mut self, new_refs: &mut [Ref], st: &mut Renaming) -> Result<()> {
         for r in new_refs.iter_mut() {
             let (dir, dir_gen) = (r.dir, r.dir_gen);
             if self.state(dir, dir_gen)? == State::WillCreate {
@@ -481,7 +506,7 @@ impl<'fs> Walk<'_, 'fs> {
             let Some((ow, ow_gen, ow_mode)) = self.will_overwrite_ref(dir, dir_gen, &name)? else {
                 continue;
             };
-            if orphanized_dir {
+            if st.orphanized_dir {
                 self.refresh(r)?;
             }
             if self.is_first_ref(ow, dir, &name)? {
@@ -491,14 +516,14 @@ impl<'fs> Walk<'_, 'fs> {
                     to: orphan,
                 })?;
                 if ow_mode & S_IFMT == S_IFDIR {
-                    orphanized_dir = true;
+                    st.orphanized_dir = true;
                 }
                 self.moves.orphanized(ow);
                 self.names.forget_name(ow, ow_gen);
-                if self.is_ancestor(true, ow, ow_gen, ino)? {
-                    orphanized_ancestor = true;
+                if self.is_ancestor(true, ow, ow_gen, st.ino)? {
+                    st.orphanized_ancestor = true;
                     self.cur.path = None;
-                    valid = self.cur_path(ino, gen)?;
+                    st.valid = self.cur_path(st.ino, st.gen)?;
                 }
             } else {
                 self.push(Cmd::Unlink {
@@ -506,8 +531,21 @@ impl<'fs> Walk<'_, 'fs> {
                 })?;
             }
         }
+        Ok(())
+    }
 
-        // Second pass: the new names.
+    /// Second pass: the new names `new_refs` (the names lost are
+    /// `deleted_refs`). Returns whether the inode's move waits.
+    fn add_new_names(
+        &mut self,
+        new_refs: &mut [Ref],
+        deleted_refs: &[Ref],
+        st: &mut Renaming,
+    ) -> Result<bool> {
+        let is_dir = self.cur.kind() == S_IFDIR;
+        let has_parent = self.parent.is_some();
+        let mut pending_move = false;
+        let mut can_rename = true;
         for i in 0..new_refs.len() {
             let (dir, dir_gen) = (new_refs[i].dir, new_refs[i].dir_gen);
             if self.state(dir, dir_gen)? == State::WillCreate {
@@ -520,62 +558,70 @@ impl<'fs> Walk<'_, 'fs> {
                 }
             }
             if is_dir && has_parent {
-                let refs = (&new_refs[..], &deleted_refs[..]);
-                if self.wait_for_dest_dir_move(&new_refs[i], is_orphan, refs)? {
+                let refs = (&new_refs[..], deleted_refs);
+                if self.wait_for_dest_dir_move(&new_refs[i], st.is_orphan, refs)? {
                     can_rename = false;
                     pending_move = true;
                 }
-                if can_rename && self.wait_for_parent_move(&new_refs[i], is_orphan, refs)? {
+                if can_rename && self.wait_for_parent_move(&new_refs[i], st.is_orphan, refs)? {
                     can_rename = false;
                     pending_move = true;
                 }
             }
-            if is_orphan && can_rename {
-                valid = self.rename_current(valid, new_refs[i].full_path.clone())?;
-                is_orphan = false;
+            if st.is_orphan && can_rename {
+                st.valid = self.rename_current(st.valid.clone(), new_refs[i].full_path.clone())?;
+                st.is_orphan = false;
             } else if can_rename {
                 if is_dir {
-                    valid = self.rename_current(valid, new_refs[i].full_path.clone())?;
+                    st.valid =
+                        self.rename_current(st.valid.clone(), new_refs[i].full_path.clone())?;
                 } else {
-                    if orphanized_dir {
+                    if st.orphanized_dir {
                         let mut r = new_refs[i].clone();
                         self.refresh(&mut r)?;
                         new_refs[i] = r;
                     }
                     self.push(Cmd::Link {
                         path: new_refs[i].full_path.clone(),
-                        target: valid.clone(),
+                        target: st.valid.clone(),
                     })?;
                 }
             }
-            add_check_dir(&mut check_dirs, dir, dir_gen);
+            add_check_dir(&mut st.check_dirs, dir, dir_gen);
         }
+        Ok(pending_move)
+    }
 
+    /// The names lost, `deleted_refs`: a deleted directory removed or
+    /// orphanized, a file's old names unlinked.
+    fn drop_old_names(&mut self, deleted_refs: &mut [Ref], st: &mut Renaming) -> Result<()> {
+        let (ino, gen) = (st.ino, st.gen);
+        let is_dir = self.cur.kind() == S_IFDIR;
         if is_dir && self.cur.deleted {
             if self.can_rmdir(ino, gen)? {
                 self.push(Cmd::Rmdir {
-                    path: valid.clone(),
+                    path: st.valid.clone(),
                 })?;
-            } else if !is_orphan {
+            } else if !st.is_orphan {
                 let orphan = self.orphan_name(ino, gen)?;
                 self.push(Cmd::Rename {
-                    from: valid.clone(),
+                    from: st.valid.clone(),
                     to: orphan.clone(),
                 })?;
                 self.cur.path = Some(orphan);
             }
-            for r in &deleted_refs {
-                add_check_dir(&mut check_dirs, r.dir, r.dir_gen);
+            for r in deleted_refs.iter() {
+                add_check_dir(&mut st.check_dirs, r.dir, r.dir_gen);
             }
         } else if is_dir {
             if let Some(r) = deleted_refs.first() {
-                add_check_dir(&mut check_dirs, r.dir, r.dir_gen);
+                add_check_dir(&mut st.check_dirs, r.dir, r.dir_gen);
             }
         } else {
             for r in deleted_refs.iter_mut() {
                 let (dir, dir_gen, name) = (r.dir, r.dir_gen, r.name.clone());
                 if !self.did_overwrite_ref(dir, dir_gen, ino, gen, &name)? {
-                    if orphanized_ancestor {
+                    if st.orphanized_ancestor {
                         self.refresh(r)?;
                     }
                     self.push(Cmd::Unlink {
@@ -591,17 +637,20 @@ impl<'fs> Walk<'_, 'fs> {
                         self.cur.path = None;
                     }
                 }
-                add_check_dir(&mut check_dirs, dir, dir_gen);
+                add_check_dir(&mut st.check_dirs, dir, dir_gen);
             }
-            if is_orphan {
+            if st.is_orphan {
                 self.push(Cmd::Unlink {
-                    path: valid.clone(),
+                    path: st.valid.clone(),
                 })?;
             }
         }
+        Ok(())
+    }
 
-        // The directories the inode left or entered: times, and rmdir of
-        // deleted ones that are now empty.
+    /// The directories inode `ino` left or entered (`check_dirs`): times,
+    /// and rmdir of deleted ones that are now empty.
+    fn check_dirs(&mut self, ino: u64, check_dirs: Vec<(u64, u64)>) -> Result<()> {
         for (dir, dir_gen) in check_dirs {
             if dir > ino {
                 continue;
@@ -615,7 +664,7 @@ impl<'fs> Walk<'_, 'fs> {
                 _ => {}
             }
         }
-        Ok(pending_move)
+        Ok(())
     }
 
     /// RENAME of the current inode from `from` to `to`; returns its new path.

@@ -294,10 +294,11 @@ fn input(
 }
 
 /// `--list DEST`: one line per subvolume received in DEST, then an end
-/// line (`# end of list: N subvolumes`, or `{"end":true,"subvolumes":N}`
-/// with `--json`) so that a reader such as `rsend --parent-from` can tell
-/// a whole listing, an empty one included, from one cut short.
+/// line that counts them (both [`btrfs_text::list`]'s, in text or with
+/// `--json` in JSON) so that a reader such as `rsend --parent-from` can
+/// tell a whole listing, an empty one included, from one cut short.
 fn list(dest: &std::path::Path, json: bool, plain: bool) -> ExitCode {
+    use btrfs_text::list::{End, Line, Parent, Receiver, State};
     use std::io::Write;
     let listed = match rreceive::Dest::open(dest, plain).and_then(|d| d.list()) {
         Ok(l) => l,
@@ -315,52 +316,36 @@ fn list(dest: &std::path::Path, json: bool, plain: bool) -> ExitCode {
     let mut lines = Vec::with_capacity(listed.len() + 1);
     for l in &listed {
         let st = &l.state;
-        // `-` (JSON: null) only for a full receive; an incremental whose
-        // parent's received uuid is not known shows `?` (JSON: null with
-        // "incremental": true).
-        let parent = st.parent_uuid.map(|u| u.hyphenated().to_string());
+        let line = Line {
+            name: l.name.clone(),
+            received_uuid: st.received_uuid,
+            ctransid: st.ctransid,
+            parent: match (st.parent_uuid, l.parent_unknown) {
+                (Some(u), _) => Parent::Of(u),
+                (None, true) => Parent::Unknown,
+                (None, false) => Parent::Full,
+            },
+            parent_ctransid: st.parent_ctransid,
+            state: match &l.receiving {
+                _ if st.complete => State::Complete,
+                Some(h) => State::Receiving(Receiver {
+                    pid: h.pid,
+                    who: Some(h.to_string()),
+                }),
+                None if st.resume.is_some() => State::Resumable,
+                None => State::Incomplete,
+            },
+        };
         lines.push(if json {
-            serde_json::json!({
-                "name": btrfs_text::json::bytes_value(&l.name),
-                "received_uuid": st.received_uuid.hyphenated().to_string(),
-                "ctransid": st.ctransid,
-                "incremental": parent.is_some() || l.parent_unknown,
-                "parent_uuid": parent,
-                "parent_ctransid": st.parent_ctransid,
-                "complete": st.complete,
-                "resumable": st.token().is_some() && l.receiving.is_none(),
-                "receiving": l.receiving.is_some(),
-                "pid": l.receiving.as_ref().and_then(|h| h.pid),
-            })
-            .to_string()
+            line.to_json()
         } else {
-            let shown = match (&parent, l.parent_unknown) {
-                (Some(u), _) => u.as_str(),
-                (None, true) => "?",
-                (None, false) => "-",
-            };
-            // `receiving (pid N)`: one column still (no tab), the word first.
-            let status = match &l.receiving {
-                Some(h) if !st.complete => format!("{} ({h})", l.status()),
-                _ => l.status().to_string(),
-            };
-            format!(
-                "{}\t{}\t{}\t{shown}\t{status}",
-                btrfs_text::escape::escape(&l.name),
-                st.received_uuid.hyphenated(),
-                st.ctransid,
-            )
+            line.to_string()
         });
     }
-    let n = listed.len();
-    lines.push(if json {
-        serde_json::json!({ "end": true, "subvolumes": n }).to_string()
-    } else {
-        format!(
-            "# end of list: {n} subvolume{}",
-            if n == 1 { "" } else { "s" }
-        )
-    });
+    let end = End {
+        subvolumes: listed.len() as u64,
+    };
+    lines.push(if json { end.to_json() } else { end.to_string() });
     let mut out = io::stdout().lock();
     let written = lines
         .iter()

@@ -3,13 +3,12 @@
 //! The command line over the engine library ([`rsend`]): it parses the
 //! flags here, runs one command ([`send`], [`compare`], [`fs`]) and
 //! reports how it ended as every tool does ([`rsend_cli::exit`]). The
-//! commands choose parents ([`parents`], [`held`]), draw the progress bar
+//! commands say what the send plan picked ([`parents`]), draw the progress bar
 //! ([`bar`]) and say on standard error what the engine returned.
 
 mod bar;
 mod compare;
 mod fs;
-mod held;
 mod named;
 mod parents;
 mod send;

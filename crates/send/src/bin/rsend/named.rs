@@ -9,6 +9,7 @@ use btrfs_disk::error::SubvolWanted;
 use btrfs_disk::mount::{self, MountedSubvol};
 use btrfs_disk::SubvolSelector;
 use btrfs_text::plain_io;
+use rsend::plan::TOP_LEVEL_HINT;
 use rsend::send::{list_or_none, SendError};
 use rsend_cli::Failure;
 use uuid::Uuid;
@@ -168,11 +169,6 @@ fn mounted(arg: &Path) -> Result<MountedSubvol, Failure> {
         e => Failure::Error(e.into()),
     })
 }
-
-/// What a path not found with `-d` is taken as, and what else could be meant.
-pub(crate) const TOP_LEVEL_HINT: &str =
-    "paths given with -d are from the top level of the filesystem; \
-     a path on a mounted btrfs can be given without -d";
 
 /// `e` with [`TOP_LEVEL_HINT`] when it says a path from the top level
 /// names no subvolume.

@@ -16,16 +16,16 @@ use btrfs_stream::resume::Token;
 use btrfs_stream::Writer;
 use btrfs_text::plain_io;
 use rsend::output::refuse_terminal;
+use rsend::plan::{plan, resume_version, Against, Ask, Plan};
 use rsend::progress::{NoProgress, Progress};
 use rsend::send::{
-    check_flavor, find_sendable, related, send_with, SendError, SendOptions, DEFAULT_HIGHEST_PROTO,
+    check_flavor, find_sendable, send_with, SendError, SendOptions, StreamStats,
+    DEFAULT_HIGHEST_PROTO,
 };
 
 use crate::bar::{showing, Bar};
 use crate::fs::open_fs;
-use crate::parents::{
-    check_resume, find_parent, find_source, parent_from_list, pick_parent, FromList,
-};
+use crate::parents::{plan_error, read_list, Said};
 
 /// Tree block cache of a send.
 const SEND_CACHE_BYTES: usize = 16 << 20;
@@ -93,24 +93,13 @@ pub(crate) enum Sent {
 /// `btrfs send SUBVOL...` does. On error the streams written so far are
 /// flushed, the failing one without its END.
 pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
-    let mut proto = args.proto;
-    if let Some(t) = &args.resume {
-        if args.subvols.len() != 1 {
-            anyhow::bail!("--resume continues one stream: give exactly one SUBVOL");
-        }
-        let asked = if proto == 0 {
-            DEFAULT_HIGHEST_PROTO
-        } else {
-            proto
-        };
-        if args.proto_given && asked != t.version {
-            anyhow::bail!(
-                "cannot resume: the stream received before is protocol version {}, and --proto {proto} was given",
-                t.version
-            );
-        }
-        proto = t.version;
-    }
+    let proto = resume_version(
+        args.proto,
+        args.proto_given,
+        args.resume.as_ref(),
+        args.subvols.len(),
+    )
+    .map_err(plan_error)?;
     check_flavor(&SendOptions {
         proto,
         compressed: args.compressed,
@@ -128,120 +117,138 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
         SEND_CACHE_BYTES,
         rescue,
     )?;
-    // `--rescue -n` reads everything a send would, and writes nothing.
-    let measure = args.dry_run && !args.rescue;
     let mut svs = Vec::new();
     for sel in &args.subvols {
         svs.push(find_sendable(&fs, sel).map_err(|e| lost_on_the_way(&fs, e))?);
     }
-    let mut explicit_parent = match &args.parent {
-        Some(sel) => Some(find_parent(&fs, sel)?),
-        None => None,
-    };
-    // The destination holds the one snapshot asked for already.
-    let mut held = None;
-    if let Some(t) = &args.resume {
-        explicit_parent = check_resume(&fs, &svs[0], explicit_parent, t)?;
-    } else if let (Some(list), Some(sv)) = (&args.parent_from, svs.first()) {
-        match parent_from_list(&fs, sv, list, args.parent_any, args.quiet)? {
-            FromList::Parent(p) => explicit_parent = p.map(|p| *p),
-            FromList::Held(own) if svs.len() == 1 => held = Some((sv.label(), own)),
-            FromList::Held(own) => anyhow::bail!(
-                "the destination already holds {} complete (received uuid {own}): leave it out \
-                 of the SUBVOLs to send",
-                sv.label()
-            ),
-        }
-    }
-    let mut sources = Vec::new();
-    for sel in &args.clone_srcs {
-        sources.push(find_source(&fs, sel, "clone source")?);
-    }
-    if let Some(p) = &explicit_parent {
-        sources.push(p.clone());
-    }
-    // As btrfs send: with -p every subvolume is sent against that parent,
-    // the parent and the -c sources its clone sources; with -c alone each
-    // one's parent is picked among the clone sources, which grow by each
-    // subvolume sent; with neither all are full. A parent that
-    // --parent-from picked is the first subvolume's; the others' are picked
-    // as with -c.
-    let fixed = args.parent.is_some();
-    let incremental = explicit_parent.is_some() || !args.clone_srcs.is_empty();
-    let mut parents: Vec<Option<Subvolume>> = Vec::new();
-    let mut clone_sets: Vec<Vec<Subvolume>> = Vec::new();
-    for (i, sv) in svs.iter().enumerate() {
-        let p = match (&explicit_parent, i) {
-            (Some(p), _) if fixed => Some(p.clone()),
-            (Some(p), 0) => Some(p.clone()),
-            _ if incremental => Some(pick_parent(&fs, sv, &sources)?.clone()),
-            _ => None,
-        };
-        if let Some(p) = &p {
-            if !related(sv, p) && !args.quiet {
-                eprintln!(
-                    "rsend: warning: parent {} is not related to {} (neither is a snapshot of the other or of the same subvolume); the stream is correct but holds more than the change",
-                    p.label(),
-                    sv.label()
-                );
+    let plan = make_plan(&fs, &svs, args)?;
+    let mut out = Output::open(args)?;
+    let against = match plan {
+        Plan::Send(against) => against,
+        Plan::Held(own) => {
+            let written = send_nothing(&mut out.w, proto, args, &svs[0].label(), own)
+                .map_err(|e| out.write_error(e))?;
+            if measure(args) {
+                table_line(&format!("size\t{written}"))?;
             }
+            return Ok(Sent::Whole);
         }
-        let mut set = sources.clone();
-        if let Some(p) = p.as_ref().filter(|p| !set.iter().any(|c| c.id == p.id)) {
-            set.push(p.clone());
-        }
-        clone_sets.push(set);
-        parents.push(p);
-        if incremental && !fixed {
-            sources.push(sv.clone());
-        }
-    }
-    let file = match &args.output {
-        _ if args.dry_run => OpenOptions::new()
-            .write(true)
-            .open("/dev/null")
-            .context("/dev/null")?,
-        Some(p) if p.as_os_str() != "-" => {
-            let f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(p)
-                .map_err(|e| anyhow::anyhow!("cannot write {}: {}", p.display(), plain_io(&e)))?;
-            refuse_terminal(&f, &p.display().to_string())?;
-            f
-        }
-        _ => File::from(
-            std::io::stdout()
-                .as_fd()
-                .try_clone_to_owned()
-                .context("standard output")?,
-        ),
     };
-    // A failed write names the file (`-f OUT`: its disk may be full).
-    let writing = match &args.output {
-        Some(p) if p.as_os_str() != "-" && !args.dry_run => {
-            format!("writing the stream to {}", p.display())
-        }
-        _ => "writing the stream".to_string(),
-    };
-    let output_error = |io: &std::io::Error| anyhow::anyhow!("{writing}: {}", plain_io(io));
-    // Small commands are gathered; WRITEs (larger than the buffer) go straight out.
-    let mut w = Writer::new(BufWriter::with_capacity(32 << 10, file));
-    if let Some((label, own)) = held {
-        let written = send_nothing(&mut w, proto, args, &label, own).map_err(|e| match e {
-            btrfs_stream::WriteError::Io(io) => output_error(&io),
-            e => anyhow::Error::new(e).context(writing.clone()),
-        })?;
-        if measure {
-            table_line(&format!("size\t{written}"))?;
-        }
+    let Some(total) = send_all(&fs, &svs, &against, args, proto, &mut out)? else {
         return Ok(Sent::Whole);
+    };
+    out.w.flush().map_err(|e| out.write_error(e))?;
+    if measure(args) {
+        table_line(&format!("size\t{total}"))?;
     }
-    let show_progress = !args.quiet && !measure && std::io::stderr().is_terminal();
+    if args.rescue {
+        return rescue_report(&fs, &svs, args);
+    }
+    Ok(Sent::Whole)
+}
+
+/// Whether the run measures the stream: `-n`, but `--rescue -n` reads
+/// everything a send would, and writes nothing.
+fn measure(args: &SendArgs) -> bool {
+    args.dry_run && !args.rescue
+}
+
+/// The plan of the send of `svs` (found already): the parent and clone
+/// sources of each, saying what `--parent-from` picked.
+fn make_plan(fs: &Filesystem, svs: &[Subvolume], args: &SendArgs) -> anyhow::Result<Plan> {
+    let listing = match &args.parent_from {
+        Some(path) if args.resume.is_none() && !svs.is_empty() => Some(read_list(path)?),
+        _ => None,
+    };
+    let ask = Ask {
+        parent: args.parent.as_ref(),
+        clone_srcs: &args.clone_srcs,
+        resume: args.resume.as_ref(),
+        listing: listing.as_deref(),
+        parent_any: args.parent_any,
+    };
+    let mut said = Said { quiet: args.quiet };
+    plan(fs, svs, &ask, &mut said).map_err(plan_error)
+}
+
+/// Where the stream goes, and how a failed write there is told.
+struct Output {
+    /// The stream's writer.
+    w: Writer<BufWriter<File>>,
+    /// What a failed write was doing (`-f OUT`: its disk may be full).
+    writing: String,
+}
+
+impl Output {
+    /// The output `args` ask for: `-f OUT`, standard output, or with `-n`
+    /// /dev/null.
+    fn open(args: &SendArgs) -> anyhow::Result<Output> {
+        let file = match &args.output {
+            _ if args.dry_run => OpenOptions::new()
+                .write(true)
+                .open("/dev/null")
+                .context("/dev/null")?,
+            Some(p) if p.as_os_str() != "-" => {
+                let f = OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(p)
+                    .map_err(|e| {
+                        anyhow::anyhow!("cannot write {}: {}", p.display(), plain_io(&e))
+                    })?;
+                refuse_terminal(&f, &p.display().to_string())?;
+                f
+            }
+            _ => File::from(
+                std::io::stdout()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .context("standard output")?,
+            ),
+        };
+        let writing = match &args.output {
+            Some(p) if p.as_os_str() != "-" && !args.dry_run => {
+                format!("writing the stream to {}", p.display())
+            }
+            _ => "writing the stream".to_string(),
+        };
+        Ok(Output {
+            // Small commands are gathered; WRITEs (larger than the buffer) go straight out.
+            w: Writer::new(BufWriter::with_capacity(32 << 10, file)),
+            writing,
+        })
+    }
+
+    /// A failed write, naming where.
+    fn io_error(&self, io: &std::io::Error) -> anyhow::Error {
+        anyhow::anyhow!("{}: {}", self.writing, plain_io(io))
+    }
+
+    /// A failed write of the stream's writer, naming where.
+    fn write_error(&self, e: btrfs_stream::WriteError) -> anyhow::Error {
+        match e {
+            btrfs_stream::WriteError::Io(io) => self.io_error(&io),
+            e => anyhow::Error::new(e).context(self.writing.clone()),
+        }
+    }
+}
+
+/// Sends each of `svs` against its parent and clone sources, saying so
+/// and, with `-n`, printing the table's line of each. The bytes of stream
+/// in all; `None` when the table's reader went away (the run ends quietly).
+fn send_all(
+    fs: &Filesystem,
+    svs: &[Subvolume],
+    against: &[Against],
+    args: &SendArgs,
+    proto: u32,
+    out: &mut Output,
+) -> anyhow::Result<Option<u64>> {
+    let show_progress = !args.quiet && !measure(args) && std::io::stderr().is_terminal();
     let mut total = 0u64;
-    for (i, ((sv, parent), clone_srcs)) in svs.iter().zip(&parents).zip(&clone_sets).enumerate() {
+    for (i, (sv, a)) in svs.iter().zip(against).enumerate() {
         // As the argument was given (a mounted path stays one).
         let label = args
             .labels
@@ -263,7 +270,7 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
             no_data: args.no_data,
             progress,
             no_clones: false,
-            dry_run: measure,
+            dry_run: measure(args),
             resume: args.resume.as_ref().map(|t| t.point),
             // -e: one stream for all, its header first and its END last.
             omit_header: args.one_stream && i > 0,
@@ -271,101 +278,99 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
         };
         let started = std::time::Instant::now();
         let retries = fs.retries();
-        let full = parent.is_none().then_some((&fs, sv));
+        let full = a.parent.is_none().then_some((fs, sv));
         let r = showing(bar.as_deref(), full, || {
-            send_with(&fs, sv, parent.as_ref(), clone_srcs, &mut w, &opts)
+            send_with(fs, sv, a.parent.as_ref(), &a.clone_srcs, &mut out.w, &opts)
         });
-        match r {
-            Ok(stats) => {
-                if args.dry_run && args.rescue {
-                    let line = format!(
-                        "{label}\t{} files\t{} bytes of file data\t{} bytes of stream",
-                        stats.files,
-                        stats.data_bytes + stats.encoded_file_bytes,
-                        stats.bytes
-                    );
-                    if !table_line(&line)? {
-                        return Ok(Sent::Whole);
-                    }
-                } else if args.dry_run {
-                    total += stats.bytes;
-                    let line = format!(
-                        "{label}\t{} bytes\t{} commands\t{} files\t{} bytes of file data\t{} cloned\t{} compressed",
-                        stats.bytes,
-                        stats.commands,
-                        stats.files,
-                        stats.data_bytes + stats.encoded_file_bytes,
-                        stats.cloned_bytes,
-                        stats.encoded_bytes
-                    );
-                    if !table_line(&line)? {
-                        return Ok(Sent::Whole);
-                    }
-                }
-                if let Some(t) = &args.resume {
-                    if !args.quiet {
-                        eprintln!(
-                            "rsend: resumed {} after command {} (byte {}): {} bytes written",
-                            sv.label(),
-                            t.point.commands,
-                            t.point.offset,
-                            stats.bytes
-                        );
-                    }
-                }
-                if args.verbose > 0 {
-                    let encoded = if stats.encoded_writes > 0 {
-                        format!(
-                            "; {} of file data sent compressed as {} bytes in {} ENCODED_WRITEs",
-                            stats.encoded_file_bytes, stats.encoded_bytes, stats.encoded_writes
-                        )
-                    } else {
-                        String::new()
-                    };
-                    eprintln!(
-                        "{}: {} commands, {} bytes ({} of file data in WRITEs; {} cloned in {} CLONEs{encoded}), {} inodes, {} truncates, {} retries in {:.2?}",
-                        sv.label(),
-                        stats.commands,
-                        stats.bytes,
-                        stats.data_bytes,
-                        stats.cloned_bytes,
-                        stats.clones,
-                        stats.files,
-                        stats.truncates,
-                        fs.retries() - retries,
-                        started.elapsed()
-                    );
-                    if fs.retries() > retries {
-                        eprintln!(
-                            "{}: the running filesystem rewrote tree blocks during the send; {} lookups were read again from newer commits (generation {} now)",
-                            sv.label(),
-                            fs.retries() - retries,
-                            fs.generation()
-                        );
-                    }
-                }
-            }
+        let stats = match r {
+            Ok(stats) => stats,
             Err(e) => {
                 // What was written stays; the stream just has no END.
-                let _ = w.flush();
+                let _ = out.w.flush();
                 return Err(match e {
-                    SendError::Output(io) => output_error(&io),
+                    SendError::Output(io) => out.io_error(&io),
                     e => e.into(),
                 });
             }
+        };
+        total += stats.bytes;
+        if args.dry_run && !table_line(&table_row(args, &label, &stats))? {
+            return Ok(None);
+        }
+        say_sent(fs, sv, args, &stats, started, retries);
+    }
+    Ok(Some(total))
+}
+
+/// The dry run's line for the subvolume `label`.
+fn table_row(args: &SendArgs, label: &str, stats: &StreamStats) -> String {
+    let data = stats.data_bytes + stats.encoded_file_bytes;
+    if args.rescue {
+        return format!(
+            "{label}\t{} files\t{data} bytes of file data\t{} bytes of stream",
+            stats.files, stats.bytes
+        );
+    }
+    format!(
+        "{label}\t{} bytes\t{} commands\t{} files\t{data} bytes of file data\t{} cloned\t{} compressed",
+        stats.bytes, stats.commands, stats.files, stats.cloned_bytes, stats.encoded_bytes
+    )
+}
+
+/// Says on standard error that `sv` was sent: resumed where (`--resume`),
+/// and with `-v` what its stream holds (`started`: when, `retries`: the
+/// filesystem's re-reads before).
+fn say_sent(
+    fs: &Filesystem,
+    sv: &Subvolume,
+    args: &SendArgs,
+    stats: &StreamStats,
+    started: std::time::Instant,
+    retries: u64,
+) {
+    if let Some(t) = &args.resume {
+        if !args.quiet {
+            eprintln!(
+                "rsend: resumed {} after command {} (byte {}): {} bytes written",
+                sv.label(),
+                t.point.commands,
+                t.point.offset,
+                stats.bytes
+            );
         }
     }
-    w.flush().map_err(|e| match e {
-        btrfs_stream::WriteError::Io(io) => output_error(&io),
-        e => anyhow::Error::new(e).context(writing.clone()),
-    })?;
-    if measure {
-        table_line(&format!("size\t{total}"))?;
+    if args.verbose == 0 {
+        return;
     }
-    if args.rescue {
-        return rescue_report(&fs, &svs, args);
+    let encoded = if stats.encoded_writes > 0 {
+        format!(
+            "; {} of file data sent compressed as {} bytes in {} ENCODED_WRITEs",
+            stats.encoded_file_bytes, stats.encoded_bytes, stats.encoded_writes
+        )
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "{}: {} commands, {} bytes ({} of file data in WRITEs; {} cloned in {} CLONEs{encoded}), {} inodes, {} truncates, {} retries in {:.2?}",
+        sv.label(),
+        stats.commands,
+        stats.bytes,
+        stats.data_bytes,
+        stats.cloned_bytes,
+        stats.clones,
+        stats.files,
+        stats.truncates,
+        fs.retries() - retries,
+        started.elapsed()
+    );
+    if fs.retries() > retries {
+        eprintln!(
+            "{}: the running filesystem rewrote tree blocks during the send; {} lookups were read again from newer commits (generation {} now)",
+            sv.label(),
+            fs.retries() - retries,
+            fs.generation()
+        );
     }
-    Ok(Sent::Whole)
 }
 
 /// A subvolume a rescue did not find: when tree blocks were lost on the
