@@ -15,7 +15,7 @@ use crate::options::Stats;
 use crate::path;
 
 use super::current::{Current, Receiver, R};
-use super::dirtimes::{Record, Source};
+use crate::recovery::journal::{Record, Source};
 use super::inode::set_times;
 
 impl Current {

@@ -23,7 +23,7 @@ use crate::error::{escape, Error};
 use crate::run::Failure;
 use crate::subvol::SubvolState;
 
-use super::resume::Track;
+use crate::recovery::track::Track;
 use super::Receiver;
 
 /// The SUBVOL or SNAPSHOT that starts a subvolume's stream, held while the
