@@ -421,6 +421,7 @@ pub(crate) fn scan(dest: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, SubvolState
 #[cfg(test)]
 mod tests {
     use super::*;
+    use btrfs_stream::resume::Point;
     use std::os::fd::AsFd;
 
     fn sample(complete: bool) -> SubvolState {

@@ -280,6 +280,8 @@ impl DirTimes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::recovery::journal::Source;
+    use btrfs_stream::{CommandKind, Position, Timespec};
 
     fn ts(sec: i64) -> Timespec {
         Timespec { sec, nsec: 1 }

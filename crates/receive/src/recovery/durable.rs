@@ -64,7 +64,7 @@ use crate::ioctl;
 use crate::path::bytes::{is_within, split};
 
 use super::names::{journal_file, record_files, slot_file};
-use super::Resumable;
+use super::track::Resumable;
 
 /// A window ends after this many commands...
 pub(crate) const MAX_COMMANDS: u64 = 1 << 20;
