@@ -768,8 +768,7 @@ impl Dest {
         }
         match crate::recovery::side::refusal(self.fd(), name).or_else(|| {
             crate::recovery::killed_point(self.fd(), name, st.received_uuid, st.ctransid).err()
-        })
-        {
+        }) {
             Some(reason) => Err(NoToken::NotResumable(reason)),
             None => Err(NoToken::Unclean),
         }

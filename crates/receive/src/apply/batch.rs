@@ -387,7 +387,9 @@ impl Receiver<'_> {
                         flush,
                     })),
                 });
-                cur.recovery.redo.prune(self.closer.done(), self.closer.has_errors());
+                cur.recovery
+                    .redo
+                    .prune(self.closer.done(), self.closer.has_errors());
                 cur.recovery.redo.handed(seq, mark);
                 if let (Some(j), Some(place)) = (cur.dir_times.journal.as_mut(), logged) {
                     j.handed(place, seq);

@@ -18,8 +18,7 @@ use nix::sys::stat::{fstat, fstatat};
 use crate::error::{CmdError, Error};
 use crate::path::Resolver;
 use crate::recovery::durable::{
-    self, drop_kept_journal, invalidate, plan, Durable, Held, Hold, Power, Record, RecordFile,
-    Seen,
+    self, drop_kept_journal, invalidate, plan, Durable, Held, Hold, Power, Record, RecordFile, Seen,
 };
 use crate::recovery::Resumable;
 
@@ -45,7 +44,7 @@ impl Receiver<'_> {
                 Hold::Kept => return Ok(true),
                 Hold::Through => return Ok(false),
                 Hold::Ends(h) => {
-                    self.feed(h, cmd, pos)?;
+                    self.feed(*h, cmd, pos)?;
                     if let Some(c) = self.cur.as_mut() {
                         c.recovery.power = None;
                     }

@@ -82,7 +82,9 @@ impl<'o> Receiver<'o> {
     /// yet: made by this receive (not resumed), only its first command
     /// applied.
     pub(crate) fn unstarted(&self) -> bool {
-        self.cur.as_ref().is_some_and(|c| c.recovery.track.unstarted())
+        self.cur
+            .as_ref()
+            .is_some_and(|c| c.recovery.track.unstarted())
     }
 
     /// After [`Receiver::abort`]: removes the subvolume being received

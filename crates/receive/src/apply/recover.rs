@@ -26,7 +26,11 @@ impl Receiver<'_> {
     /// after a power loss holds it ([`Step::Skip`]); a durable checkpoint
     /// comes first when one is due, and the journal and resume record say
     /// which command is being applied.
-    pub(super) fn recovery_before(&mut self, cmd: &Command<'_>, pos: Position) -> Result<Step, Error> {
+    pub(super) fn recovery_before(
+        &mut self,
+        cmd: &Command<'_>,
+        pos: Position,
+    ) -> Result<Step, Error> {
         let counted = !matches!(
             cmd,
             Command::Subvol { .. }
@@ -87,8 +91,8 @@ impl Receiver<'_> {
         }
         if let Some(c) = self.cur.as_mut() {
             match cmd {
-                Command::Subvol { .. } | Command::Snapshot { .. }
-                    if c.recovery.track.count > 0 => {}
+                Command::Subvol { .. } | Command::Snapshot { .. } if c.recovery.track.count > 0 => {
+                }
                 Command::Resume { .. } | Command::End {} => {}
                 _ => c.recovery.track.add(cmd, pos),
             }

@@ -713,7 +713,7 @@ impl Durable {
         let w = &self.window;
         w.ends_before(cmd, len, own)
             || (w.commands > 0
-                && w.commands % 64 == 0
+                && w.commands.is_multiple_of(64)
                 && self.at.elapsed().as_secs() >= MAX_SECONDS)
     }
 
@@ -758,7 +758,7 @@ pub(crate) enum Hold {
     /// Held, with the window read again.
     Kept,
     /// The window ended before it: here is what was held, to apply now.
-    Ends(Held),
+    Ends(Box<Held>),
     /// The window is being applied: the command goes through.
     Through,
 }
@@ -783,7 +783,12 @@ impl Power {
 
     /// Holds `cmd` at `pos` (of subvolume `own`) while the window lasts;
     /// `Err` when it cannot be encoded.
-    pub(crate) fn hold(&mut self, cmd: &Command<'_>, pos: Position, own: Uuid) -> Result<Hold, String> {
+    pub(crate) fn hold(
+        &mut self,
+        cmd: &Command<'_>,
+        pos: Position,
+        own: Uuid,
+    ) -> Result<Hold, String> {
         let Some(h) = self.held.as_mut() else {
             return Ok(Hold::Through);
         };
@@ -796,7 +801,10 @@ impl Power {
             h.window.note(cmd, pos.len, own);
             return Ok(Hold::Kept);
         }
-        Ok(self.held.take().map_or(Hold::Through, Hold::Ends))
+        Ok(self
+            .held
+            .take()
+            .map_or(Hold::Through, |h| Hold::Ends(Box::new(h))))
     }
 }
 
@@ -910,11 +918,8 @@ mod tests {
                     s.insert(p.to_vec());
                 }
                 Op::Rename(a, b) => {
-                    let moved: Vec<Vec<u8>> = s
-                        .iter()
-                        .filter(|q| is_within(q, a))
-                        .cloned()
-                        .collect();
+                    let moved: Vec<Vec<u8>> =
+                        s.iter().filter(|q| is_within(q, a)).cloned().collect();
                     for q in moved {
                         s.remove(&q);
                         let mut r = b.to_vec();

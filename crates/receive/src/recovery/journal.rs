@@ -48,7 +48,6 @@ use memmap2::MmapMut;
 use nix::fcntl::Flock;
 use uuid::Uuid;
 
-
 /// Where a directory's recorded times came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Source {

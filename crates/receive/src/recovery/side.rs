@@ -60,7 +60,11 @@ pub(crate) fn save(dest: BorrowedFd<'_>, name: &[u8], stop: &Stop<'_>) -> std::i
 /// Records in the side file of subvolume `name` why it cannot be resumed
 /// (for `rreceive --resume-token`).
 pub(crate) fn record_refusal(dest: BorrowedFd<'_>, name: &[u8], why: &str) {
-    let _ = write(dest, name, &format!("why\t{}\n", hex::encode(why.as_bytes())));
+    let _ = write(
+        dest,
+        name,
+        &format!("why\t{}\n", hex::encode(why.as_bytes())),
+    );
 }
 
 /// Replaces the side file of subvolume `name` by `text` (removes it when
@@ -126,7 +130,10 @@ pub(crate) fn text(dest: BorrowedFd<'_>, name: &[u8]) -> Option<String> {
     )
     .ok()?;
     let mut text = String::new();
-    File::from(fd).take(1 << 20).read_to_string(&mut text).ok()?;
+    File::from(fd)
+        .take(1 << 20)
+        .read_to_string(&mut text)
+        .ok()?;
     Some(text)
 }
 

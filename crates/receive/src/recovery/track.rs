@@ -258,7 +258,6 @@ impl Redo {
     }
 }
 
-
 /// Which commands after a resume point were applied already (written to
 /// the side file at a stop).
 pub(crate) struct Applied {
