@@ -722,9 +722,9 @@ impl Dest {
         }
         // On btrfs the subvolume, emptied, goes with rmdir.
         workdir::remove_tree(self.fd(), name)?;
-        let [rec0, rec1, kept] = crate::apply::durable_record_files(name);
+        let [rec0, rec1, kept] = crate::recovery::names::record_files(name);
         for side in [
-            subvol::side_file(name),
+            crate::recovery::names::side_file(name),
             workdir::name_for(name),
             rec0,
             rec1,
@@ -732,7 +732,7 @@ impl Dest {
         ] {
             let _ = workdir::remove_tree(self.fd(), &side);
         }
-        crate::apply::forget_journal(self.fd(), name);
+        crate::recovery::forget_journal(self.fd(), name);
         Ok(subvol::forget(self.fd(), name)?)
     }
 
@@ -757,9 +757,9 @@ impl Dest {
         if let Some(t) = st.token() {
             return Ok(t);
         }
-        match crate::apply::refusal(self.fd(), name)
-            .or_else(|| crate::apply::killed_point(self.fd(), name, &st).err())
-        {
+        match crate::recovery::side::refusal(self.fd(), name).or_else(|| {
+            crate::recovery::killed_point(self.fd(), name, st.received_uuid, st.ctransid).err()
+        }) {
             Some(reason) => Err(NoToken::NotResumable(reason)),
             None => Err(NoToken::Unclean),
         }

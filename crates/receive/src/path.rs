@@ -163,18 +163,24 @@ pub(crate) struct Refused {
     pub err: PathError,
 }
 
-/// Splits a checked, non-empty path into its parent (maybe empty) and final
-/// component.
-pub(crate) fn split(path: &[u8]) -> (&[u8], &[u8]) {
-    match path.iter().rposition(|&b| b == b'/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => (b"", path),
-    }
-}
+pub(crate) use bytes::{is_within, split};
 
-/// Whether `path` is `dir` or lies beneath it.
-pub(crate) fn is_within(path: &[u8], dir: &[u8]) -> bool {
-    path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/')
+/// Paths as bytes: no I/O and nothing else of the crate, so that the
+/// modules below this one (`crate::recovery`) may use it.
+pub(crate) mod bytes {
+    /// Splits a checked, non-empty path into its parent (maybe empty) and
+    /// final component.
+    pub(crate) fn split(path: &[u8]) -> (&[u8], &[u8]) {
+        match path.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&path[..i], &path[i + 1..]),
+            None => (b"", path),
+        }
+    }
+
+    /// Whether `path` is `dir` or lies beneath it.
+    pub(crate) fn is_within(path: &[u8], dir: &[u8]) -> bool {
+        path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/')
+    }
 }
 
 const MAX_CACHED_DIRS: usize = 4096;

@@ -23,7 +23,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use btrfs_stream::resume::{Point, Token};
+use btrfs_stream::resume::Token;
 use nix::errno::Errno;
 use nix::fcntl::{renameat, OFlag};
 use nix::sys::stat::Mode;
@@ -32,9 +32,10 @@ use uuid::Uuid;
 
 use crate::ioctl;
 use crate::meta::open_dir;
+use crate::recovery::Resumable;
 
-/// Names starting with this are rreceive's own in DEST.
-pub(crate) const RESERVED_PREFIX: &[u8] = b".rreceive";
+// Names starting with this are rreceive's own in DEST (see crate::recovery::names).
+pub(crate) use crate::recovery::names::RESERVED_PREFIX;
 /// The fallback state file in DEST.
 pub(crate) const STATE_FILE: &str = ".rreceive-state";
 const STATE_TMP: &str = ".rreceive-state.tmp";
@@ -61,39 +62,6 @@ pub struct SubvolState {
     /// from there (`rsend --resume`) completes it. `None` while a receive
     /// runs, so one killed outright is never taken as resumable.
     pub resume: Option<Resumable>,
-}
-
-/// How far an incomplete subvolume was applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Resumable {
-    /// The stream's protocol version.
-    pub version: u32,
-    /// The point reached.
-    pub point: Point,
-}
-
-impl Resumable {
-    /// As written in the state (`VERSION:COMMANDS:OFFSET:DIGEST`).
-    pub(crate) fn to_field(self) -> String {
-        format!(
-            "{}:{}:{}:{:032x}",
-            self.version, self.point.commands, self.point.offset, self.point.digest
-        )
-    }
-
-    /// Parses [`Resumable::to_field`].
-    pub(crate) fn from_field(s: &str) -> Option<Resumable> {
-        let mut it = s.split(':');
-        let r = Resumable {
-            version: it.next()?.parse().ok()?,
-            point: Point {
-                commands: it.next()?.parse().ok()?,
-                offset: it.next()?.parse().ok()?,
-                digest: u128::from_str_radix(it.next()?, 16).ok()?,
-            },
-        };
-        it.next().is_none().then_some(r)
-    }
 }
 
 impl SubvolState {
@@ -365,51 +333,16 @@ pub(crate) fn forget(dest: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
     update_file(dest, name, None)
 }
 
-/// The side file of subvolume `name` in DEST (`.rreceive-resume-<name as
-/// hex>`): what a stopped receive kept for the one that resumes it,
-/// including where it stopped (the `point` line), which counts even when
-/// the state could not be written (a full filesystem).
-pub(crate) fn side_file(name: &[u8]) -> Vec<u8> {
-    let mut v = RESERVED_PREFIX.to_vec();
-    v.extend_from_slice(b"-resume-");
-    v.extend_from_slice(btrfs_text::hex::encode(name).as_bytes());
-    v
-}
-
-/// The text of subvolume `name`'s side file, if it has one.
-pub(crate) fn side_text(dest: BorrowedFd<'_>, name: &[u8]) -> Option<String> {
-    use std::io::Read;
-    let fd = crate::ioctl::openat(
-        Some(dest.as_raw_fd()),
-        side_file(name).as_slice(),
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
-    let mut text = String::new();
-    std::fs::File::from(fd)
-        .take(1 << 20)
-        .read_to_string(&mut text)
-        .ok()?;
-    Some(text)
-}
-
-/// The `point` line of subvolume `name`'s side file, if any.
-pub(crate) fn side_point(dest: BorrowedFd<'_>, name: &[u8]) -> Option<Resumable> {
-    side_text(dest, name)?
-        .lines()
-        .find_map(|l| l.strip_prefix("point\t"))
-        .and_then(Resumable::from_field)
-}
-
 /// `st` of `name`, with where it stopped from the side file when there.
 fn with_side(dest: BorrowedFd<'_>, name: &[u8], mut st: SubvolState) -> SubvolState {
     if !st.complete {
-        if let Some(r) = side_point(dest, name) {
+        if let Some(r) = crate::recovery::side::point(dest, name) {
             st.resume = Some(r);
         } else if st.resume.is_none() {
             // Killed outright: its journal may say where to resume.
-            if let Ok(Some(r)) = crate::apply::killed_point(dest, name, &st) {
+            if let Ok(Some(r)) =
+                crate::recovery::killed_point(dest, name, st.received_uuid, st.ctransid)
+            {
                 st.resume = Some(r);
             }
         }
@@ -479,6 +412,7 @@ pub(crate) fn scan(dest: BorrowedFd<'_>) -> io::Result<Vec<(Vec<u8>, SubvolState
 #[cfg(test)]
 mod tests {
     use super::*;
+    use btrfs_stream::resume::Point;
     use std::os::fd::AsFd;
 
     fn sample(complete: bool) -> SubvolState {

@@ -15,8 +15,8 @@ use crate::path;
 
 use super::create::Create;
 use super::current::{err_at, Flow, Receiver, R};
-use super::dirtimes::{Record, Source};
-use super::resume::RecipeMark;
+use crate::recovery::journal::{Record, Source};
+use crate::recovery::track::RecipeMark;
 use btrfs_stream::resume::Point;
 
 /// What a held-back new file gets before it is created, so that it is
@@ -140,7 +140,7 @@ impl Receiver<'_> {
         cur.batch_bytes = 0;
         // Stable: files of one directory keep their order. Not with
         // durable checkpoints: names must change in the stream's order.
-        if cur.durable.is_none() {
+        if cur.recovery.durable.is_none() {
             batch.sort_by(|a, b| path::split(&a.path).0.cmp(path::split(&b.path).0));
         }
         let mut batch = batch.into_iter();
@@ -167,7 +167,7 @@ impl Receiver<'_> {
     pub(super) fn redo_all(&mut self, held: impl IntoIterator<Item = Pending>) {
         if let Some(c) = self.cur.as_mut() {
             for p in held {
-                c.redo.again(p.mark());
+                c.recovery.redo.again(p.mark());
             }
         }
     }
@@ -179,7 +179,7 @@ impl Receiver<'_> {
         let r = self.materialize(p, complete);
         if r.is_err() {
             if let Some(c) = self.cur.as_mut() {
-                c.redo.again(mark);
+                c.recovery.redo.again(mark);
             }
         }
         r
@@ -187,8 +187,8 @@ impl Receiver<'_> {
 
     pub(super) fn defer(&mut self, pos: Position, path: &[u8], what: Create) -> R<Flow> {
         let cur = self.cur()?;
-        let before = cur.track.point();
-        let remake = cur.redo.remakes(before.commands + 1);
+        let before = cur.recovery.track.point();
+        let remake = cur.recovery.redo.remakes(before.commands + 1);
         cur.pending = Some(Pending {
             cmd_pos: pos,
             path: path.to_vec(),
@@ -384,8 +384,10 @@ impl Receiver<'_> {
                     file: f.file,
                     finish: Some(Box::new(finish)),
                 });
-                cur.redo.prune(self.closer.done(), self.closer.has_errors());
-                cur.redo.handed(seq, mark);
+                cur.recovery
+                    .redo
+                    .prune(self.closer.done(), self.closer.has_errors());
+                cur.recovery.redo.handed(seq, mark);
                 if let (Some(j), Some(place)) = (cur.dir_times.journal.as_mut(), logged) {
                     j.handed(place, seq);
                 }

@@ -27,7 +27,9 @@ use crate::subvol::SubvolState;
 
 use super::batch::Pending;
 use super::dirtimes::DirTimes;
-use super::{durable, guard, resume};
+use crate::recovery::Recovery;
+
+use super::guard;
 
 /// The operation named when a path does not resolve beneath the subvolume.
 pub(super) const RESOLVE: &str = "resolve beneath the subvolume (no symlink is followed)";
@@ -86,20 +88,9 @@ pub(crate) struct Current {
     pub(super) taken: Option<crate::dest::Taken>,
     /// The work directory (`--in-place`, `--link`).
     pub(super) work: Option<crate::workdir::Workdir>,
-    /// How far its stream is applied.
-    pub(super) track: resume::Track,
-    /// Which applied commands a stop would have to apply again.
-    pub(super) redo: resume::Redo,
-    /// Durable checkpoints, so that a power loss resumes.
-    pub(super) durable: Option<durable::Durable>,
-    /// After a power loss: the window read again.
-    pub(super) power: Option<durable::Power>,
-    /// Resumed after a kill: the record that says so, until the first
-    /// durable checkpoint.
-    pub(super) marker: Option<durable::Marker>,
-    /// A resumed receive going over what the stopped one applied keeps its
-    /// side file until that is done (a stop or kill then resumes the same).
-    pub(super) side_kept: bool,
+    /// What recovery keeps of it: how far its stream is applied, what a
+    /// stop would apply again, durable checkpoints (see [`crate::recovery`]).
+    pub(super) recovery: Recovery,
     /// How what a change of a linked or in-place tree needs first reaches
     /// the disk before it.
     pub(super) write_ahead: crate::workdir::WriteAhead,
@@ -182,12 +173,7 @@ impl Current {
             guard: guard::Guard::Own,
             taken: None,
             work: None,
-            track: resume::Track::default(),
-            redo: resume::Redo::default(),
-            durable: None,
-            power: None,
-            side_kept: false,
-            marker: None,
+            recovery: Recovery::default(),
             write_ahead: crate::workdir::WriteAhead::Off,
             locks: Vec::new(),
         }

@@ -250,7 +250,7 @@ impl Receiver<'_> {
                     cur.closer.decoder().wait();
                 }
                 let file = f.file.try_clone().map_err(CmdError::io("dup"))?;
-                Run::new(path, file, cur.track.count)
+                Run::new(path, file, cur.recovery.track.count)
             }
         };
         run.add(offset, extent.len);

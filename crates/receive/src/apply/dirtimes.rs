@@ -32,66 +32,12 @@
 
 use std::collections::BTreeMap;
 
-use btrfs_stream::{CommandKind, Position, Timespec};
+use crate::recovery::journal::{Entry, Journal, Record};
 
 /// The fewest records held (so that a command's own directories fit).
 const MIN_LIMIT: usize = 16;
 /// Path bytes allowed per record, on average.
 const BYTES_PER_RECORD: usize = 128;
-
-/// Where a directory's recorded times came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Source {
-    /// A UTIMES of the stream.
-    Utimes,
-    /// The directory itself, before the stream changed its entries.
-    Before,
-    /// None: this receive made the directory and no UTIMES came yet (its
-    /// times are the receive's, nothing to put back). Saves reading them.
-    Created,
-}
-
-/// The times one directory must end with.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Record {
-    pub(super) atime: Timespec,
-    pub(super) mtime: Timespec,
-    pub(super) source: Source,
-    /// The command named if applying the times fails.
-    pub(super) cmd: CommandKind,
-    pub(super) pos: Position,
-    /// Whether the directory's entries changed for a command after the one
-    /// the times came from.
-    pub(super) changed: bool,
-    /// When it was last recorded or changed (a counter).
-    last: u64,
-}
-
-impl Record {
-    pub(super) fn new(
-        atime: Timespec,
-        mtime: Timespec,
-        source: Source,
-        cmd: CommandKind,
-        pos: Position,
-    ) -> Record {
-        Record {
-            atime,
-            mtime,
-            source,
-            cmd,
-            pos,
-            changed: source == Source::Before,
-            last: 0,
-        }
-    }
-
-    /// The record of a directory this receive just made.
-    pub(super) fn created(cmd: CommandKind, pos: Position) -> Record {
-        let zero = Timespec::default();
-        Record::new(zero, zero, Source::Created, cmd, pos)
-    }
-}
 
 /// Directory times by current path (see the module documentation).
 pub(super) struct DirTimes {
@@ -101,8 +47,8 @@ pub(super) struct DirTimes {
     clock: u64,
     limit: usize,
     /// Where each change is logged, so that a killed receive's records can
-    /// be rebuilt ([`super::journal`]).
-    pub(super) journal: Option<super::journal::Journal>,
+    /// be rebuilt ([`crate::recovery::journal`]).
+    pub(super) journal: Option<Journal>,
 }
 
 impl DirTimes {
@@ -117,9 +63,9 @@ impl DirTimes {
         }
     }
 
-    /// Rebuilds the records from a journal's log (see [`super::journal`]).
-    pub(super) fn replay(&mut self, e: &super::journal::Entry) {
-        use super::journal::Entry as E;
+    /// Rebuilds the records from a journal's log (see [`crate::recovery::journal`]).
+    pub(super) fn replay(&mut self, e: &Entry) {
+        use Entry as E;
         match e {
             E::Insert(d, r) => self.insert(d, *r),
             E::Replace(d, r) => {
@@ -334,6 +280,8 @@ impl DirTimes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::recovery::journal::Source;
+    use btrfs_stream::{CommandKind, Position, Timespec};
 
     fn ts(sec: i64) -> Timespec {
         Timespec { sec, nsec: 1 }

@@ -1,5 +1,5 @@
-//! Taking one command through its steps ([`Receiver::apply`]): what a
-//! resumed receive already applied, the held-back create, the batch, the
+//! Taking one command through its steps ([`Receiver::apply`]): recovery
+//! before it (what a resumed receive already applied), the held-back create, the batch, the
 //! closing thread, then the verb; and the receiver's life around them
 //! (locks, the end, an abort).
 
@@ -18,7 +18,9 @@ use crate::report::Log;
 use super::batch::Fold;
 use super::create::Create;
 use super::current::{Current, Flow, Receiver, R};
-use super::{durable, guard, resume};
+use crate::recovery::{self, Step};
+
+use super::guard;
 
 impl<'o> Receiver<'o> {
     /// A receiver writing into `dest`.
@@ -80,7 +82,9 @@ impl<'o> Receiver<'o> {
     /// yet: made by this receive (not resumed), only its first command
     /// applied.
     pub(crate) fn unstarted(&self) -> bool {
-        self.cur.as_ref().is_some_and(|c| c.track.unstarted())
+        self.cur
+            .as_ref()
+            .is_some_and(|c| c.recovery.track.unstarted())
     }
 
     /// After [`Receiver::abort`]: removes the subvolume being received
@@ -108,9 +112,9 @@ impl<'o> Receiver<'o> {
             if let Some(j) = c.dir_times.journal.take() {
                 j.remove();
             }
-            durable::forget(self.dest.fd(), &c.name);
-            c.durable = None;
-            c.power = None;
+            recovery::durable::forget(self.dest.fd(), &c.name);
+            c.recovery.durable = None;
+            c.recovery.power = None;
             c.dir_times.clear();
             c.settle_all();
         }
@@ -135,7 +139,7 @@ impl<'o> Receiver<'o> {
             let _locks = std::mem::take(&mut c.locks);
             self.cur = None;
             if self.dest.give_back(&name, &taken).is_ok() {
-                resume::forget_side(self.dest.fd(), &name);
+                recovery::side::forget(self.dest.fd(), &name);
                 return Some(taken.parent);
             }
         }
@@ -244,7 +248,7 @@ impl<'o> Receiver<'o> {
             }
             for e in &errs {
                 if let Error::Command { command, .. } = e {
-                    c.redo.failed(*command);
+                    c.recovery.redo.failed(*command);
                 }
             }
         }
@@ -339,70 +343,17 @@ impl<'o> Receiver<'o> {
         if self.closer.has_errors() {
             self.collect()?;
         }
-        let counted = !matches!(
-            cmd,
-            Command::Subvol { .. }
-                | Command::Snapshot { .. }
-                | Command::Resume { .. }
-                | Command::End {}
-        );
-        // Whether a resumed receive applied this command already.
-        let before = self
-            .cur
-            .as_mut()
-            .map(|c| c.redo.applied_before(c.track.count + 1));
-        if let Some(before) = before {
-            if before.is_none() && self.cur.as_ref().is_some_and(|c| c.side_kept) {
-                self.end_of_replay(pos)?;
-            }
-            let end = matches!(cmd, Command::End {});
-            if (counted || end) && before.is_none() && self.durable_before(cmd, pos)? {
-                return Ok(Flow::Continue);
-            }
-            if counted && before == Some(true) {
-                let r = self.skip_applied(cmd, pos);
-                if r.is_ok() {
-                    self.journal_after(pos)?;
-                }
-                return r;
-            }
-            if let Some(c) = self.cur.as_mut().filter(|_| counted) {
-                let n = c.track.count + 1;
-                if let Some(j) = c.dir_times.journal.as_mut() {
-                    j.now(n);
-                }
-                if c.marker.is_some() {
-                    self.marker_before(n);
-                }
-            }
-        }
-        if matches!(cmd, Command::Subvol { .. } | Command::Snapshot { .. }) && self.resume.is_none()
-        {
-            // Where a resumed stream would start once this is applied: the
-            // journal's first checkpoint, written as the subvolume is made.
-            let mut t = resume::Track::default();
-            t.add(cmd, pos);
-            self.first = Some((t.point(), pos.version));
+        if self.recovery_before(cmd, pos)? == Step::Skip {
+            return Ok(Flow::Continue);
         }
         test_kill(pos.index, 0);
         let res = self.apply_one(cmd, pos);
         test_kill(pos.index, 1);
-        match (&res, self.cur.as_mut()) {
-            (Err(_), _) => {
-                self.closer.wait();
-                self.collect()?;
-            }
-            (Ok(_), Some(c)) => match cmd {
-                Command::Subvol { .. } | Command::Snapshot { .. } if c.track.count > 0 => {}
-                Command::Resume { .. } | Command::End {} => {}
-                _ => c.track.add(cmd, pos),
-            },
-            (Ok(_), None) => {}
+        if res.is_err() {
+            self.closer.wait();
+            self.collect()?;
         }
-        if res.is_ok() {
-            self.durable_after(cmd, pos);
-            self.journal_after(pos)?;
-        }
+        self.recovery_after(cmd, pos, &res)?;
         res
     }
 

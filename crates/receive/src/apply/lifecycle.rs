@@ -88,7 +88,7 @@ impl Receiver<'_> {
                     "subvolume {shown} in {dest} is incomplete: an earlier receive stopped after command {} (byte {}). Resume it with rsend --resume \"$(rreceive --resume-token {dest}/{shown})\" and the same rsend arguments as before; from a stored stream file, with the same rreceive -f FILE {dest} again (or ... | rreceive --resume {dest}); or {again}",
                     r.point.commands, r.point.offset
                 ),
-                None => match super::resume::refusal(self.dest.fd(), name) {
+                None => match crate::recovery::side::refusal(self.dest.fd(), name) {
                     Some(why) => format!(
                         "subvolume {shown} in {dest} is incomplete from an earlier receive that cannot be resumed ({why}): {again}"
                     ),
@@ -113,9 +113,9 @@ impl Receiver<'_> {
     /// as a parent, and when its stream comes again.
     fn forget_aids(&self, name: &[u8]) {
         let dest = self.dest.fd();
-        super::resume::forget_side(dest, name);
-        super::durable::forget(dest, name);
-        super::resume::forget_journal(dest, name);
+        crate::recovery::side::forget(dest, name);
+        crate::recovery::durable::forget(dest, name);
+        crate::recovery::forget_journal(dest, name);
         let _ = crate::workdir::remove_tree(dest, &crate::workdir::name_for(name));
     }
 
@@ -134,8 +134,8 @@ impl Receiver<'_> {
             resume: None,
         };
         // What an earlier receive of this name left speaks for nothing now.
-        super::resume::forget_journal(self.dest.fd(), name);
-        super::durable::forget(self.dest.fd(), name);
+        crate::recovery::forget_journal(self.dest.fd(), name);
+        crate::recovery::durable::forget(self.dest.fd(), name);
         let (root, staged) =
             self.dest
                 .create_subvol(name, &state)
@@ -300,8 +300,8 @@ impl Receiver<'_> {
             None
         };
         // What an earlier receive of this name left speaks for nothing now.
-        super::resume::forget_journal(self.dest.fd(), name);
-        super::durable::forget(self.dest.fd(), name);
+        crate::recovery::forget_journal(self.dest.fd(), name);
+        crate::recovery::durable::forget(self.dest.fd(), name);
         let made = self.dest.snapshot(
             name,
             &parent,
@@ -477,8 +477,8 @@ impl Receiver<'_> {
         // Released once what END removes is gone.
         let _locks = std::mem::take(&mut cur.locks);
         drop(cur);
-        super::resume::forget_side(self.dest.fd(), &name);
-        super::durable::forget(self.dest.fd(), &name);
+        crate::recovery::side::forget(self.dest.fd(), &name);
+        crate::recovery::durable::forget(self.dest.fd(), &name);
         if let Some(j) = journal {
             j.remove();
         }

@@ -41,14 +41,12 @@ mod durable;
 mod engine;
 mod guard;
 mod inode;
-mod journal;
 mod lifecycle;
 mod names;
+mod recover;
 mod resume;
 mod schedule;
 mod stored;
 
 pub(crate) use current::{Flow, Receiver};
-pub(crate) use durable::record_files as durable_record_files;
-pub(crate) use resume::{forget_journal, killed_point, refusal};
 pub(crate) use stored::Start;

@@ -23,20 +23,20 @@ impl Receiver<'_> {
             self.entries_change(&[fp, tp], at)?;
         }
         let cur = self.cur()?;
-        let n = cur.track.count + 1;
+        let n = cur.recovery.next();
         let (fdir, tdir) = cur.res.dirs2(fp, tp).map_err(CmdError::os(RESOLVE))?;
         // The descriptors stay valid: nothing touches the cache in between.
         match renameat(Some(fdir), fname, Some(tdir), tname) {
             // A killed receive may have done it (see `journal`).
             Err(Errno::ENOENT)
-                if cur.redo.maybe_done(n)
+                if cur.recovery.redo.maybe_done(n)
                     && fstatat(Some(tdir), tname, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok() => {}
             r => r.map_err(CmdError::os("rename"))?,
         }
         cur.res.forget(from);
         cur.res.forget(to);
         // A directory renamed is still the same directory.
-        if !cur.redo.renamed_already(n) {
+        if !cur.recovery.redo.renamed_already(n) {
             cur.dir_times.renamed(from, to);
         }
         if let Some(f) = cur.file.as_mut() {
@@ -65,7 +65,7 @@ impl Receiver<'_> {
             nname,
             nix::fcntl::AtFlags::empty(),
         ) {
-            Err(Errno::EEXIST) if cur.redo.maybe_done(cur.track.count + 1) => {}
+            Err(Errno::EEXIST) if cur.recovery.next_maybe_done() => {}
             r => r.map_err(CmdError::os("link"))?,
         }
         Ok(Flow::Continue)
@@ -89,7 +89,7 @@ impl Receiver<'_> {
             unlinkat(Some(d.as_raw_fd()), name, flag)
         };
         match done {
-            Err(Errno::ENOENT) if cur.redo.maybe_done(cur.track.count + 1) => {}
+            Err(Errno::ENOENT) if cur.recovery.next_maybe_done() => {}
             r => r.map_err(CmdError::os(op))?,
         }
         if dir {

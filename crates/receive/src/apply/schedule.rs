@@ -15,8 +15,8 @@ use crate::options::Stats;
 use crate::path;
 
 use super::current::{Current, Receiver, R};
-use super::dirtimes::{Record, Source};
 use super::inode::set_times;
+use crate::recovery::journal::{Record, Source};
 
 impl Current {
     /// Forgets handed-over files the closing thread is done with.

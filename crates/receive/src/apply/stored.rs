@@ -23,8 +23,8 @@ use crate::error::{escape, Error};
 use crate::options::Failure;
 use crate::subvol::SubvolState;
 
-use super::resume::Track;
 use super::Receiver;
+use crate::recovery::track::Track;
 
 /// The SUBVOL or SNAPSHOT that starts a subvolume's stream, held while the
 /// commands after it are read.

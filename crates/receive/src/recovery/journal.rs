@@ -4,7 +4,7 @@
 //!
 //! Everything a command does to the destination is in the page cache once
 //! its system call returns, and survives the process. What does not is
-//! what rreceive holds back: directory times ([`super::dirtimes`]), new
+//! what rreceive holds back: directory times (the engine's `dirtimes`), new
 //! files handed to other threads, immutable flags and capabilities due at
 //! END. The journal is a file in `/dev/shm` (memory: it survives the
 //! process, not the machine; `RRECEIVE_JOURNAL_DIR` names another place),
@@ -31,6 +31,10 @@
 //!
 //! Two log areas take turns: a checkpoint writes the other one, then
 //! switches, so a kill at any moment leaves one whole.
+//!
+//! Owns: the journal's file and format, the directory-time [`Record`] it
+//! logs, and reading a killed receive's journal back ([`find`]). May call:
+//! `ioctl` (the shared mapping); nothing of the engine, which calls it.
 
 use std::fs::File;
 use std::io;
@@ -44,7 +48,60 @@ use memmap2::MmapMut;
 use nix::fcntl::Flock;
 use uuid::Uuid;
 
-use super::dirtimes::{Record, Source};
+/// Where a directory's recorded times came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// A UTIMES of the stream.
+    Utimes,
+    /// The directory itself, before the stream changed its entries.
+    Before,
+    /// None: this receive made the directory and no UTIMES came yet (its
+    /// times are the receive's, nothing to put back). Saves reading them.
+    Created,
+}
+
+/// The times one directory must end with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Record {
+    pub(crate) atime: Timespec,
+    pub(crate) mtime: Timespec,
+    pub(crate) source: Source,
+    /// The command named if applying the times fails.
+    pub(crate) cmd: CommandKind,
+    pub(crate) pos: Position,
+    /// Whether the directory's entries changed for a command after the one
+    /// the times came from.
+    pub(crate) changed: bool,
+    /// When it was last recorded or changed (a counter, the directory
+    /// times' own).
+    pub(crate) last: u64,
+}
+
+impl Record {
+    pub(crate) fn new(
+        atime: Timespec,
+        mtime: Timespec,
+        source: Source,
+        cmd: CommandKind,
+        pos: Position,
+    ) -> Record {
+        Record {
+            atime,
+            mtime,
+            source,
+            cmd,
+            pos,
+            changed: source == Source::Before,
+            last: 0,
+        }
+    }
+
+    /// The record of a directory this receive just made.
+    pub(crate) fn created(cmd: CommandKind, pos: Position) -> Record {
+        let zero = Timespec::default();
+        Record::new(zero, zero, Source::Created, cmd, pos)
+    }
+}
 
 const MAGIC: &[u8; 8] = b"RRJRNL01";
 const HEADER: usize = 4096;
@@ -106,7 +163,7 @@ fn path_for(dest: (u64, u64), name: &[u8]) -> PathBuf {
 /// The bytes of the journal of subvolume `name` in `dest` (to be kept on
 /// the destination while a receive resumed after a kill goes over what the
 /// killed one applied: see [`restore`]).
-pub(super) fn bytes(dest: (u64, u64), name: &[u8]) -> io::Result<Vec<u8>> {
+pub(crate) fn bytes(dest: (u64, u64), name: &[u8]) -> io::Result<Vec<u8>> {
     use std::io::Read;
     let mut v = Vec::new();
     std::fs::File::open(path_for(dest, name))?
@@ -122,7 +179,7 @@ pub(super) fn bytes(dest: (u64, u64), name: &[u8]) -> io::Result<Vec<u8>> {
 /// power loss cut the receive that had resumed from it: as if from this
 /// boot and `mount`, with commands up to `now` maybe applied (those that
 /// receive applied past the killed one's). [`find`] then reads it.
-pub(super) fn restore(
+pub(crate) fn restore(
     dest: (u64, u64),
     dest_fd: std::os::fd::BorrowedFd<'_>,
     name: &[u8],
@@ -168,7 +225,7 @@ pub(super) fn restore(
 /// Removes the journal of subvolume `name` in `dest`, if any: before a new
 /// receive of that name makes it, and when it is deleted, so that an old
 /// journal never speaks for a new receive.
-pub(super) fn forget(dest: (u64, u64), name: &[u8]) {
+pub(crate) fn forget(dest: (u64, u64), name: &[u8]) {
     let _ = std::fs::remove_file(path_for(dest, name));
 }
 
@@ -177,7 +234,7 @@ pub(super) fn forget(dest: (u64, u64), name: &[u8]) {
 /// is now another directory), and those of subvolumes `dest` (device and
 /// inode) no longer holds as incomplete (`incomplete(name)` false): deleted
 /// with `rm -rf`, say.
-pub(super) fn sweep(dest: (u64, u64), incomplete: impl Fn(&[u8]) -> bool) {
+pub(crate) fn sweep(dest: (u64, u64), incomplete: impl Fn(&[u8]) -> bool) {
     let Some(dir) = path_for(dest, b"").parent().map(PathBuf::from) else {
         return;
     };
@@ -279,7 +336,7 @@ fn boot_id() -> [u8; 16] {
 }
 
 /// The journal of the subvolume being received.
-pub(super) struct Journal {
+pub(crate) struct Journal {
     map: MmapMut,
     /// Holds the lock that says a receive is running.
     _file: Flock<File>,
@@ -312,7 +369,7 @@ impl Journal {
     /// `ctransid`, protocol `version`) in the directory `dest`; `None`
     /// where none can be kept (the receive then cannot be resumed after a
     /// kill, as before).
-    pub(super) fn create(
+    pub(crate) fn create(
         dest: (u64, u64),
         dest_fd: std::os::fd::BorrowedFd<'_>,
         name: &[u8],
@@ -386,19 +443,19 @@ impl Journal {
 
     /// Removes the journal (the receive ended, or stopped and recorded
     /// where in its side file).
-    pub(super) fn remove(self) {
+    pub(crate) fn remove(self) {
         let _ = std::fs::remove_file(&self.path);
     }
 
     /// Records that command `n` is being applied; its records are tagged so.
-    pub(super) fn now(&mut self, n: u64) {
+    pub(crate) fn now(&mut self, n: u64) {
         self.tag = n;
         put(&mut self.map, H_NOW, &n.max(self.floor.1).to_le_bytes());
     }
 
     /// Commands up to `until` are applied (but for the new files logged),
     /// and jobs up to `done` finished.
-    pub(super) fn applied(&mut self, until: u64, done: u64) {
+    pub(crate) fn applied(&mut self, until: u64, done: u64) {
         put(&mut self.map, H_DONE, &done.to_le_bytes());
         compiler_fence(Ordering::Release);
         put(
@@ -410,19 +467,19 @@ impl Journal {
 
     /// Jobs up to `done` are finished (before a command that waited for one
     /// of them).
-    pub(super) fn finished(&mut self, done: u64) {
+    pub(crate) fn finished(&mut self, done: u64) {
         put(&mut self.map, H_DONE, &done.to_le_bytes());
     }
 
     /// Whether a checkpoint is due (the log area filling up, or much of the
     /// stream since the last one), at stream byte `offset`.
-    pub(super) fn due(&self, offset: u64) -> bool {
+    pub(crate) fn due(&self, offset: u64) -> bool {
         self.len > AREA / 4 * 3 || offset.saturating_sub(self.since) > CHECKPOINT_BYTES
     }
 
     /// A checkpoint at `p` (nothing held back but `flags` and `caps`, which
     /// are logged again in the new area).
-    pub(super) fn checkpoint(
+    pub(crate) fn checkpoint(
         &mut self,
         p: Point,
         flags: &[(Vec<u8>, u32)],
@@ -479,46 +536,46 @@ impl Journal {
         Some(at)
     }
 
-    pub(super) fn insert(&mut self, dir: &[u8], rec: &Record) {
+    pub(crate) fn insert(&mut self, dir: &[u8], rec: &Record) {
         let mut b = bytes_path(dir);
         b.extend(bytes_record(rec));
         self.append(T_INSERT, &b);
     }
 
-    pub(super) fn replace(&mut self, dir: &[u8], rec: &Record) {
+    pub(crate) fn replace(&mut self, dir: &[u8], rec: &Record) {
         let mut b = bytes_path(dir);
         b.extend(bytes_record(rec));
         self.append(T_REPLACE, &b);
     }
 
-    pub(super) fn change(&mut self, dir: &[u8], at: u64) {
+    pub(crate) fn change(&mut self, dir: &[u8], at: u64) {
         let mut b = bytes_path(dir);
         b.extend(at.to_le_bytes());
         self.append(T_CHANGE, &b);
     }
 
-    pub(super) fn renamed(&mut self, from: &[u8], to: &[u8]) {
+    pub(crate) fn renamed(&mut self, from: &[u8], to: &[u8]) {
         let mut b = bytes_path(from);
         b.extend(bytes_path(to));
         self.append(T_RENAMED, &b);
     }
 
-    pub(super) fn removed(&mut self, dir: &[u8]) {
+    pub(crate) fn removed(&mut self, dir: &[u8]) {
         self.append(T_REMOVED, &bytes_path(dir));
     }
 
-    pub(super) fn evicted(&mut self, dir: &[u8]) {
+    pub(crate) fn evicted(&mut self, dir: &[u8]) {
         self.append(T_EVICTED, &bytes_path(dir));
     }
 
-    pub(super) fn cleared(&mut self) {
+    pub(crate) fn cleared(&mut self) {
         self.append(T_CLEARED, &[]);
     }
 
     /// A new file's recipe (commands `first..=last` by number, `before` the
     /// point before it) held back or handed over; returns the record's
     /// place, to give its job number later ([`Journal::handed`]).
-    pub(super) fn recipe(&mut self, first: u64, last: u64, before: Point) -> Option<usize> {
+    pub(crate) fn recipe(&mut self, first: u64, last: u64, before: Point) -> Option<usize> {
         let mut b = Vec::with_capacity(64);
         b.extend(first.to_le_bytes());
         b.extend(last.to_le_bytes());
@@ -530,7 +587,7 @@ impl Journal {
     }
 
     /// The recipe recorded at `place` went to the finishing thread as `job`.
-    pub(super) fn handed(&mut self, place: usize, job: u64) {
+    pub(crate) fn handed(&mut self, place: usize, job: u64) {
         let (area, at) = (place >> 32, place & 0xffff_ffff);
         if area != self.area {
             return;
@@ -540,14 +597,14 @@ impl Journal {
     }
 
     /// Immutable/append flags `bits` due at END for `path`.
-    pub(super) fn flags(&mut self, path: &[u8], bits: u32) {
+    pub(crate) fn flags(&mut self, path: &[u8], bits: u32) {
         let mut b = bytes_path(path);
         b.extend(bits.to_le_bytes());
         self.append(T_FLAGS, &b);
     }
 
     /// The capability to set again after a chown of `path` (none: `None`).
-    pub(super) fn caps(&mut self, path: &[u8], value: Option<&[u8]>) {
+    pub(crate) fn caps(&mut self, path: &[u8], value: Option<&[u8]>) {
         let mut b = bytes_path(path);
         b.extend(bytes_path(value.unwrap_or_default()));
         b.push(u8::from(value.is_some()));
@@ -646,7 +703,7 @@ impl<'a> Cursor<'a> {
 }
 
 /// One change to what was held, as logged.
-pub(super) enum Entry {
+pub(crate) enum Entry {
     Insert(Vec<u8>, Record),
     Replace(Vec<u8>, Record),
     Change(Vec<u8>, u64),
@@ -659,27 +716,27 @@ pub(super) enum Entry {
 }
 
 /// What a killed receive's journal says.
-pub(super) struct Found {
+pub(crate) struct Found {
     /// The checkpoint: where a resumed stream starts.
-    pub(super) point: Point,
+    pub(crate) point: Point,
     /// Its protocol version.
-    pub(super) version: u32,
+    pub(crate) version: u32,
     /// Commands up to this were applied...
-    pub(super) until: u64,
+    pub(crate) until: u64,
     /// ... and this one may have been, in part.
-    pub(super) now: u64,
+    pub(crate) now: u64,
     /// The changes to what was held, in order, each with its command.
-    pub(super) entries: Vec<(u64, Entry)>,
+    pub(crate) entries: Vec<(u64, Entry)>,
     /// New files' commands (counts, first and last) not known finished.
-    pub(super) again: Vec<(u64, u64)>,
+    pub(crate) again: Vec<(u64, u64)>,
 }
 
 /// A journal file, locked.
-pub(super) type Locked = Flock<File>;
+pub(crate) type Locked = Flock<File>;
 
 /// Why the journal of `name` in `dest` gives no resume point, or what it
 /// says (with the file, locked, when `lock`). `Ok(None)`: there is none.
-pub(super) fn find(
+pub(crate) fn find(
     dest: (u64, u64),
     name: &[u8],
     uuid: Uuid,
@@ -688,12 +745,38 @@ pub(super) fn find(
     mount: u64,
 ) -> Result<Option<(Found, Option<Locked>)>, String> {
     let path = path_for(dest, name);
+    let Some((file, bytes)) = read_locked(&path, lock)? else {
+        return Ok(None);
+    };
+    let bad = || format!("its journal {} is damaged", path.display());
+    let head = check_header(&bytes, uuid, ctransid, mount, &path)?;
+    let (point, log) = active_area(&bytes, head.area).ok_or_else(bad)?;
+    let (until, now, done) = (
+        get8(&bytes, H_UNTIL),
+        get8(&bytes, H_NOW),
+        get8(&bytes, H_DONE),
+    );
+    let (entries, again) = read_log(log, done).ok_or_else(bad)?;
+    let found = Found {
+        point,
+        version: head.version,
+        until: until.max(point.commands),
+        now,
+        entries,
+        again,
+    };
+    Ok(Some((found, lock.then_some(file))))
+}
+
+/// Opens the journal at `path`, this user's, locked (exclusively when
+/// `lock`, else shared), and reads it; `None` when there is none.
+fn read_locked(path: &std::path::Path, lock: bool) -> Result<Option<(Locked, Vec<u8>)>, String> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
+        .open(path)
     {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -720,6 +803,25 @@ pub(super) fn find(
         .take((HEADER + 2 * AREA) as u64)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("its journal {}: {e}", path.display()))?;
+    Ok(Some((file, bytes)))
+}
+
+/// What a journal's header says, once checked.
+struct Header {
+    version: u32,
+    /// The active log area (0 or 1).
+    area: usize,
+}
+
+/// Checks that the journal `bytes` (at `path`) is whole, of this boot,
+/// `mount` and stream (`uuid`, `ctransid`); or says why it does not count.
+fn check_header(
+    bytes: &[u8],
+    uuid: Uuid,
+    ctransid: u64,
+    mount: u64,
+    path: &std::path::Path,
+) -> Result<Header, String> {
     let bad = || format!("its journal {} is damaged", path.display());
     if bytes.get(..8) != Some(MAGIC.as_slice()) {
         return Err(bad());
@@ -727,14 +829,14 @@ pub(super) fn find(
     if bytes.get(H_BOOT..H_BOOT + 16) != Some(boot_id().as_slice()) {
         return Err("the system went down since (its journal is from another boot)".into());
     }
-    if get8(&bytes, H_MOUNT) != mount {
+    if get8(bytes, H_MOUNT) != mount {
         // Its page cache went with the mount: writes may be lost.
         return Err(
             "the destination was unmounted since (its journal is from another mount)".into(),
         );
     }
     if bytes.get(H_UUID..H_UUID + 16) != Some(uuid.as_bytes().as_slice())
-        || get8(&bytes, H_CTRANSID) != ctransid
+        || get8(bytes, H_CTRANSID) != ctransid
     {
         return Err(format!(
             "its journal {} is of another stream",
@@ -742,7 +844,7 @@ pub(super) fn find(
         ));
     }
     let mut c = Cursor {
-        b: &bytes,
+        b: bytes,
         at: H_VERSION,
     };
     let version = c.u32().ok_or_else(bad)?;
@@ -750,57 +852,64 @@ pub(super) fn find(
     if area > 1 {
         return Err(bad());
     }
-    let meta = H_AREA[area];
+    Ok(Header { version, area })
+}
+
+/// The checkpoint of log area `area` of the journal `bytes`, and its log;
+/// `None` when damaged.
+fn active_area(bytes: &[u8], area: usize) -> Option<(Point, &[u8])> {
     let mut m = Cursor {
-        b: &bytes,
-        at: meta,
+        b: bytes,
+        at: H_AREA[area],
     };
     let point = Point {
-        commands: m.u64().ok_or_else(bad)?,
-        offset: m.u64().ok_or_else(bad)?,
-        digest: m.u128().ok_or_else(bad)?,
+        commands: m.u64()?,
+        offset: m.u64()?,
+        digest: m.u128()?,
     };
-    let len = m.u64().ok_or_else(bad)? as usize;
+    let len = m.u64()? as usize;
     if point.commands == 0 || len > AREA {
-        return Err(bad());
+        return None;
     }
-    let (until, now, done) = (
-        get8(&bytes, H_UNTIL),
-        get8(&bytes, H_NOW),
-        get8(&bytes, H_DONE),
-    );
     let base = HEADER + area * AREA;
-    let log = bytes.get(base..base + len).ok_or_else(bad)?;
+    Some((point, bytes.get(base..base + len)?))
+}
+
+/// The entries of a log, each with its command, and the new files' commands
+/// (counts, first and last) not known finished (jobs up to `done` are);
+/// `None` when damaged.
+#[allow(clippy::type_complexity)]
+fn read_log(log: &[u8], done: u64) -> Option<(Vec<(u64, Entry)>, Vec<(u64, u64)>)> {
     let mut entries = Vec::new();
     let mut recipes: Vec<(u64, u64, bool)> = Vec::new();
     let mut c = Cursor { b: log, at: 0 };
     while c.at < log.len() {
         let start = c.at;
-        let total = c.u32().ok_or_else(bad)? as usize;
-        let tag = c.u8().ok_or_else(bad)?;
-        let n = c.u64().ok_or_else(bad)?;
+        let total = c.u32()? as usize;
+        let tag = c.u8()?;
+        let n = c.u64()?;
         let e = match tag {
-            T_INSERT => Entry::Insert(c.path().ok_or_else(bad)?, c.record().ok_or_else(bad)?),
-            T_REPLACE => Entry::Replace(c.path().ok_or_else(bad)?, c.record().ok_or_else(bad)?),
-            T_CHANGE => Entry::Change(c.path().ok_or_else(bad)?, c.u64().ok_or_else(bad)?),
-            T_RENAMED => Entry::Renamed(c.path().ok_or_else(bad)?, c.path().ok_or_else(bad)?),
-            T_REMOVED => Entry::Removed(c.path().ok_or_else(bad)?),
-            T_EVICTED => Entry::Evicted(c.path().ok_or_else(bad)?),
+            T_INSERT => Entry::Insert(c.path()?, c.record()?),
+            T_REPLACE => Entry::Replace(c.path()?, c.record()?),
+            T_CHANGE => Entry::Change(c.path()?, c.u64()?),
+            T_RENAMED => Entry::Renamed(c.path()?, c.path()?),
+            T_REMOVED => Entry::Removed(c.path()?),
+            T_EVICTED => Entry::Evicted(c.path()?),
             T_CLEARED => Entry::Cleared,
-            T_FLAGS => Entry::Flags(c.path().ok_or_else(bad)?, c.u32().ok_or_else(bad)?),
+            T_FLAGS => Entry::Flags(c.path()?, c.u32()?),
             T_CAPS => {
-                let p = c.path().ok_or_else(bad)?;
-                let v = c.path().ok_or_else(bad)?;
-                let some = c.u8().ok_or_else(bad)? != 0;
+                let p = c.path()?;
+                let v = c.path()?;
+                let some = c.u8()? != 0;
                 Entry::Caps(p, some.then_some(v))
             }
             T_RECIPE => {
-                let first = c.u64().ok_or_else(bad)?;
-                let last = c.u64().ok_or_else(bad)?;
-                let before = c.u64().ok_or_else(bad)?;
-                c.u64().ok_or_else(bad)?;
-                c.u128().ok_or_else(bad)?;
-                let job = c.u64().ok_or_else(bad)?;
+                let first = c.u64()?;
+                let last = c.u64()?;
+                let before = c.u64()?;
+                c.u64()?;
+                c.u128()?;
+                let job = c.u64()?;
                 let finished = job == JOB_DONE || (job != JOB_OPEN && job <= done);
                 let counts = (before + 1, before + 1 + last.saturating_sub(first));
                 // A later record of the same file (made again) counts.
@@ -809,10 +918,10 @@ pub(super) fn find(
                 c.at = start + total;
                 continue;
             }
-            _ => return Err(bad()),
+            _ => return None,
         };
         if c.at != start + total {
-            return Err(bad());
+            return None;
         }
         entries.push((n, e));
     }
@@ -821,20 +930,12 @@ pub(super) fn find(
         .filter(|r| !r.2)
         .map(|r| (r.0, r.1))
         .collect();
-    let found = Found {
-        point,
-        version,
-        until: until.max(point.commands),
-        now,
-        entries,
-        again,
-    };
-    Ok(Some((found, lock.then_some(file))))
+    Some((entries, again))
 }
 
 /// Opens the journal `found` came from to go on with it: what is logged
 /// stays (the recipes made again are logged anew), and new records follow.
-pub(super) fn reopen(
+pub(crate) fn reopen(
     dest: (u64, u64),
     name: &[u8],
     file: Flock<File>,
