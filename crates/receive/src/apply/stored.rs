@@ -23,7 +23,7 @@ use crate::error::{escape, Error};
 use crate::options::Failure;
 use crate::subvol::SubvolState;
 
-use super::Receiver;
+use super::current::Receiver;
 use crate::recovery::track::Track;
 
 /// The SUBVOL or SNAPSHOT that starts a subvolume's stream, held while the
