@@ -3,7 +3,7 @@
 //! created grouped by directory when it is full or before any other kind of
 //! command.
 
-use btrfs_stream::{Command, CommandKind, Position, Timespec};
+use btrfs_stream::{Command, CommandKind, Position};
 use nix::errno::Errno;
 
 use crate::closer::{self, Finish, Job};
@@ -13,56 +13,9 @@ use crate::fake_super;
 use crate::meta;
 use crate::path;
 
-use super::create::Create;
 use super::current::{err_at, Flow, Receiver, R};
+use super::held::{Create, Pending, Recipe};
 use crate::recovery::journal::{Record, Source};
-use crate::recovery::track::RecipeMark;
-use btrfs_stream::resume::Point;
-
-/// What a held-back new file gets before it is created, so that it is
-/// created at its final name, with its final mode, in one call.
-#[derive(Default)]
-struct Recipe {
-    /// The orphan name, when the RENAME away from it was folded in.
-    orphan: Option<(Vec<u8>, Position)>,
-    writes: Vec<(u64, Vec<u8>, Position)>,
-    bytes: usize,
-    owner: Option<(u32, u32, Position)>,
-    mode: Option<(u32, Position)>,
-    times: Option<(Timespec, Timespec, Position)>,
-}
-
-/// A create held back until a command that does not fold into it.
-pub(super) struct Pending {
-    cmd_pos: Position,
-    path: Vec<u8>,
-    pub(super) what: Create,
-    recipe: Recipe,
-    /// The number of the last command folded in.
-    pub(super) last: u64,
-    /// Where the subvolume's stream stood before the create.
-    before: Point,
-    /// Made again on a resumed receive: it may be there already.
-    remake: bool,
-    /// Where its recipe is in the journal, once batched.
-    logged: Option<usize>,
-}
-
-impl Pending {
-    /// The count of the subvolume's commands before its create.
-    pub(super) fn before(&self) -> u64 {
-        self.before.commands
-    }
-
-    /// Its commands, for a stop that has to apply them again.
-    pub(super) fn mark(&self) -> RecipeMark {
-        RecipeMark {
-            first: self.cmd_pos.index,
-            last: self.last,
-            before: self.before,
-        }
-    }
-}
 
 /// Whether a command folded into the held-back create.
 pub(super) enum Fold {

@@ -5,7 +5,6 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 
-use btrfs_stream::CommandKind;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::stat::{fstat, mkdirat, mknodat, Mode, SFlag};
@@ -16,29 +15,7 @@ use crate::fake_super;
 use crate::ioctl;
 
 use super::current::{OpenFile, Receiver, R, RESOLVE};
-
-/// The inode a held-back create makes.
-pub(super) enum Create {
-    File,
-    Dir,
-    Nod { mode: u64, rdev: u64 },
-    Fifo,
-    Sock,
-    Symlink(Vec<u8>),
-}
-
-impl Create {
-    pub(super) fn kind(&self) -> CommandKind {
-        match self {
-            Create::File => CommandKind::Mkfile,
-            Create::Dir => CommandKind::Mkdir,
-            Create::Nod { .. } => CommandKind::Mknod,
-            Create::Fifo => CommandKind::Mkfifo,
-            Create::Sock => CommandKind::Mksock,
-            Create::Symlink(_) => CommandKind::Symlink,
-        }
-    }
-}
+use super::held::Create;
 
 impl Receiver<'_> {
     /// Makes `what` at `at` for command number `change` (the create, or

@@ -25,8 +25,8 @@ use crate::path::Resolver;
 use crate::report::Log;
 use crate::subvol::SubvolState;
 
-use super::batch::Pending;
 use super::dirtimes::DirTimes;
+use super::held::Pending;
 use crate::recovery::Recovery;
 
 use super::guard;

@@ -16,8 +16,8 @@ use crate::path::{self};
 use crate::report::Log;
 
 use super::batch::Fold;
-use super::create::Create;
 use super::current::{Current, Flow, Receiver, R};
+use super::held::Create;
 use crate::recovery::{self, Step};
 
 use super::guard;

@@ -40,6 +40,7 @@ mod dirtimes;
 mod durable;
 mod engine;
 mod guard;
+mod held;
 mod inode;
 mod lifecycle;
 mod names;

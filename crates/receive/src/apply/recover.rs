@@ -182,7 +182,7 @@ impl Receiver<'_> {
         if c.recovery.track.count == 0 {
             return Ok(());
         }
-        let pending = c.pending.as_ref().map(super::batch::Pending::before);
+        let pending = c.pending.as_ref().map(super::held::Pending::before);
         // ENCODED_WRITEs still being decoded are not applied yet.
         if c.decoding.is_some() && c.closer.decoder().idle() {
             c.decoding = None;
