@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::dest::Snapshot;
+use crate::snapshot::Snapshot;
 use crate::stop::StopFlag;
 
 /// How to receive.

@@ -14,7 +14,6 @@ use nix::sys::stat::{fstat, Mode};
 use uuid::Uuid;
 
 use crate::closer::Closer;
-use crate::copy::{self, Methods};
 use crate::dest::Dest;
 use crate::error::{escape, CmdError, Error};
 use crate::ioctl;
@@ -22,11 +21,13 @@ use crate::meta::At;
 use crate::options::{Options, Stats};
 use crate::path::Resolver;
 use crate::report::Log;
+use crate::snapshot::copy;
+use crate::snapshot::Strategy;
 use crate::subvol::SubvolState;
 
 use super::batch::Pending;
 use super::dirtimes::DirTimes;
-use super::{durable, guard, resume};
+use super::{durable, resume};
 
 /// The operation named when a path does not resolve beneath the subvolume.
 pub(super) const RESOLVE: &str = "resolve beneath the subvolume (no symlink is followed)";
@@ -77,7 +78,6 @@ pub(crate) struct Current {
     /// The times directories must end with, applied at END.
     pub(super) dir_times: DirTimes,
     pub(super) errors: u64,
-    pub(super) copy: Methods,
     pub(super) scratch: Vec<u8>,
     pub(super) closer: Arc<Closer>,
     /// ENCODED_WRITEs handed to the decoding threads, not waited for yet.
@@ -89,12 +89,9 @@ pub(crate) struct Current {
     /// New files whose commands all came, not created yet.
     pub(super) batch: Vec<Pending>,
     pub(super) batch_bytes: usize,
-    /// How this tree relates to its parent's.
-    pub(super) guard: guard::Guard,
-    /// The parent taken over in place, until the first change.
-    pub(super) taken: Option<crate::dest::Taken>,
-    /// The work directory (`--in-place`, `--link`).
-    pub(super) work: Option<crate::workdir::Workdir>,
+    /// How this tree was made from its parent's, and what a change must
+    /// do first ([`crate::snapshot`]).
+    pub(super) snap: Strategy,
     /// How far its stream is applied.
     pub(super) track: resume::Track,
     /// Which applied commands a stop would have to apply again.
@@ -109,9 +106,6 @@ pub(crate) struct Current {
     /// A resumed receive going over what the stopped one applied keeps its
     /// side file until that is done (a stop or kill then resumes the same).
     pub(super) side_kept: bool,
-    /// How what a change of a linked or in-place tree needs first reaches
-    /// the disk before it.
-    pub(super) write_ahead: crate::workdir::WriteAhead,
     /// The locks of this subvolume and of the parent it copies, links or
     /// changes (see [`crate::lock`]), released when it is done with.
     pub(super) locks: Vec<crate::lock::Held>,
@@ -180,7 +174,6 @@ impl Current {
             sources: HashMap::new(),
             dir_times: DirTimes::new(max_dir_times),
             errors: 0,
-            copy: Methods::default(),
             scratch: Vec::new(),
             closer,
             decoding: None,
@@ -188,16 +181,13 @@ impl Current {
             inflight_paths: HashMap::new(),
             batch: Vec::new(),
             batch_bytes: 0,
-            guard: guard::Guard::Own,
-            taken: None,
-            work: None,
+            snap: Strategy::default(),
             track: resume::Track::default(),
             redo: resume::Redo::default(),
             durable: None,
             power: None,
             side_kept: false,
             marker: None,
-            write_ahead: crate::workdir::WriteAhead::Off,
             locks: Vec::new(),
         }
     }

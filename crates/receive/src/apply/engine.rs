@@ -18,7 +18,7 @@ use crate::report::Log;
 use super::batch::Fold;
 use super::create::Create;
 use super::current::{Current, Flow, Receiver, R};
-use super::{durable, guard, resume};
+use super::{durable, resume};
 
 impl<'o> Receiver<'o> {
     /// A receiver writing into `dest`.
@@ -120,35 +120,21 @@ impl<'o> Receiver<'o> {
         let _ = self.closer.take_errors();
         self.merge_counts();
         let c = self.cur.as_mut()?;
-        let guard = std::mem::replace(&mut c.guard, guard::Guard::Own);
-        if let Some(w) = c.work.take() {
-            let _ = w.remove(self.dest.fd());
-        }
-        let guard::Guard::InPlace(o) = guard else {
-            return None;
-        };
-        let unchanged = !o.changed;
-        let taken = c.taken.take()?;
-        if unchanged {
-            let name = c.name.clone();
-            // Held until the parent is back under its name.
-            let _locks = std::mem::take(&mut c.locks);
-            self.cur = None;
-            if self.dest.give_back(&name, &taken).is_ok() {
-                resume::forget_side(self.dest.fd(), &name);
-                return Some(taken.parent);
-            }
+        let taken = c.snap.give_back(self.dest.fd())?;
+        let name = c.name.clone();
+        // Held until the parent is back under its name.
+        let _locks = std::mem::take(&mut c.locks);
+        self.cur = None;
+        if self.dest.give_back(&name, &taken).is_ok() {
+            resume::forget_side(self.dest.fd(), &name);
+            return Some(taken.parent);
         }
         None
     }
 
     /// The parent the subvolume being received took over in place.
     pub(crate) fn in_place_of(&self) -> Option<&[u8]> {
-        self.cur
-            .as_ref()?
-            .taken
-            .as_ref()
-            .map(|t| t.parent.as_slice())
+        self.cur.as_ref()?.snap.taken_parent()
     }
 
     /// Finds what DEST's filesystem can do, and says it with `-v`.

@@ -15,8 +15,9 @@ use crate::error::{escape, CmdError};
 use crate::fake_super::{self, Stat};
 use crate::ioctl;
 use crate::meta::{self, At};
+use crate::snapshot::copy;
 use crate::subvol::XATTR_RESERVED_PREFIX;
-use crate::{copy, xattr_limit};
+use crate::xattr_limit;
 
 use super::current::{is_kind, target, Current, Flow, Receiver, Target, R, RESOLVE};
 

@@ -1,5 +1,5 @@
 //! A subvolume's work directory in DEST, `DEST/.rreceive-work-<name in
-//! hex>`: the in-place stash ([`crate::overlay`]) and copies made before
+//! hex>`: the in-place stash ([`crate::snapshot::overlay`]) and copies made before
 //! they replace a hard link (`--link`) live there, outside the tree being
 //! received, so no name of the stream's is ever touched. It is removed when
 //! the receive of that subvolume ends, whether it succeeded or not.
