@@ -57,34 +57,7 @@ pub(crate) struct Known {
 /// digest of it (the same name always gives the same one, so the next
 /// receive of that name finds what a killed one left there).
 fn copy_name(name: &[u8]) -> Vec<u8> {
-    reserved_name(b"-copy-", name)
-}
-
-/// A reserved name in DEST for what rreceive keeps about subvolume `name`:
-/// `.rreceive` then `tag`, then `name` in hex or, where that would be
-/// longer than a name can be, a digest of it (the same name always gives
-/// the same one).
-pub(crate) fn reserved_name(tag: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut v = subvol::RESERVED_PREFIX.to_vec();
-    v.extend_from_slice(tag);
-    let hex = btrfs_text::hex::encode(name);
-    if v.len() + hex.len() <= 255 {
-        v.extend_from_slice(hex.as_bytes());
-    } else {
-        // FNV-1a, twice with different offsets: 128 bits.
-        let fnv = |basis: u64| {
-            name.iter().fold(basis, |h, &b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-            })
-        };
-        let digest = format!(
-            "h{:016x}{:016x}",
-            fnv(0xcbf2_9ce4_8422_2325),
-            fnv(0x6c62_272e_07bb_0142)
-        );
-        v.extend_from_slice(digest.as_bytes());
-    }
-    v
+    subvol::reserved_name(b"-copy-", name)
 }
 
 /// One subvolume received in DEST, as `rreceive --list` shows it.

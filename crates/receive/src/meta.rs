@@ -41,9 +41,9 @@ impl At<'_> {
     }
 
     /// lchown; `ELOOP` for a symlink where the filesystem would follow
-    /// it (see [`crate::probe::symlink_followed`]).
+    /// it (see [`symlink_followed`]).
     pub(crate) fn chown(&self, uid: u32, gid: u32) -> nix::Result<()> {
-        if crate::probe::symlink_followed(self.dir, self.name) {
+        if symlink_followed(self.dir, self.name) {
             return Err(nix::errno::Errno::ELOOP);
         }
         fchownat(
@@ -68,7 +68,7 @@ impl At<'_> {
     /// utimensat(AT_SYMLINK_NOFOLLOW) of atime and mtime; `ELOOP` for a
     /// symlink where the filesystem would follow it.
     pub(crate) fn utimes(&self, atime: Timespec, mtime: Timespec) -> nix::Result<()> {
-        if crate::probe::symlink_followed(self.dir, self.name) {
+        if symlink_followed(self.dir, self.name) {
             return Err(nix::errno::Errno::ELOOP);
         }
         utimensat(
@@ -269,4 +269,38 @@ pub(crate) fn entries(dir: BorrowedFd<'_>) -> Vec<(Vec<u8>, Option<nix::dir::Typ
 /// The errno of an io::Error, if it has one.
 pub(crate) fn errno(e: &io::Error) -> Option<Errno> {
     e.raw_os_error().map(Errno::from_raw)
+}
+
+/// The filesystems (by device) where `probe::Caps::symlinks_followed`: a
+/// symlink's owner and times are never set there.
+static FOLLOWING: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+/// Whether [`FOLLOWING`] holds any (read without the lock).
+static ANY_FOLLOWING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Records that the filesystem of device `dev` follows symlinks when
+/// their owner or times are set (found by [`crate::probe`]).
+pub(crate) fn guard_symlinks(dev: u64) {
+    let mut f = FOLLOWING.lock().unwrap_or_else(|e| e.into_inner());
+    if !f.contains(&dev) {
+        f.push(dev);
+    }
+    ANY_FOLLOWING.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether `name` in `dir` is a symlink on a filesystem that would follow
+/// it when its owner or times are set (`probe::Caps::symlinks_followed`): then
+/// they must not be, or a file it points to (anywhere on that server)
+/// would change.
+pub(crate) fn symlink_followed(dir: BorrowedFd<'_>, name: &[u8]) -> bool {
+    if !ANY_FOLLOWING.load(std::sync::atomic::Ordering::Relaxed) {
+        return false;
+    }
+    let Ok(st) = fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+        return false;
+    };
+    st.st_mode & libc::S_IFMT == libc::S_IFLNK
+        && FOLLOWING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&st.st_dev)
 }

@@ -401,7 +401,7 @@ fn probe_in(dir: BorrowedFd<'_>, fs: String, fuse: bool, order: Order) -> Caps {
     let (links_shown, names_fresh) = hard_links(dir);
     if symlinks_followed {
         if let Ok(st) = nix::sys::stat::fstat(raw) {
-            guard_symlinks(st.st_dev);
+            crate::meta::guard_symlinks(st.st_dev);
         }
     }
     Caps {
@@ -514,38 +514,6 @@ fn follows_symlinks(dir: BorrowedFd<'_>) -> bool {
         &t,
         nix::sys::stat::UtimensatFlags::NoFollowSymlink,
     ) == Err(Errno::ENOENT)
-}
-
-/// The filesystems (by device) where [`Caps::symlinks_followed`]: a
-/// symlink's owner and times are never set there.
-static FOLLOWING: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
-/// Whether [`FOLLOWING`] holds any (read without the lock).
-static ANY_FOLLOWING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-fn guard_symlinks(dev: u64) {
-    let mut f = FOLLOWING.lock().unwrap_or_else(|e| e.into_inner());
-    if !f.contains(&dev) {
-        f.push(dev);
-    }
-    ANY_FOLLOWING.store(true, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Whether `name` in `dir` is a symlink on a filesystem that would follow
-/// it when its owner or times are set ([`Caps::symlinks_followed`]): then
-/// they must not be, or a file it points to (anywhere on that server)
-/// would change.
-pub(crate) fn symlink_followed(dir: BorrowedFd<'_>, name: &[u8]) -> bool {
-    if !ANY_FOLLOWING.load(std::sync::atomic::Ordering::Relaxed) {
-        return false;
-    }
-    let Ok(st) = fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
-        return false;
-    };
-    st.st_mode & libc::S_IFMT == libc::S_IFLNK
-        && FOLLOWING
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&st.st_dev)
 }
 
 /// Whether a `renameat2` error says the flag is not supported there (not

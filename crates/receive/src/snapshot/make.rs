@@ -4,7 +4,7 @@
 //!
 //! May call: its siblings `copy`, `overlay`, `workdir` and `strategy`, and
 //! `error`, `report`, `subvol`, `fake_super`; never the engine or the
-//! destination (which calls [`copy_parent`] and [`Taken::of`]).
+//! destination (which calls [`copy_parent`]).
 
 use std::fs::File;
 use std::io;
@@ -15,33 +15,14 @@ use uuid::Uuid;
 
 use crate::error::{escape, CmdError};
 use crate::report::{Copying, Log};
-use crate::subvol::{self, SubvolState};
+use crate::subvol;
 
 use super::copy::{self, Tick};
 use super::overlay::Overlay;
-use super::strategy::{Kind, Snapshot, Strategy};
+use super::strategy::{Kind, Snapshot, Strategy, Taken};
 use super::workdir::{Workdir, WriteAhead};
 
 type R<T> = Result<T, CmdError>;
-
-/// The parent a subvolume took over in place, to give it back.
-#[derive(Debug, Clone)]
-pub(crate) struct Taken {
-    /// The parent's name in DEST.
-    pub parent: Vec<u8>,
-    /// The state it had.
-    pub state: Option<SubvolState>,
-}
-
-impl Taken {
-    /// Parent `parent` of directory `dest`, about to be taken over.
-    pub(crate) fn of(dest: BorrowedFd<'_>, parent: &[u8]) -> io::Result<Taken> {
-        Ok(Taken {
-            parent: parent.to_vec(),
-            state: subvol::lookup(dest, parent)?,
-        })
-    }
-}
 
 /// How a snapshot was made.
 pub(crate) enum Made {

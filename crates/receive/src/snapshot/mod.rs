@@ -33,6 +33,6 @@ mod strategy;
 pub(crate) mod workdir;
 
 pub(crate) use guard::Tree;
-pub(crate) use make::{copy_parent, Made, Making, Site, Taken};
+pub(crate) use make::{copy_parent, Made, Making, Site};
 pub use strategy::Snapshot;
-pub(crate) use strategy::Strategy;
+pub(crate) use strategy::{Strategy, Taken};

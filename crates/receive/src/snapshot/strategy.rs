@@ -3,19 +3,20 @@
 //! overlay, the work directory, the parent taken over); and [`Snapshot`],
 //! the choice a caller makes.
 //!
-//! May call: its siblings `copy`, `overlay`, `workdir` and `make` (for
-//! [`Taken`]), and `error`; never the engine or the destination.
+//! May call: its siblings `copy`, `overlay` and `workdir`, and `error`,
+//! `subvol`; never the engine or the destination.
 
 use std::collections::HashSet;
 use std::fs::File;
+use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use uuid::Uuid;
 
 use crate::error::CmdError;
+use crate::subvol::{self, SubvolState};
 
 use super::copy::{self, Id, Methods};
-use super::make::Taken;
 use super::overlay::Overlay;
 use super::workdir::{Workdir, WriteAhead};
 
@@ -52,6 +53,25 @@ impl Snapshot {
     /// Whether a tree made so needs a work directory.
     pub(crate) fn needs_work(self) -> bool {
         self != Snapshot::Copy
+    }
+}
+
+/// The parent a subvolume took over in place, to give it back.
+#[derive(Debug, Clone)]
+pub(crate) struct Taken {
+    /// The parent's name in DEST.
+    pub parent: Vec<u8>,
+    /// The state it had.
+    pub state: Option<SubvolState>,
+}
+
+impl Taken {
+    /// Parent `parent` of directory `dest`, about to be taken over.
+    pub(crate) fn of(dest: BorrowedFd<'_>, parent: &[u8]) -> io::Result<Taken> {
+        Ok(Taken {
+            parent: parent.to_vec(),
+            state: subvol::lookup(dest, parent)?,
+        })
     }
 }
 
