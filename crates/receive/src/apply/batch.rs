@@ -322,12 +322,9 @@ impl Receiver<'_> {
         // would clear set-id bits (the owner is then already right).
         let me = self.me;
         let chown_expected = r.owner.is_some_and(|(u, g, _)| (u, g) != me);
-        let mode = match r.mode {
-            // --fake-super never chowns; the xattr keeps the rest.
-            Some((m, _)) if self.opts.fake_super => fake_super::applied_mode(libc::S_IFREG | m),
-            Some((m, _)) if !chown_expected => m,
-            _ => 0o600,
-        };
+        let mode = self
+            .owners
+            .create_mode(r.mode.map(|(m, _)| m), chown_expected);
         let mut direct = true;
         let change = r.orphan.as_ref().map_or(cmd_pos, |o| o.1).index;
         match self.create(&what, &at, mode, change, remake) {
@@ -383,7 +380,7 @@ impl Receiver<'_> {
                         owner: r.owner,
                         mode: r.mode,
                         times: r.times,
-                        fake_super: self.opts.fake_super,
+                        fake_super: self.owners.recorded(),
                         flush,
                     })),
                 });
@@ -412,7 +409,7 @@ impl Receiver<'_> {
             .map_err(|e| err_at(kind, cmd_pos, &at, CmdError::os("stat")(e)))?;
         let mut chowned = false;
         f.owner = Some((st.st_uid, st.st_gid));
-        if self.opts.fake_super {
+        if self.owners.recorded() {
             fake_super::finish_new(&f.file, &st, r.owner, r.mode)
                 .map_err(|(k, p, e)| err_at(k, p, &at, e))?;
         } else if let Some((u, g, opos)) = r.owner {
@@ -429,7 +426,7 @@ impl Receiver<'_> {
             }
             f.owner = Some((u, g));
         }
-        if let Some((m, mpos)) = r.mode.filter(|_| !self.opts.fake_super) {
+        if let Some((m, mpos)) = r.mode.filter(|_| !self.owners.recorded()) {
             if chowned || st.st_mode & 0o7777 != m {
                 fchmod(f.file.as_raw_fd(), Mode::from_bits_retain(m))
                     .map_err(|e| err_at(CommandKind::Chmod, mpos, &at, CmdError::os("chmod")(e)))?;

@@ -127,6 +127,8 @@ pub(crate) struct Receiver<'o> {
     pub(super) closer: Arc<Closer>,
     /// Effective uid and gid: the owner new files get.
     pub(super) me: (u32, u32),
+    /// How owners and modes are given (`--fake-super`), decided once.
+    pub(super) owners: crate::fake_super::Owners,
     /// The command being applied.
     pub(super) now: (CommandKind, Position),
     /// Whether the note that a parent is copied was given.

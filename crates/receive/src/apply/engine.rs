@@ -38,6 +38,7 @@ impl<'o> Receiver<'o> {
                 nix::unistd::geteuid().as_raw(),
                 nix::unistd::getegid().as_raw(),
             ),
+            owners: crate::fake_super::Owners::of(opts.fake_super),
             now: (
                 CommandKind::End,
                 Position {
