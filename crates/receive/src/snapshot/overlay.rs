@@ -22,6 +22,9 @@
 //! Bytes come from the undo file where they were saved and from the file
 //! itself elsewhere. Time and space follow what the stream changes, not the
 //! tree. The work directory goes when the receive ends.
+//!
+//! Part of the snapshot room ([`crate::snapshot`]). May call: its siblings
+//! `copy` and `workdir`, and `ioctl`; nothing above them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -34,8 +37,8 @@ use nix::sys::stat::{fstat, fstatat, Mode};
 use nix::unistd::linkat;
 use uuid::Uuid;
 
+use super::copy::{self, Methods};
 use crate::ioctl;
-use crate::snapshot::copy::{self, Methods};
 
 /// A file or directory by device and inode number.
 type Id = (u64, u64);
