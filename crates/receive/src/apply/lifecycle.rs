@@ -216,7 +216,7 @@ impl Receiver<'_> {
                 });
             }
         };
-        let (mut snap, late, dropped) = making.strategy(
+        let started = making.strategy(
             made,
             name,
             &parent.name,
@@ -225,8 +225,9 @@ impl Receiver<'_> {
             self.write_ahead(),
             self.dest.fd(),
         )?;
-        if dropped > 0 {
-            self.skip("immutable/append flags", dropped);
+        let mut snap = started.snap;
+        if started.flags_dropped > 0 {
+            self.skip("immutable/append flags", started.flags_dropped);
         }
         self.log.info(format_args!("At snapshot {}", escape(name)));
         self.say_dest();
@@ -247,7 +248,7 @@ impl Receiver<'_> {
         cur.locks = locks;
         // The copies' immutable and append-only flags come at END, before
         // any the stream sets.
-        cur.deferred = late;
+        cur.deferred = started.late;
         self.cur = Some(cur);
         self.place(staged, "create snapshot")?;
         Ok(Flow::Continue)

@@ -147,6 +147,16 @@ impl Tick for KillAfter<'_> {
     }
 }
 
+/// A tree made, with its strategy ([`Making::strategy`]).
+pub(crate) struct Started {
+    /// Its strategy.
+    pub snap: Strategy,
+    /// The copies' immutable and append-only flags, due at END.
+    pub late: Vec<(File, u32)>,
+    /// How many copies' flags could not be kept (too many).
+    pub flags_dropped: u64,
+}
+
 /// DEST, as making a snapshot in it sees it.
 pub(crate) struct Site<'a> {
     /// Its directory.
@@ -239,13 +249,14 @@ impl<'r> Making<'r> {
         &mut self,
         make: impl FnOnce(Snapshot, Option<BorrowedFd<'_>>, &dyn Tick) -> io::Result<T>,
     ) -> io::Result<T> {
-        let tick = KillAfter::new(
-            self.copying
-                .as_ref()
-                .map_or(&() as &dyn Tick, |b| b as &dyn Tick),
-        );
-        let made = make(self.how, self.work.as_ref().map(Workdir::fd), &tick);
-        drop(tick);
+        let made = {
+            let tick = KillAfter::new(
+                self.copying
+                    .as_ref()
+                    .map_or(&() as &dyn Tick, |b| b as &dyn Tick),
+            );
+            make(self.how, self.work.as_ref().map(Workdir::fd), &tick)
+        };
         self.copying = None;
         made
     }
@@ -258,8 +269,7 @@ impl<'r> Making<'r> {
     }
 
     /// The strategy of the tree `made` of parent `parent` (uuid
-    /// `parent_uuid`) for subvolume `name`, with the copies' immutable and
-    /// append-only flags due at END and how many of those could not be kept.
+    /// `parent_uuid`) for subvolume `name`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn strategy(
         self,
@@ -270,7 +280,7 @@ impl<'r> Making<'r> {
         log: &Log<'_>,
         write_ahead: WriteAhead,
         dest: BorrowedFd<'_>,
-    ) -> R<(Strategy, Vec<(File, u32)>, u64)> {
+    ) -> R<Started> {
         let how = self.how;
         let work = self.work;
         let mut late = Vec::new();
@@ -334,7 +344,11 @@ impl<'r> Making<'r> {
             write_ahead,
             ..Strategy::default()
         };
-        Ok((s, late, dropped))
+        Ok(Started {
+            snap: s,
+            late,
+            flags_dropped: dropped,
+        })
     }
 }
 

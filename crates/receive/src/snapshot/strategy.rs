@@ -91,6 +91,10 @@ pub(super) enum Kind {
     InPlace(Overlay),
 }
 
+/// A strategy reopened after a stop, with the flags due at END its work
+/// directory recorded, by inode number.
+pub(crate) type Reopened = (Strategy, Vec<(u64, u32)>);
+
 /// The snapshot strategy of the subvolume being received.
 pub(crate) struct Strategy {
     pub(super) kind: Kind,
@@ -132,7 +136,7 @@ impl Strategy {
         parent: Option<Uuid>,
         ahead: impl FnOnce() -> WriteAhead,
         refused: impl Fn(&str) -> CmdError,
-    ) -> R<Option<(Strategy, Vec<(u64, u32)>)>> {
+    ) -> R<Option<Reopened>> {
         let work = Workdir::open(dest, name).map_err(CmdError::io("open the work directory"))?;
         let Some(w) = work else {
             return Ok(None);
