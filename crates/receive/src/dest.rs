@@ -19,13 +19,14 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::{mkdirat, Mode};
 use uuid::Uuid;
 
-use crate::copy;
 use crate::elsewhere::{self, MountRoot};
 use crate::ioctl;
 use crate::meta::open_dir;
 use crate::probe;
+use crate::snapshot::copy::Tick;
+use crate::snapshot::workdir;
+use crate::snapshot::{self, Made, Snapshot, Taken};
 use crate::subvol::{self, Store, SubvolState};
-use crate::workdir;
 
 /// Inode number of a btrfs subvolume root directory.
 const BTRFS_FIRST_FREE_OBJECTID: u64 = 256;
@@ -51,62 +52,13 @@ pub(crate) struct Known {
     pub elsewhere: Option<elsewhere::Found>,
 }
 
-/// How an incremental stream's snapshot is made off btrfs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Snapshot {
-    /// A copy of the parent's tree (reflinks where the filesystem has
-    /// them).
-    #[default]
-    Copy,
-    /// The parent's tree itself, renamed and changed (`--in-place`).
-    InPlace,
-    /// New directories with hard links to the parent's files (`--link`).
-    Link,
-}
-
-/// What [`Dest::plan_copy`] found.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CopyPlan {
-    /// What the parent's tree holds.
-    pub usage: copy::Usage,
-    /// Whether data is shared by reflink.
-    pub reflink: bool,
-}
-
 /// Where a new subvolume is made, and the copy of a snapshot's parent, before
 /// it takes its name `name` (reserved: never listed, never a stream's):
 /// `name` in hex, or where that would be longer than a name can be, a
 /// digest of it (the same name always gives the same one, so the next
 /// receive of that name finds what a killed one left there).
 fn copy_name(name: &[u8]) -> Vec<u8> {
-    reserved_name(b"-copy-", name)
-}
-
-/// A reserved name in DEST for what rreceive keeps about subvolume `name`:
-/// `.rreceive` then `tag`, then `name` in hex or, where that would be
-/// longer than a name can be, a digest of it (the same name always gives
-/// the same one).
-pub(crate) fn reserved_name(tag: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut v = subvol::RESERVED_PREFIX.to_vec();
-    v.extend_from_slice(tag);
-    let hex = btrfs_text::hex::encode(name);
-    if v.len() + hex.len() <= 255 {
-        v.extend_from_slice(hex.as_bytes());
-    } else {
-        // FNV-1a, twice with different offsets: 128 bits.
-        let fnv = |basis: u64| {
-            name.iter().fold(basis, |h, &b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-            })
-        };
-        let digest = format!(
-            "h{:016x}{:016x}",
-            fnv(0xcbf2_9ce4_8422_2325),
-            fnv(0x6c62_272e_07bb_0142)
-        );
-        v.extend_from_slice(digest.as_bytes());
-    }
-    v
+    subvol::reserved_name(b"-copy-", name)
 }
 
 /// One subvolume received in DEST, as `rreceive --list` shows it.
@@ -199,25 +151,6 @@ pub(crate) enum Existing {
     Received(SubvolState),
     /// Something else.
     Other,
-}
-
-/// The parent a subvolume took over in place, to give it back.
-#[derive(Debug, Clone)]
-pub(crate) struct Taken {
-    /// The parent's name in DEST.
-    pub parent: Vec<u8>,
-    /// The state it had.
-    pub state: Option<SubvolState>,
-}
-
-/// How a snapshot was made.
-pub(crate) enum Made {
-    /// A btrfs snapshot.
-    Snapshot,
-    /// A tree copied or linked (see [`copy::copy_tree`]).
-    Tree(copy::Tree),
-    /// The parent's tree taken over.
-    InPlace(Taken),
 }
 
 /// A new subvolume made, with its state, but not yet under its name: a
@@ -536,51 +469,6 @@ impl Dest {
         Ok(())
     }
 
-    /// Checks that a copy of `parent`'s tree fits in DEST (inodes, and
-    /// bytes where the filesystem cannot reflink), before any is made.
-    pub(crate) fn plan_copy(&self, parent: &Known) -> io::Result<CopyPlan> {
-        let src = self.open_subvol(&parent.name)?;
-        let reflink = copy::reflinks_work(self.fd())?;
-        let vfs = nix::sys::statvfs::fstatvfs(&self.fd)?;
-        let free_inodes = vfs.files_available() as u64;
-        let free_bytes = (vfs.blocks_available() as u64).saturating_mul(vfs.fragment_size() as u64);
-        let short = |u: &copy::Usage| {
-            (
-                vfs.files() > 0 && u.inodes + 1 > free_inodes,
-                !reflink && u.bytes > free_bytes,
-            )
-        };
-        // Names first (constant memory); inodes exactly only if that
-        // bound does not fit.
-        let mut usage = copy::usage(src.as_fd(), false)?;
-        if short(&usage) != (false, false) && usage.multi > 0 {
-            usage = copy::usage(src.as_fd(), true)?;
-        }
-        let (inodes_short, bytes_short) = short(&usage);
-        if inodes_short || bytes_short {
-            let why = match (inodes_short, bytes_short) {
-                (true, true) => "too few inodes and too little space",
-                (true, false) => "too few inodes",
-                _ => "too little space",
-            };
-            return Err(io::Error::new(
-                io::ErrorKind::StorageFull,
-                format!(
-                    "a copy of parent {} needs {} inodes and {} bytes{}, and {} has {} inodes and \
-                 {} bytes free: {why}; nothing was copied (--in-place or --link need no copy)",
-                    crate::error::escape(&parent.name),
-                    usage.inodes + 1,
-                    usage.bytes,
-                    if reflink { " (data by reflink)" } else { "" },
-                    self.path.display(),
-                    free_inodes,
-                    free_bytes
-                ),
-            ));
-        }
-        Ok(CopyPlan { usage, reflink })
-    }
-
     /// Creates `name` as a writable snapshot of `parent` for an incremental
     /// stream: on btrfs a snapshot, elsewhere as `how` says.
     pub(crate) fn snapshot(
@@ -590,7 +478,7 @@ impl Dest {
         state: &SubvolState,
         how: Snapshot,
         work: Option<BorrowedFd<'_>>,
-        tick: &dyn copy::Tick,
+        tick: &dyn Tick,
     ) -> io::Result<(OwnedFd, Made, Staged)> {
         let src = self.open_known(parent)?;
         // Made under a reserved name and renamed into place whole (by
@@ -603,7 +491,7 @@ impl Dest {
             let (root, staged) = self.stage(tmp, name, state)?;
             return Ok((root, Made::Snapshot, staged));
         }
-        if how == Snapshot::InPlace {
+        if how.takes_over() {
             drop(src);
             return self.take_over(name, parent, state);
         }
@@ -614,23 +502,7 @@ impl Dest {
             Mode::from_bits_retain(0o700),
         )?;
         let dst = self.open_subvol(&tmp)?;
-        let share = if how == Snapshot::Link {
-            copy::Share::Link
-        } else {
-            copy::Share::Copy
-        };
-        let tree = copy::copy_tree(
-            src.as_fd(),
-            dst.as_fd(),
-            share,
-            work,
-            // The root's --fake-super record goes with the tree.
-            &|n| {
-                n.starts_with(subvol::XATTR_RESERVED_PREFIX)
-                    && n != crate::fake_super::XATTR.as_bytes()
-            },
-            tick,
-        );
+        let tree = snapshot::copy_parent(src.as_fd(), dst.as_fd(), how, work, tick);
         match tree {
             Ok(tree) => {
                 drop(dst);
@@ -655,13 +527,10 @@ impl Dest {
         parent: &Known,
         state: &SubvolState,
     ) -> io::Result<(OwnedFd, Made, Staged)> {
-        let before = subvol::lookup(self.fd(), &parent.name)?;
+        let taken = Taken::of(self.fd(), &parent.name)?;
         Ok((
             self.open_subvol(&parent.name)?,
-            Made::InPlace(Taken {
-                parent: parent.name.clone(),
-                state: before,
-            }),
+            Made::InPlace(taken),
             Staged::Move {
                 from: parent.name.clone(),
                 name: name.to_vec(),

@@ -171,6 +171,53 @@ impl Stat {
     }
 }
 
+/// How this receive gives inodes their owners, modes and special types,
+/// decided once from [`Options::fake_super`](crate::Options::fake_super):
+/// for real, or recorded in [`XATTR`]. The verbs ask it rather than the
+/// option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owners {
+    /// chown, chmod, mknod as the stream says.
+    Real,
+    /// `--fake-super`: recorded in the xattr, stand-ins for special files.
+    Recorded,
+}
+
+impl Owners {
+    /// The way `--fake-super` (`fake_super`) says.
+    pub(crate) fn of(fake_super: bool) -> Owners {
+        if fake_super {
+            Owners::Recorded
+        } else {
+            Owners::Real
+        }
+    }
+
+    /// Whether owners and modes are recorded in the xattr (never chowned;
+    /// modes applied as [`applied_mode`]).
+    pub(crate) fn recorded(self) -> bool {
+        self == Owners::Recorded
+    }
+
+    /// Whether devices, fifos and sockets are made as such (else as
+    /// stand-in files).
+    pub(crate) fn real_specials(self) -> bool {
+        self == Owners::Real
+    }
+
+    /// The mode a new regular file is created with, given the mode its
+    /// stream gives it, if any, and whether a chown to another owner
+    /// follows (which would clear set-id bits given at create).
+    pub(crate) fn create_mode(self, mode: Option<u32>, chown_expected: bool) -> u32 {
+        match mode {
+            // --fake-super never chowns; the xattr keeps the rest.
+            Some(m) if self == Owners::Recorded => applied_mode(libc::S_IFREG | m),
+            Some(m) if !chown_expected => m,
+            _ => 0o600,
+        }
+    }
+}
+
 /// The permission bits an inode recorded with `mode` gets on disk: no
 /// setuid or setgid, and u+rw (u+rwx for a directory).
 pub(crate) fn applied_mode(mode: u32) -> u32 {

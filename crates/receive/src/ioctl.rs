@@ -51,7 +51,7 @@ pub(crate) fn start_writeback(fd: BorrowedFd<'_>) -> nix::Result<()> {
 
 /// `sync_file_range` of the whole file, waiting: its dirty pages written
 /// (not its metadata, not the disk's cache: a journal commit after it does
-/// that, see [`crate::workdir::WriteAhead::barrier`]).
+/// that, see [`crate::snapshot::workdir::WriteAhead::barrier`]).
 pub(crate) fn write_out(fd: BorrowedFd<'_>) -> nix::Result<()> {
     let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
         | libc::SYNC_FILE_RANGE_WRITE

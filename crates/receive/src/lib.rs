@@ -30,8 +30,10 @@
 //! each command through its steps (the subvolume's lifecycle, creates,
 //! names, inode metadata, data; durable checkpoints, the journal a resume
 //! reads); `dest` and `subvol` keep the destination and what is known of
-//! each subvolume; `path` confines every path; `copy`, `overlay` and
-//! `workdir` make snapshots off btrfs; `closer` finishes files on other
+//! each subvolume; `path` confines every path; `snapshot` is the
+//! snapshot strategy (a btrfs snapshot, or off btrfs a copy, hard links or
+//! the parent changed in place: `snapshot::{copy, overlay, workdir}`) and
+//! guards the parent before each change; `closer` finishes files on other
 //! threads; `report` and `stop` are the ways out to the caller.
 //!
 //! A stream is untrusted input: every path is checked and resolved beneath
@@ -54,7 +56,6 @@
 
 mod apply;
 mod closer;
-mod copy;
 mod decode;
 mod dest;
 mod elsewhere;
@@ -66,18 +67,17 @@ mod ioctl;
 mod lock;
 mod meta;
 mod options;
-mod overlay;
 mod path;
 mod probe;
 mod recovery;
 mod report;
 mod run;
+mod snapshot;
 mod stop;
 mod subvol;
-mod workdir;
 mod xattr_limit;
 
-pub use dest::{Dest, Kind, Listed, NoToken, NotDeleted, Snapshot};
+pub use dest::{Dest, Kind, Listed, NoToken, NotDeleted};
 pub use error::{CmdError, Error};
 pub use lock::{Busy, Holder};
 pub use options::{Failure, Options, Stats, MAX_DIR_TIMES};
@@ -85,5 +85,6 @@ pub use path::PathError;
 pub use recovery::Resumable;
 pub use report::{Level, Report};
 pub use run::{receive, receive_with};
+pub use snapshot::Snapshot;
 pub use stop::{interruptible, StopFlag};
 pub use subvol::SubvolState;

@@ -43,7 +43,7 @@ const POLL: Duration = Duration::from_millis(200);
 
 /// The name in DEST of the lock file of subvolume `name`.
 pub(crate) fn file_name(name: &[u8]) -> Vec<u8> {
-    crate::dest::reserved_name(b"-lock-", name)
+    crate::subvol::reserved_name(b"-lock-", name)
 }
 
 /// Who holds a lock, as its file says.

@@ -282,14 +282,14 @@ pub(crate) fn open_dir(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<File> {
     Ok(File::from(fd))
 }
 
-/// The filesystems (by device) where [`Caps::symlinks_followed`](crate::probe::Caps::symlinks_followed): a
+/// The filesystems (by device) where `probe::Caps::symlinks_followed`: a
 /// symlink's owner and times are never set there.
 static FOLLOWING: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
 /// Whether [`FOLLOWING`] holds any (read without the lock).
 static ANY_FOLLOWING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Marks the filesystem of device `dev` as one that follows symlinks
-/// when their owner or times are set.
+/// Records that the filesystem of device `dev` follows symlinks when
+/// their owner or times are set (found by [`crate::probe`]).
 pub(crate) fn guard_symlinks(dev: u64) {
     let mut f = FOLLOWING.lock().unwrap_or_else(|e| e.into_inner());
     if !f.contains(&dev) {
@@ -299,7 +299,7 @@ pub(crate) fn guard_symlinks(dev: u64) {
 }
 
 /// Whether `name` in `dir` is a symlink on a filesystem that would follow
-/// it when its owner or times are set ([`Caps::symlinks_followed`](crate::probe::Caps::symlinks_followed)): then
+/// it when its owner or times are set (`probe::Caps::symlinks_followed`): then
 /// they must not be, or a file it points to (anywhere on that server)
 /// would change.
 pub(crate) fn symlink_followed(dir: BorrowedFd<'_>, name: &[u8]) -> bool {

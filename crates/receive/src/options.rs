@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::dest::Snapshot;
 use crate::error::Error;
+use crate::snapshot::Snapshot;
 use crate::stop::StopFlag;
 use crate::subvol::SubvolState;
 

@@ -296,7 +296,7 @@ fn clear_stale_probes(dest: BorrowedFd<'_>) {
         }
     }
     for n in stale {
-        let _ = crate::workdir::remove_tree(dest, &n);
+        let _ = crate::snapshot::workdir::remove_tree(dest, &n);
     }
 }
 
@@ -316,7 +316,7 @@ pub fn probe(dest: BorrowedFd<'_>) -> Caps {
     let (fs, fuse, order) = kind(dest);
     clear_stale_probes(dest);
     let name = probe_name();
-    let _ = crate::workdir::remove_tree(dest, &name);
+    let _ = crate::snapshot::workdir::remove_tree(dest, &name);
     if mkdirat(
         Some(dest.as_raw_fd()),
         name.as_slice(),
@@ -343,7 +343,7 @@ pub fn probe(dest: BorrowedFd<'_>) -> Caps {
             c
         }
     };
-    let _ = crate::workdir::remove_tree(dest, &name);
+    let _ = crate::snapshot::workdir::remove_tree(dest, &name);
     caps
 }
 
@@ -368,7 +368,7 @@ fn probe_in(dir: BorrowedFd<'_>, fs: String, fuse: bool, order: Order) -> Caps {
         Mode::from_bits_retain(0o600),
     )
     .is_ok();
-    let reflink = crate::copy::reflinks_work(dir).unwrap_or(false);
+    let reflink = crate::snapshot::copy::reflinks_work(dir).unwrap_or(false);
     let file = ioctl::openat(
         Some(raw),
         "f",

@@ -9,8 +9,8 @@ use std::fmt::Arguments;
 
 use btrfs_stream::{Command, Position};
 
-use crate::copy::Tick;
 use crate::error::Error;
+use crate::snapshot::copy::Tick;
 
 /// What kind of message a receive reports, each shown from the
 /// [`Options::verbosity`](crate::Options::verbosity) given.

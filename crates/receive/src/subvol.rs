@@ -45,6 +45,33 @@ pub(crate) const XATTR_NAME: &str = "user.rreceive.subvol";
 /// this state on a subvolume root, [`crate::fake_super::XATTR`] anywhere).
 pub(crate) const XATTR_RESERVED_PREFIX: &[u8] = b"user.rreceive.";
 
+/// A reserved name in DEST for what rreceive keeps about subvolume `name`:
+/// `.rreceive` then `tag`, then `name` in hex or, where that would be
+/// longer than a name can be, a digest of it (the same name always gives
+/// the same one).
+pub(crate) fn reserved_name(tag: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut v = RESERVED_PREFIX.to_vec();
+    v.extend_from_slice(tag);
+    let hex = btrfs_text::hex::encode(name);
+    if v.len() + hex.len() <= 255 {
+        v.extend_from_slice(hex.as_bytes());
+    } else {
+        // FNV-1a, twice with different offsets: 128 bits.
+        let fnv = |basis: u64| {
+            name.iter().fold(basis, |h, &b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            })
+        };
+        let digest = format!(
+            "h{:016x}{:016x}",
+            fnv(0xcbf2_9ce4_8422_2325),
+            fnv(0x6c62_272e_07bb_0142)
+        );
+        v.extend_from_slice(digest.as_bytes());
+    }
+    v
+}
+
 /// Identity and completeness of one received subvolume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubvolState {

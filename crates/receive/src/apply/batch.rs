@@ -9,7 +9,6 @@ use nix::errno::Errno;
 use crate::closer::{self, Finish, Job};
 use crate::dest::Kind;
 use crate::error::{CmdError, Error};
-use crate::fake_super;
 use crate::meta;
 use crate::path;
 
@@ -270,12 +269,9 @@ impl Receiver<'_> {
         // would clear set-id bits (the owner is then already right).
         let me = self.me;
         let chown_expected = r.owner.is_some_and(|(u, g, _)| (u, g) != me);
-        let mode = match r.mode {
-            // --fake-super never chowns; the xattr keeps the rest.
-            Some((m, _)) if self.opts.fake_super => fake_super::applied_mode(libc::S_IFREG | m),
-            Some((m, _)) if !chown_expected => m,
-            _ => 0o600,
-        };
+        let mode = self
+            .owners
+            .create_mode(r.mode.map(|(m, _)| m), chown_expected);
         let mut direct = true;
         let change = r.orphan.as_ref().map_or(cmd_pos, |o| o.1).index;
         match self.create(&what, &at, mode, change, remake) {
@@ -323,7 +319,7 @@ impl Receiver<'_> {
             owner: r.owner,
             mode: r.mode,
             times: r.times,
-            fake_super: self.opts.fake_super,
+            fake_super: self.owners.recorded(),
             flush: false,
         };
         if complete && direct {

@@ -39,7 +39,7 @@ impl Receiver<'_> {
         }
         // The directory's times are read (if need be) before it changes.
         self.entries_change(&[crate::path::split(at).0], change)?;
-        let fake_super = self.opts.fake_super;
+        let real = self.owners.real_specials();
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
         let (dir, name) = cur.res.parent(at).map_err(CmdError::os(RESOLVE))?;
         let there = crate::meta::At { dir, name }
@@ -58,10 +58,10 @@ impl Receiver<'_> {
                     && nix::fcntl::readlinkat(Some(raw), name.as_slice())
                         .is_ok_and(|l| l.as_bytes() == t.as_slice())
             }
-            Create::Fifo => !fake_super && kind == libc::S_IFIFO,
-            Create::Sock => !fake_super && kind == libc::S_IFSOCK,
+            Create::Fifo => real && kind == libc::S_IFIFO,
+            Create::Sock => real && kind == libc::S_IFSOCK,
             Create::Nod { mode, rdev } => {
-                !fake_super && kind == (*mode as u32) & libc::S_IFMT && there.st_rdev == *rdev
+                real && kind == (*mode as u32) & libc::S_IFMT && there.st_rdev == *rdev
             }
         };
         match (what, keep) {
@@ -116,7 +116,7 @@ impl Receiver<'_> {
 
     fn create_once(&mut self, what: &Create, at: &[u8], file_mode: u32, change: u64) -> R<()> {
         self.entries_change(&[crate::path::split(at).0], change)?;
-        let fake_super = self.opts.fake_super;
+        let real = self.owners.real_specials();
         let cur = self.cur()?;
         let (dir, name) = cur.res.parent(at).map_err(CmdError::os(RESOLVE))?;
         let raw = Some(dir.as_raw_fd());
@@ -172,7 +172,7 @@ impl Receiver<'_> {
                 {
                     return Err(CmdError::BadMode(*mode));
                 }
-                if fake_super {
+                if !real {
                     stand_in(raw, name, *mode as u32, *rdev)?;
                 } else {
                     let device = kind == libc::S_IFCHR || kind == libc::S_IFBLK;
@@ -202,7 +202,7 @@ impl Receiver<'_> {
                     })?
                 }
             }
-            Create::Fifo | Create::Sock if fake_super => {
+            Create::Fifo | Create::Sock if !real => {
                 let kind = if matches!(what, Create::Fifo) {
                     libc::S_IFIFO
                 } else {

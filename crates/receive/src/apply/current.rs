@@ -14,7 +14,6 @@ use nix::sys::stat::{fstat, Mode};
 use uuid::Uuid;
 
 use crate::closer::Closer;
-use crate::copy::{self, Methods};
 use crate::dest::Dest;
 pub(super) use crate::error::err_at;
 use crate::error::CmdError;
@@ -23,13 +22,13 @@ use crate::meta::At;
 use crate::options::{Options, Stats};
 use crate::path::Resolver;
 use crate::report::Log;
+use crate::snapshot::copy;
+use crate::snapshot::Strategy;
 use crate::subvol::SubvolState;
 
 use super::dirtimes::DirTimes;
 use super::held::Pending;
 use crate::recovery::Recovery;
-
-use super::guard;
 
 /// The operation named when a path does not resolve beneath the subvolume.
 pub(super) const RESOLVE: &str = "resolve beneath the subvolume (no symlink is followed)";
@@ -70,7 +69,6 @@ pub(crate) struct Current {
     /// The times directories must end with, applied at END.
     pub(super) dir_times: DirTimes,
     pub(super) errors: u64,
-    pub(super) copy: Methods,
     pub(super) scratch: Vec<u8>,
     pub(super) closer: Arc<Closer>,
     /// ENCODED_WRITEs handed to the decoding threads, not waited for yet.
@@ -82,18 +80,12 @@ pub(crate) struct Current {
     /// New files whose commands all came, not created yet.
     pub(super) batch: Vec<Pending>,
     pub(super) batch_bytes: usize,
-    /// How this tree relates to its parent's.
-    pub(super) guard: guard::Guard,
-    /// The parent taken over in place, until the first change.
-    pub(super) taken: Option<crate::dest::Taken>,
-    /// The work directory (`--in-place`, `--link`).
-    pub(super) work: Option<crate::workdir::Workdir>,
+    /// How this tree was made from its parent's, and what a change must
+    /// do first ([`crate::snapshot`]).
+    pub(super) snap: Strategy,
     /// What recovery keeps of it: how far its stream is applied, what a
     /// stop would apply again, durable checkpoints (see [`crate::recovery`]).
     pub(super) recovery: Recovery,
-    /// How what a change of a linked or in-place tree needs first reaches
-    /// the disk before it.
-    pub(super) write_ahead: crate::workdir::WriteAhead,
     /// The locks of this subvolume and of the parent it copies, links or
     /// changes (see [`crate::lock`]), released when it is done with.
     pub(super) locks: Vec<crate::lock::Held>,
@@ -115,6 +107,8 @@ pub(crate) struct Receiver<'o> {
     pub(super) closer: Arc<Closer>,
     /// Effective uid and gid: the owner new files get.
     pub(super) me: (u32, u32),
+    /// How owners and modes are given (`--fake-super`), decided once.
+    pub(super) owners: crate::fake_super::Owners,
     /// The command being applied.
     pub(super) now: (CommandKind, Position),
     /// Whether the note that a parent is copied was given.
@@ -162,7 +156,6 @@ impl Current {
             sources: HashMap::new(),
             dir_times: DirTimes::new(max_dir_times),
             errors: 0,
-            copy: Methods::default(),
             scratch: Vec::new(),
             closer,
             decoding: None,
@@ -170,11 +163,8 @@ impl Current {
             inflight_paths: HashMap::new(),
             batch: Vec::new(),
             batch_bytes: 0,
-            guard: guard::Guard::Own,
-            taken: None,
-            work: None,
+            snap: Strategy::default(),
             recovery: Recovery::default(),
-            write_ahead: crate::workdir::WriteAhead::Off,
             locks: Vec::new(),
         }
     }

@@ -8,15 +8,14 @@ use nix::errno::Errno;
 use nix::fcntl::{FallocateFlags, OFlag};
 use uuid::Uuid;
 
-use crate::copy;
 use crate::decode::{Extent, Job, Run, HAND_OVER_FROM};
 use crate::dest::{self, Kind};
 use crate::error::{escape, CmdError};
 use crate::ioctl;
 use crate::path::Resolver;
+use crate::snapshot::copy;
 
 use super::current::{open_regular, to_i64, Flow, Receiver, R};
-use super::guard::Guard;
 
 /// Largest decoded extent accepted from ENCODED_WRITE (btrfs itself never
 /// exceeds 128 KiB).
@@ -71,7 +70,7 @@ impl Receiver<'_> {
         to_i64(clone_offset.saturating_add(len), "clone offset")?;
         let force = self.opts.force;
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
-        if matches!(&cur.guard, Guard::InPlace(o) if o.parent() == clone_uuid) {
+        if cur.snap.clones_from_parent(clone_uuid) {
             return self.clone_from_parent(path, offset, len, clone_path, clone_offset);
         }
         let own = clone_uuid == cur.state.received_uuid;
@@ -114,7 +113,7 @@ impl Receiver<'_> {
             };
             Some(open_regular(res, clone_path, OFlag::O_RDONLY)?)
         };
-        let mut how = cur.copy;
+        let mut how = cur.snap.copy;
         let f = cur.file(path)?;
         let src_file = src.as_ref().unwrap_or(&f.file);
         if len > 0 {
@@ -123,13 +122,13 @@ impl Receiver<'_> {
         }
         // A clone past the source's end copies less than asked: ask later.
         f.size = None;
-        cur.copy = how;
+        cur.snap.copy = how;
         self.stats.bytes_cloned += len;
         Ok(Flow::Continue)
     }
 
     /// CLONE from the parent this subvolume was its tree before: the
-    /// parent's file and bytes as they were ([`crate::overlay`]).
+    /// parent's file and bytes as they were ([`crate::snapshot::overlay`]).
     fn clone_from_parent(
         &mut self,
         path: &[u8],
@@ -139,32 +138,17 @@ impl Receiver<'_> {
         clone_offset: u64,
     ) -> R<Flow> {
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
-        let Guard::InPlace(o) = &cur.guard else {
-            return Err(CmdError::NoSubvol);
-        };
-        let src = o
-            .open(cur.res.root(), clone_path)
-            .map_err(CmdError::io("open the parent's file"))?
-            .ok_or(CmdError::Os {
-                op: "open the parent's file",
-                errno: Errno::ENOENT,
-            })?;
-        let mut how = cur.copy;
+        let src = cur.snap.open_parent_file(cur.res.root(), clone_path)?;
         let dst = cur
             .file(path)?
             .file
             .try_clone()
             .map_err(CmdError::io("dup"))?;
-        if let Guard::InPlace(o) = &cur.guard {
-            if len > 0 {
-                o.copy_from_parent(&dst, offset, &src, clone_offset, len, &mut how)
-                    .map_err(CmdError::io("clone"))?;
-            }
-        }
+        cur.snap
+            .copy_from_parent(&dst, offset, &src, clone_offset, len)?;
         if let Some(f) = cur.file.as_mut() {
             f.size = None;
         }
-        cur.copy = how;
         self.stats.bytes_cloned += len;
         Ok(Flow::Continue)
     }
@@ -216,7 +200,7 @@ impl Receiver<'_> {
         // would wait for it at once. In place, what is kept of the
         // parent's is read around each write: all decoded here, in order.
         if !cur.closer.decoder().in_place()
-            && !matches!(cur.guard, Guard::InPlace(_))
+            && !cur.snap.in_place()
             && (cur.decoding.is_some() || w.unencoded_len >= HAND_OVER_FROM)
         {
             return self.hand_over(path, offset, extent, w.data);

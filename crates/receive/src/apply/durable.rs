@@ -81,8 +81,8 @@ impl Receiver<'_> {
 
     /// How a linked or in-place tree's changes wait for what they need
     /// kept: with durable checkpoints, flushed first.
-    pub(super) fn write_ahead(&self) -> crate::workdir::WriteAhead {
-        use crate::workdir::WriteAhead;
+    pub(super) fn write_ahead(&self) -> crate::snapshot::workdir::WriteAhead {
+        use crate::snapshot::workdir::WriteAhead;
         // RRECEIVE_TEST_NO_WRITE_AHEAD: for the test that shows a power
         // cut going wrong without it.
         if !self.opts.durable || std::env::var_os("RRECEIVE_TEST_NO_WRITE_AHEAD").is_some() {
@@ -94,7 +94,9 @@ impl Receiver<'_> {
             }
             Ok(fs) if fs.filesystem_type() == nix::sys::statfs::EXT4_SUPER_MAGIC => {
                 WriteAhead::Flush {
-                    renames_keep_data: crate::workdir::ext4_renames_keep_data(self.dest.fd()),
+                    renames_keep_data: crate::snapshot::workdir::ext4_renames_keep_data(
+                        self.dest.fd(),
+                    ),
                 }
             }
             _ => WriteAhead::Flush {

@@ -20,8 +20,6 @@ use super::current::{Current, Flow, Receiver, R};
 use super::held::Create;
 use crate::recovery::{self, Step};
 
-use super::guard;
-
 impl<'o> Receiver<'o> {
     /// A receiver writing into `dest`.
     pub(crate) fn new(opts: &'o Options, dest: Dest, log: Log<'o>) -> Receiver<'o> {
@@ -40,6 +38,7 @@ impl<'o> Receiver<'o> {
                 nix::unistd::geteuid().as_raw(),
                 nix::unistd::getegid().as_raw(),
             ),
+            owners: crate::fake_super::Owners::of(opts.fake_super),
             now: (
                 CommandKind::End,
                 Position {
@@ -124,35 +123,21 @@ impl<'o> Receiver<'o> {
         let _ = self.closer.take_errors();
         self.merge_counts();
         let c = self.cur.as_mut()?;
-        let guard = std::mem::replace(&mut c.guard, guard::Guard::Own);
-        if let Some(w) = c.work.take() {
-            let _ = w.remove(self.dest.fd());
-        }
-        let guard::Guard::InPlace(o) = guard else {
-            return None;
-        };
-        let unchanged = !o.changed;
-        let taken = c.taken.take()?;
-        if unchanged {
-            let name = c.name.clone();
-            // Held until the parent is back under its name.
-            let _locks = std::mem::take(&mut c.locks);
-            self.cur = None;
-            if self.dest.give_back(&name, &taken).is_ok() {
-                recovery::side::forget(self.dest.fd(), &name);
-                return Some(taken.parent);
-            }
+        let taken = c.snap.give_back(self.dest.fd())?;
+        let name = c.name.clone();
+        // Held until the parent is back under its name.
+        let _locks = std::mem::take(&mut c.locks);
+        self.cur = None;
+        if self.dest.give_back(&name, &taken).is_ok() {
+            recovery::side::forget(self.dest.fd(), &name);
+            return Some(taken.parent);
         }
         None
     }
 
     /// The parent the subvolume being received took over in place.
     pub(crate) fn in_place_of(&self) -> Option<&[u8]> {
-        self.cur
-            .as_ref()?
-            .taken
-            .as_ref()
-            .map(|t| t.parent.as_slice())
+        self.cur.as_ref()?.snap.taken_parent()
     }
 
     /// Finds what DEST's filesystem can do, and says it with `-v`.

@@ -15,8 +15,9 @@ use crate::error::{escape, CmdError};
 use crate::fake_super::{self, Stat};
 use crate::ioctl;
 use crate::meta::{self, At};
+use crate::snapshot::copy;
 use crate::subvol::XATTR_RESERVED_PREFIX;
-use crate::{copy, xattr_limit};
+use crate::xattr_limit;
 
 use super::current::{is_kind, target, Current, Flow, Receiver, Target, R, RESOLVE};
 
@@ -65,7 +66,7 @@ impl Receiver<'_> {
     pub(super) fn chown(&mut self, path: &[u8], uid: u64, gid: u64) -> R<Flow> {
         let uid = u32::try_from(uid).map_err(|_| CmdError::OutOfRange("uid"))?;
         let gid = u32::try_from(gid).map_err(|_| CmdError::OutOfRange("gid"))?;
-        if self.opts.fake_super {
+        if self.owners.recorded() {
             return self.fake_chown(path, uid, gid);
         }
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
@@ -110,7 +111,7 @@ impl Receiver<'_> {
 
     pub(super) fn chmod(&mut self, path: &[u8], mode: u64) -> R<Flow> {
         let mode = (mode & 0o7777) as u32;
-        if self.opts.fake_super {
+        if self.owners.recorded() {
             return self.fake_chmod(path, mode);
         }
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
@@ -323,7 +324,7 @@ impl Receiver<'_> {
                 Ok(())
             }
             Err(e)
-                if self.opts.fake_super
+                if self.owners.recorded()
                     && meta::errno(&e) == Some(Errno::EPERM)
                     && !name.starts_with(b"user.") =>
             {

@@ -5,49 +5,14 @@ use std::os::fd::AsFd;
 
 use uuid::Uuid;
 
-use crate::copy::Tick;
-use crate::dest::{Existing, Kind, Made, Snapshot, Staged};
+use crate::dest::{Existing, Kind, Known, Staged};
 use crate::error::{escape, CmdError};
 use crate::ioctl;
-use crate::overlay::Overlay;
+use crate::snapshot::{self, Making, Site};
 use crate::subvol::SubvolState;
-use crate::workdir::Workdir;
 
 use super::current::{Current, Flow, Receiver, R};
-use super::guard::Guard;
 use super::inode::LATE_FLAGS;
-
-/// Counts what a snapshot's copy made; for the tests of a receive killed
-/// while copying, `RRECEIVE_TEST_KILL=copy:N` kills it (SIGKILL) after N.
-struct KillAfter<'a> {
-    inner: &'a dyn Tick,
-    made: std::cell::Cell<u64>,
-    at: Option<u64>,
-}
-
-impl<'a> KillAfter<'a> {
-    fn new(inner: &'a dyn Tick) -> KillAfter<'a> {
-        let at = std::env::var("RRECEIVE_TEST_KILL")
-            .ok()
-            .and_then(|v| v.strip_prefix("copy:")?.parse().ok());
-        KillAfter {
-            inner,
-            made: std::cell::Cell::new(0),
-            at,
-        }
-    }
-}
-
-impl Tick for KillAfter<'_> {
-    fn tick(&self) {
-        self.inner.tick();
-        let n = self.made.get() + 1;
-        self.made.set(n);
-        if self.at == Some(n) {
-            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
-        }
-    }
-}
 
 /// The name `staged` is to have.
 fn staged_name(staged: &Staged) -> &[u8] {
@@ -116,7 +81,7 @@ impl Receiver<'_> {
         crate::recovery::side::forget(dest, name);
         crate::recovery::durable::forget(dest, name);
         crate::recovery::forget_journal(dest, name);
-        let _ = crate::workdir::remove_tree(dest, &crate::workdir::name_for(name));
+        let _ = snapshot::workdir::remove_tree(dest, &snapshot::workdir::name_for(name));
     }
 
     pub(super) fn subvol(&mut self, name: &[u8], uuid: Uuid, ctransid: u64) -> R<Flow> {
@@ -189,9 +154,7 @@ impl Receiver<'_> {
             if let Some(j) = c.dir_times.journal.take() {
                 j.remove();
             }
-            if let Some(w) = c.work.take() {
-                let _ = w.remove(self.dest.fd());
-            }
+            c.snap.give_back(self.dest.fd());
         }
         self.dest.unstage(staged);
     }
@@ -209,6 +172,93 @@ impl Receiver<'_> {
         }
         let mut locks = vec![self.lock(name)?];
         self.refuse_existing(name, uuid)?;
+        let parent = self.parent_of(parent_uuid, &mut locks)?;
+        let state = SubvolState {
+            received_uuid: uuid,
+            ctransid,
+            parent_uuid: Some(parent_uuid),
+            parent_ctransid,
+            complete: false,
+            resume: None,
+        };
+        let site = Site {
+            fd: self.dest.fd(),
+            path: self.dest.path(),
+            btrfs: self.dest.kind() == Kind::Btrfs,
+            links_unseen: self
+                .dest
+                .caps()
+                .filter(|c| !c.links_shown)
+                .map(|c| c.fs.as_str()),
+        };
+        let mut making = Making::begin(
+            self.opts.snapshot,
+            &site,
+            name,
+            &parent.name,
+            &self.log,
+            &mut self.told_copy,
+            || self.dest.open_subvol(&parent.name),
+        )?;
+        // What an earlier receive of this name left speaks for nothing now.
+        crate::recovery::forget_journal(self.dest.fd(), name);
+        crate::recovery::durable::forget(self.dest.fd(), name);
+        let made = making
+            .make(|how, work, tick| self.dest.snapshot(name, &parent, &state, how, work, tick));
+        let (root, made, staged) = match made {
+            Ok(m) => m,
+            Err(e) => {
+                making.abandon(self.dest.fd());
+                return Err(CmdError::InDest {
+                    op: "create snapshot",
+                    dest: self.dest.path().display().to_string(),
+                    err: e,
+                });
+            }
+        };
+        let started = making.strategy(
+            made,
+            name,
+            &parent.name,
+            parent_uuid,
+            &self.log,
+            self.write_ahead(),
+            self.dest.fd(),
+        )?;
+        let mut snap = started.snap;
+        if started.flags_dropped > 0 {
+            self.skip("immutable/append flags", started.flags_dropped);
+        }
+        self.log.info(format_args!("At snapshot {}", escape(name)));
+        self.say_dest();
+        let mut cur = Current::new(
+            name,
+            state,
+            root,
+            self.closer.clone(),
+            self.opts.max_dir_times,
+        );
+        // Before the snapshot has its name: a resumed receive needs it.
+        if let Err(e) = snap.record_mode() {
+            snap.give_back(self.dest.fd());
+            self.dest.unstage(&staged);
+            return Err(CmdError::io("record the work directory's mode")(e));
+        }
+        cur.snap = snap;
+        cur.locks = locks;
+        // The copies' immutable and append-only flags come at END, before
+        // any the stream sets.
+        cur.deferred = started.late;
+        self.cur = Some(cur);
+        self.place(staged, "create snapshot")?;
+        Ok(Flow::Continue)
+    }
+
+    /// The parent a SNAPSHOT names, found in DEST (or elsewhere on its
+    /// btrfs filesystem) and locked into `locks`; a complete one loses what
+    /// an earlier receive kept beside it, an incomplete one is refused
+    /// unless [`crate::Options::force`].
+    fn parent_of(&mut self, parent_uuid: Uuid, locks: &mut Vec<crate::lock::Held>) -> R<Known> {
         let parent = self
             .dest
             .find(parent_uuid)
@@ -242,184 +292,7 @@ impl Receiver<'_> {
                 escape(&parent.name)
             ));
         }
-        let state = SubvolState {
-            received_uuid: uuid,
-            ctransid,
-            parent_uuid: Some(parent_uuid),
-            parent_ctransid,
-            complete: false,
-            resume: None,
-        };
-        let mut how = self.opts.snapshot;
-        if self.dest.kind() == Kind::Btrfs && how != Snapshot::Copy {
-            self.log.note(format_args!(
-                "DEST is on btrfs: {} is a snapshot of {} (--plain to use {} instead)",
-                escape(name),
-                escape(&parent.name),
-                if how == Snapshot::InPlace {
-                    "--in-place"
-                } else {
-                    "--link"
-                }
-            ));
-            how = Snapshot::Copy;
-        }
-        if how == Snapshot::Link {
-            if let Some(caps) = self.dest.caps().filter(|c| !c.links_shown) {
-                return Err(CmdError::LinkUnseen {
-                    dest: self.dest.path().display().to_string(),
-                    fs: caps.fs.clone(),
-                    parent: escape(&parent.name),
-                });
-            }
-        }
-        let copying = if self.dest.kind() == Kind::Plain && how == Snapshot::Copy {
-            let plan = self
-                .dest
-                .plan_copy(&parent)
-                .map_err(CmdError::io("create snapshot"))?;
-            if !plan.reflink && !self.told_copy {
-                self.told_copy = true;
-                self.log.notice(format_args!(
-                    "copying parent {} ({} inodes, {} bytes): this filesystem has no \
-                     snapshots or reflinks; --in-place or --link avoid the copy",
-                    escape(&parent.name),
-                    plan.usage.inodes,
-                    plan.usage.bytes
-                ));
-            }
-            Some(self.log.copying(plan.usage.inodes))
-        } else {
-            None
-        };
-        let work = if self.dest.kind() == Kind::Plain && how != Snapshot::Copy {
-            let w = Workdir::create(self.dest.fd(), name)
-                .map_err(CmdError::io("make the work directory"))?;
-            Some(w)
-        } else {
-            None
-        };
-        // What an earlier receive of this name left speaks for nothing now.
-        crate::recovery::forget_journal(self.dest.fd(), name);
-        crate::recovery::durable::forget(self.dest.fd(), name);
-        let made = self.dest.snapshot(
-            name,
-            &parent,
-            &state,
-            how,
-            work.as_ref().map(Workdir::fd),
-            &KillAfter::new(
-                copying
-                    .as_ref()
-                    .map_or(&() as &dyn Tick, |b| b as &dyn Tick),
-            ),
-        );
-        drop(copying);
-        let (root, made, staged) = match made {
-            Ok(m) => m,
-            Err(e) => {
-                if let Some(w) = work {
-                    let _ = w.remove(self.dest.fd());
-                }
-                return Err(CmdError::InDest {
-                    op: "create snapshot",
-                    dest: self.dest.path().display().to_string(),
-                    err: e,
-                });
-            }
-        };
-        let mut late = Vec::new();
-        let (guard, taken) = match made {
-            Made::Snapshot => (Guard::Own, None),
-            Made::Tree(tree) => {
-                let s = tree.stats;
-                self.log.note(format_args!(
-                    "{} parent {}: {} inodes, {} hardlinks, {} files reflinked, {} linked",
-                    if how == Snapshot::Link {
-                        "linked"
-                    } else {
-                        "copied"
-                    },
-                    escape(&parent.name),
-                    s.inodes,
-                    s.links,
-                    s.reflinked,
-                    s.shared
-                ));
-                if s.flags_dropped > 0 {
-                    self.skip("immutable/append flags", s.flags_dropped);
-                    self.log.note(format_args!(
-                        "immutable/append flags of {} copied files not kept (too many)",
-                        s.flags_dropped
-                    ));
-                }
-                late = tree.late;
-                if how == Snapshot::Link {
-                    (Guard::Link(tree.own), None)
-                } else {
-                    (Guard::Own, None)
-                }
-            }
-            Made::InPlace(t) => {
-                let made = work.as_ref().map(|w| Overlay::new(w.fd(), parent_uuid));
-                let overlay = match made {
-                    Some(Ok(o)) => o,
-                    Some(Err(e)) => {
-                        // Not placed: the parent was not touched.
-                        if let Some(w) = work {
-                            let _ = w.remove(self.dest.fd());
-                        }
-                        return Err(CmdError::io("keep the parent's view")(e));
-                    }
-                    None => return Err(CmdError::NoSubvol),
-                };
-                self.log.note(format_args!(
-                    "applying {} in place onto parent {}",
-                    escape(name),
-                    escape(&parent.name)
-                ));
-                (Guard::InPlace(overlay), Some(t))
-            }
-        };
-        self.log.info(format_args!("At snapshot {}", escape(name)));
-        self.say_dest();
-        let mut cur = Current::new(
-            name,
-            state,
-            root,
-            self.closer.clone(),
-            self.opts.max_dir_times,
-        );
-        if let Some(w) = &work {
-            let own: Vec<u64> = match &guard {
-                Guard::Link(own) => own.iter().map(|&(_, ino)| ino).collect(),
-                _ => Vec::new(),
-            };
-            let mode = if matches!(guard, Guard::Link(_)) {
-                "link"
-            } else {
-                "in-place"
-            };
-            // Before the snapshot has its name: a resumed receive needs it.
-            if let Err(e) = w.record_mode(mode, own) {
-                if let Some(w) = work {
-                    let _ = w.remove(self.dest.fd());
-                }
-                self.dest.unstage(&staged);
-                return Err(CmdError::io("record the work directory's mode")(e));
-            }
-        }
-        cur.guard = guard;
-        cur.locks = locks;
-        cur.write_ahead = self.write_ahead();
-        cur.taken = taken;
-        cur.work = work;
-        // The copies' immutable and append-only flags come at END, before
-        // any the stream sets.
-        cur.deferred = late;
-        self.cur = Some(cur);
-        self.place(staged, "create snapshot")?;
-        Ok(Flow::Continue)
+        Ok(parent)
     }
 
     pub(super) fn end(&mut self) -> R<Flow> {
@@ -447,10 +320,7 @@ impl Receiver<'_> {
             if let Some(j) = journal {
                 j.remove();
             }
-            cur.guard = Guard::Own;
-            if let Some(w) = cur.work.take() {
-                let _ = w.remove(self.dest.fd());
-            }
+            cur.snap.give_back(self.dest.fd());
             self.log.notice(format_args!(
                 "subvolume {} not marked complete: {} command(s) failed",
                 escape(&name),
@@ -465,12 +335,12 @@ impl Receiver<'_> {
             .root()
             .try_clone_to_owned()
             .map_err(CmdError::io("dup"))?;
-        let work = cur.work.take();
+        let work = cur.snap.take_work();
         if let Err(e) = self.dest.finish(&name, root.as_fd(), &state) {
             // Still incomplete (a full disk, say): a stop before END, which
             // a resumed stream applies again.
             cur.dir_times.journal = journal;
-            cur.work = work;
+            cur.snap.keep_work(work);
             self.cur = Some(cur);
             return Err(CmdError::io("mark subvolume received")(e));
         }

@@ -303,7 +303,7 @@ impl Receiver<'_> {
         if c.recovery.track.count == 0 {
             return Err("not even its first command was applied".into());
         }
-        if matches!(&c.guard, super::guard::Guard::InPlace(o) if !o.changed) {
+        if c.snap.in_place_unchanged() {
             // Nothing changed yet: the parent is given back instead.
             return Err("it was to be received in place and nothing was changed yet".into());
         }

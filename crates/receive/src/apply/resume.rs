@@ -166,42 +166,22 @@ impl Receiver<'_> {
         state: &SubvolState,
     ) -> R<Vec<(u64, u32)>> {
         let shown = escape(name);
-        let work = crate::workdir::Workdir::open(self.dest.fd(), name)
-            .map_err(CmdError::io("open the work directory"))?;
         let mut late: Vec<(u64, u32)> = Vec::new();
-        if let Some(w) = work {
-            cur.write_ahead = self.write_ahead();
-            match w.mode().map_err(CmdError::io("read the work directory"))? {
-                Some(rec) if rec.mode == "link" => {
-                    let dev = nix::sys::stat::fstat(cur.res.root().as_raw_fd())
-                        .map_err(CmdError::os("stat"))?
-                        .st_dev;
-                    cur.guard =
-                        super::guard::Guard::Link(rec.own.into_iter().map(|i| (dev, i)).collect());
-                    cur.work = Some(w);
-                    late = rec.late;
-                }
-                Some(rec) if rec.mode == "in-place" => {
-                    let Some(parent) = state.parent_uuid else {
-                        return Err(CmdError::Resume(format!(
-                            "subvolume {shown} in {}: received in place, it names no parent",
-                            self.dest.path().display()
-                        )));
-                    };
-                    let o = crate::overlay::Overlay::reopen(w.fd(), parent, cur.res.root())
-                        .map_err(CmdError::io("rebuild the parent's view"))?;
-                    late.clone_from(&o.lifted);
-                    cur.guard = super::guard::Guard::InPlace(o);
-                    cur.work = Some(w);
-                }
-                _ => {
-                    return Err(CmdError::Resume(format!(
-                        "subvolume {shown} in {}: its work directory says nothing of how it \
-                         was received",
-                        self.dest.path().display()
-                    )))
-                }
-            }
+        if let Some((snap, l)) = crate::snapshot::Strategy::reopen(
+            self.dest.fd(),
+            name,
+            cur.res.root(),
+            state.parent_uuid,
+            || self.write_ahead(),
+            |why| {
+                CmdError::Resume(format!(
+                    "subvolume {shown} in {}: {why}",
+                    self.dest.path().display()
+                ))
+            },
+        )? {
+            cur.snap = snap;
+            late = l;
         }
         Ok(late)
     }
@@ -429,7 +409,7 @@ impl Receiver<'_> {
             .map(|&(ino, _)| ino)
             .filter(|i| !have.contains(i))
             .collect();
-        match crate::overlay::find_inodes(c.res.root(), &wanted) {
+        match crate::snapshot::overlay::find_inodes(c.res.root(), &wanted) {
             Ok(mut found) => {
                 for &(ino, bits) in late {
                     if let Some(f) = found.remove(&ino) {

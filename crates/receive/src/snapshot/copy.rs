@@ -6,6 +6,9 @@
 //! a bounded buffer. A tree copy keeps hardlinks as hardlinks, holes as
 //! holes, and copies type, owner, mode, xattrs, atime and mtime; it reads
 //! with `O_NOATIME` so the source tree is left as it was.
+//!
+//! Part of the snapshot room ([`crate::snapshot`]), used also by the engine
+//! for CLONE. May call: `ioctl`, `meta`, `flags`; nothing above them.
 
 use std::collections::HashMap;
 use std::fs::File;

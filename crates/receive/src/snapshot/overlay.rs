@@ -10,7 +10,7 @@
 //! - a name taken away from a directory (RENAME away or over, UNLINK,
 //!   RMDIR) is recorded once, by the directory's identity (device, inode)
 //!   and the name: a regular file that stood there gets a hard link in the
-//!   subvolume's work directory ([`crate::workdir`]), a directory is held
+//!   subvolume's work directory ([`crate::snapshot::workdir`]), a directory is held
 //!   open;
 //! - bytes a WRITE, CLONE, ENCODED_WRITE, FALLOCATE or TRUNCATE is about to
 //!   replace are copied once into the work directory's `undo` file, by the file's
@@ -22,6 +22,9 @@
 //! Bytes come from the undo file where they were saved and from the file
 //! itself elsewhere. Time and space follow what the stream changes, not the
 //! tree. The work directory goes when the receive ends.
+//!
+//! Part of the snapshot room ([`crate::snapshot`]). May call: its siblings
+//! `copy` and `workdir`, and `ioctl`; nothing above them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -34,7 +37,7 @@ use nix::sys::stat::{fstat, fstatat, Mode};
 use nix::unistd::linkat;
 use uuid::Uuid;
 
-use crate::copy::{self, Methods};
+use super::copy::{self, Methods};
 use crate::ioctl;
 
 /// A file or directory by device and inode number.
@@ -237,7 +240,7 @@ impl Overlay {
         let mut lifted = Vec::new();
         // A line cut short by a power loss described nothing done yet: the
         // change it was for waits for the log to be flushed.
-        for line in crate::workdir::whole_lines(&text) {
+        for line in crate::snapshot::workdir::whole_lines(&text) {
             let f: Vec<&str> = line.split(' ').collect();
             let num = |i: usize| -> io::Result<u64> {
                 f.get(i).and_then(|v| v.parse().ok()).ok_or_else(bad)
@@ -478,8 +481,11 @@ impl Overlay {
     /// Before the change what was kept is for: makes what was kept since
     /// the last barrier durable as `ahead` says (the saved bytes and copies
     /// before the log that describes them).
-    pub(crate) fn barrier(&mut self, ahead: crate::workdir::WriteAhead) -> io::Result<()> {
-        if !self.dirty || ahead == crate::workdir::WriteAhead::Off {
+    pub(crate) fn barrier(
+        &mut self,
+        ahead: crate::snapshot::workdir::WriteAhead,
+    ) -> io::Result<()> {
+        if !self.dirty || ahead == crate::snapshot::workdir::WriteAhead::Off {
             return Ok(());
         }
         let mut files: Vec<&File> = self.copies.iter().collect();
@@ -597,7 +603,7 @@ mod tests {
         write(&root.join("g"), b"abcdefghij");
         let dest = File::open(tmp.path()).unwrap();
         let rootf = File::open(&root).unwrap();
-        let work = crate::workdir::Workdir::create(dest.as_fd(), b"sub").unwrap();
+        let work = crate::snapshot::workdir::Workdir::create(dest.as_fd(), b"sub").unwrap();
         let mut o = Overlay::new(work.fd(), Uuid::nil()).unwrap();
         // Overwrite part of d/e/f, rename d to x, unlink g.
         let f = std::fs::OpenOptions::new()

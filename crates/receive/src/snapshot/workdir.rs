@@ -1,8 +1,12 @@
 //! A subvolume's work directory in DEST, `DEST/.rreceive-work-<name in
-//! hex>`: the in-place stash ([`crate::overlay`]) and copies made before
+//! hex>`: the in-place stash ([`super::overlay`]) and copies made before
 //! they replace a hard link (`--link`) live there, outside the tree being
 //! received, so no name of the stream's is ever touched. It is removed when
 //! the receive of that subvolume ends, whether it succeeded or not.
+//!
+//! Part of the snapshot room ([`crate::snapshot`]). May call: `ioctl`,
+//! `meta`, `flags`; nothing above them (`overlay` calls it, not the
+//! reverse).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
