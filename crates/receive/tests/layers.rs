@@ -30,3 +30,22 @@ fn no_function_is_over_150_lines() {
 const MODULES: usize = 30;
 /// The function that is one `match` over the stream's command table.
 const COMMAND_TABLE: &[&str] = &[];
+
+/// The state of the subvolume being received (`apply::current::Current`)
+/// holds each concern as one value: at most 12 fields.
+#[test]
+fn the_subvolume_being_received_has_at_most_12_fields() {
+    let src = std::fs::read_to_string(crate_dir().join("src/apply/current.rs")).unwrap();
+    let body = src
+        .split("pub(crate) struct Current {")
+        .nth(1)
+        .and_then(|s| s.split("\n}\n").next())
+        .expect("struct Current in src/apply/current.rs");
+    let fields: Vec<&str> = body
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with("//") && l.ends_with(',') && l.contains(": "))
+        .collect();
+    assert!(!fields.is_empty(), "no fields found");
+    assert!(fields.len() <= 12, "{} fields: {fields:#?}", fields.len());
+}

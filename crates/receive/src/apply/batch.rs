@@ -41,7 +41,7 @@ impl Receiver<'_> {
         let Some(c) = self.cur.as_ref() else {
             return false;
         };
-        if c.batch.is_empty() {
+        if c.held.batch.is_empty() {
             return false;
         }
         match *cmd {
@@ -54,7 +54,7 @@ impl Receiver<'_> {
             Command::Utimes { path, .. } => {
                 !(c.res.is_cached_dir(path)
                     && !c.is_open(path)
-                    && (c.dir_times.has_room(1) || c.dir_times.contains(path)))
+                    && (c.later.dir_times.has_room(1) || c.later.dir_times.contains(path)))
             }
             _ => true,
         }
@@ -66,13 +66,13 @@ impl Receiver<'_> {
         let Some(cur) = self.cur.as_mut() else {
             return self.materialize_or_redo(p, true);
         };
-        cur.batch_bytes += p.recipe.bytes + p.path.len();
+        cur.held.bytes += p.recipe.bytes + p.path.len();
         let mut p = p;
-        if let Some(j) = cur.dir_times.journal.as_mut() {
+        if let Some(j) = cur.later.dir_times.journal.as_mut() {
             p.logged = j.recipe(p.cmd_pos.index, p.last, p.before);
         }
-        cur.batch.push(p);
-        if cur.batch.len() >= BATCH_FILES || cur.batch_bytes >= BATCH_BYTES {
+        cur.held.batch.push(p);
+        if cur.held.batch.len() >= BATCH_FILES || cur.held.bytes >= BATCH_BYTES {
             self.flush_batch()?;
         }
         Ok(())
@@ -85,11 +85,11 @@ impl Receiver<'_> {
         let Some(cur) = self.cur.as_mut() else {
             return Ok(());
         };
-        if cur.batch.is_empty() {
+        if cur.held.batch.is_empty() {
             return Ok(());
         }
-        let mut batch = std::mem::take(&mut cur.batch);
-        cur.batch_bytes = 0;
+        let mut batch = std::mem::take(&mut cur.held.batch);
+        cur.held.bytes = 0;
         // Stable: files of one directory keep their order. Not with
         // durable checkpoints: names must change in the stream's order.
         if cur.recovery.durable.is_none() {
@@ -141,7 +141,7 @@ impl Receiver<'_> {
         let cur = self.cur()?;
         let before = cur.recovery.track.point();
         let remake = cur.recovery.redo.remakes(before.commands + 1);
-        cur.pending = Some(Pending {
+        cur.held.create = Some(Pending {
             cmd_pos: pos,
             path: path.to_vec(),
             what,
@@ -236,12 +236,12 @@ impl Receiver<'_> {
                     return Fold::No;
                 }
                 let rec = Record::new(atime, mtime, Source::Utimes, CommandKind::Utimes, pos);
-                if !c.dir_times.replace(path, rec) {
-                    if !c.dir_times.has_room(1) {
+                if !c.later.dir_times.replace(path, rec) {
+                    if !c.later.dir_times.has_room(1) {
                         // Making room can fail: not here.
                         return Fold::No;
                     }
-                    c.dir_times.insert(path, rec);
+                    c.later.dir_times.insert(path, rec);
                 }
                 self.stats.dir_utimes_deferred += 1;
                 Fold::Held
@@ -329,7 +329,7 @@ impl Receiver<'_> {
                 self.stats.bytes_written +=
                     finish.writes.iter().map(|w| w.1.len() as u64).sum::<u64>();
                 cur.prune();
-                let seq = cur.closer.submit(Job {
+                let seq = cur.away.closer.submit(Job {
                     file: f.file,
                     finish: Some(Box::new(finish)),
                 });
@@ -337,11 +337,11 @@ impl Receiver<'_> {
                     .redo
                     .prune(self.closer.done(), self.closer.has_errors());
                 cur.recovery.redo.handed(seq, mark);
-                if let (Some(j), Some(place)) = (cur.dir_times.journal.as_mut(), logged) {
+                if let (Some(j), Some(place)) = (cur.later.dir_times.journal.as_mut(), logged) {
                     j.handed(place, seq);
                 }
-                cur.inflight.push_back((seq, at.clone()));
-                cur.inflight_paths.insert(at, seq);
+                cur.away.inflight.push_back((seq, at.clone()));
+                cur.away.inflight_paths.insert(at, seq);
                 return Ok(());
             }
         }

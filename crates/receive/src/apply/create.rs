@@ -139,7 +139,7 @@ impl Receiver<'_> {
                 let fd = match open() {
                     // Out of descriptors: let the other threads close theirs.
                     Err(Errno::EMFILE | Errno::ENFILE) => {
-                        cur.closer.wait();
+                        cur.away.closer.wait();
                         open()
                     }
                     r => r,

@@ -55,31 +55,25 @@ pub(super) struct OpenFile {
 
 /// The subvolume being received.
 pub(crate) struct Current {
+    /// Its name in DEST.
     pub(super) name: Vec<u8>,
+    /// Its state as recorded (received uuid, parent, complete).
     pub(super) state: SubvolState,
+    /// Paths beneath its root, resolved and confined.
     pub(super) res: Resolver,
+    /// The regular file kept open.
     pub(super) file: Option<OpenFile>,
-    pub(super) pending: Option<Pending>,
-    /// The last security.capability set, to set again after a chown.
-    pub(super) caps: Option<(Vec<u8>, Vec<u8>)>,
-    /// Descriptors whose immutable/append flags wait for END.
-    pub(super) deferred: Vec<(File, u32)>,
-    /// Other subvolumes opened as clone sources.
-    pub(super) sources: HashMap<Uuid, Resolver>,
-    /// The times directories must end with, applied at END.
-    pub(super) dir_times: DirTimes,
+    /// Failed commands counted against it.
     pub(super) errors: u64,
-    pub(super) scratch: Vec<u8>,
-    pub(super) closer: Arc<Closer>,
-    /// ENCODED_WRITEs handed to the decoding threads, not waited for yet.
-    pub(super) decoding: Option<crate::decode::Run>,
-    /// New files handed to the closing thread and not known to be done:
-    /// (job, path), oldest first, and the newest job of each path.
-    pub(super) inflight: VecDeque<(u64, Vec<u8>)>,
-    pub(super) inflight_paths: HashMap<Vec<u8>, u64>,
-    /// New files whose commands all came, not created yet.
-    pub(super) batch: Vec<Pending>,
-    pub(super) batch_bytes: usize,
+    /// Creates held back, one folding its recipe and a batch.
+    pub(super) held: Held,
+    /// Work handed to other threads and not known done.
+    pub(super) away: Away,
+    /// What clones and writes read besides the stream.
+    pub(super) data: Data,
+    /// What is applied again or later: directory times, flags, a
+    /// capability after a chown.
+    pub(super) later: Later,
     /// How this tree was made from its parent's, and what a change must
     /// do first ([`crate::snapshot`]).
     pub(super) snap: Strategy,
@@ -89,6 +83,50 @@ pub(crate) struct Current {
     /// The locks of this subvolume and of the parent it copies, links or
     /// changes (see [`crate::lock`]), released when it is done with.
     pub(super) locks: Vec<crate::lock::Held>,
+}
+
+/// Creates held back ([`Pending`]): made together, grouped by directory
+/// (see `batch`).
+#[derive(Default)]
+pub(super) struct Held {
+    /// The create whose recipe is still folding in commands.
+    pub(super) create: Option<Pending>,
+    /// New files whose commands all came, not created yet.
+    pub(super) batch: Vec<Pending>,
+    /// The bytes of data the batch holds.
+    pub(super) bytes: usize,
+}
+
+/// Work handed to other threads: new files to finish and close
+/// ([`Closer`]), ENCODED_WRITEs to decode.
+pub(super) struct Away {
+    /// The closing thread.
+    pub(super) closer: Arc<Closer>,
+    /// ENCODED_WRITEs handed to the decoding threads, not waited for yet.
+    pub(super) decoding: Option<crate::decode::Run>,
+    /// New files handed to the closing thread and not known to be done:
+    /// (job, path), oldest first, and the newest job of each path.
+    pub(super) inflight: VecDeque<(u64, Vec<u8>)>,
+    pub(super) inflight_paths: HashMap<Vec<u8>, u64>,
+}
+
+/// What data commands read besides the stream.
+#[derive(Default)]
+pub(super) struct Data {
+    /// Other subvolumes opened as clone sources.
+    pub(super) sources: HashMap<Uuid, Resolver>,
+    /// A buffer for copies.
+    pub(super) scratch: Vec<u8>,
+}
+
+/// What is applied again or later.
+pub(super) struct Later {
+    /// The times directories must end with, applied at END.
+    pub(super) dir_times: DirTimes,
+    /// Descriptors whose immutable/append flags wait for END.
+    pub(super) deferred: Vec<(File, u32)>,
+    /// The last security.capability set, to set again after a chown.
+    pub(super) caps: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// Applies commands to a destination.
@@ -150,19 +188,20 @@ impl Current {
             state,
             res: Resolver::new(root),
             file: None,
-            pending: None,
-            caps: None,
-            deferred: Vec::new(),
-            sources: HashMap::new(),
-            dir_times: DirTimes::new(max_dir_times),
             errors: 0,
-            scratch: Vec::new(),
-            closer,
-            decoding: None,
-            inflight: VecDeque::new(),
-            inflight_paths: HashMap::new(),
-            batch: Vec::new(),
-            batch_bytes: 0,
+            held: Held::default(),
+            away: Away {
+                closer,
+                decoding: None,
+                inflight: VecDeque::new(),
+                inflight_paths: HashMap::new(),
+            },
+            data: Data::default(),
+            later: Later {
+                dir_times: DirTimes::new(max_dir_times),
+                deferred: Vec::new(),
+                caps: None,
+            },
             snap: Strategy::default(),
             recovery: Recovery::default(),
             locks: Vec::new(),
@@ -172,7 +211,7 @@ impl Current {
     /// Closes the open file (on the closing thread).
     pub(super) fn retire(&mut self) {
         if let Some(f) = self.file.take() {
-            self.closer.close(f.file);
+            self.away.closer.close(f.file);
         }
     }
 

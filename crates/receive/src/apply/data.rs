@@ -74,7 +74,7 @@ impl Receiver<'_> {
             return self.clone_from_parent(path, offset, len, clone_path, clone_offset);
         }
         let own = clone_uuid == cur.state.received_uuid;
-        if !own && !cur.sources.contains_key(&clone_uuid) {
+        if !own && !cur.data.sources.contains_key(&clone_uuid) {
             let known = self
                 .dest
                 .find(clone_uuid)
@@ -98,7 +98,7 @@ impl Receiver<'_> {
                 .dest
                 .open_known(&known)
                 .map_err(CmdError::os("open clone source subvolume"))?;
-            cur.sources.insert(clone_uuid, Resolver::new(root));
+            cur.data.sources.insert(clone_uuid, Resolver::new(root));
         }
         let same_file = own && clone_path == path;
         let src = if same_file {
@@ -107,7 +107,7 @@ impl Receiver<'_> {
             let res = if own {
                 &mut cur.res
             } else {
-                cur.sources.get_mut(&clone_uuid).ok_or_else(|| {
+                cur.data.sources.get_mut(&clone_uuid).ok_or_else(|| {
                     CmdError::CloneSourceNotFound(clone_uuid, self.dest.searched(clone_uuid))
                 })?
             };
@@ -199,13 +199,13 @@ impl Receiver<'_> {
         // A lone extent (a small file's) is decoded here: the next command
         // would wait for it at once. In place, what is kept of the
         // parent's is read around each write: all decoded here, in order.
-        if !cur.closer.decoder().in_place()
+        if !cur.away.closer.decoder().in_place()
             && !cur.snap.in_place()
-            && (cur.decoding.is_some() || w.unencoded_len >= HAND_OVER_FROM)
+            && (cur.away.decoding.is_some() || w.unencoded_len >= HAND_OVER_FROM)
         {
             return self.hand_over(path, offset, extent, w.data);
         }
-        let piece = extent.decode(w.data, &mut cur.scratch)?;
+        let piece = extent.decode(w.data, &mut cur.data.scratch)?;
         let f = cur.file.as_mut().ok_or(CmdError::NotRegular)?;
         f.file
             .write_all_at(piece, offset)
@@ -213,8 +213,8 @@ impl Receiver<'_> {
         f.size = f.size.map(|s| s.max(offset + w.len));
         self.stats.bytes_written += w.len;
         self.stats.encoded_decoded += 1;
-        if cur.scratch.capacity() > (1 << 20) {
-            cur.scratch = Vec::new();
+        if cur.data.scratch.capacity() > (1 << 20) {
+            cur.data.scratch = Vec::new();
         }
         Ok(Flow::Continue)
     }
@@ -226,12 +226,12 @@ impl Receiver<'_> {
         let pos = self.now.1;
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
         let f = cur.file.as_mut().ok_or(CmdError::NotRegular)?;
-        let mut run = match cur.decoding.take() {
+        let mut run = match cur.away.decoding.take() {
             Some(r) if r.admits(path, offset, extent.len) => r,
             other => {
                 // Not so after settle_decoding; should it be, wait.
                 if other.is_some() {
-                    cur.closer.decoder().wait();
+                    cur.away.closer.decoder().wait();
                 }
                 let file = f.file.try_clone().map_err(CmdError::io("dup"))?;
                 Run::new(path, file, cur.recovery.track.count)
@@ -247,8 +247,8 @@ impl Receiver<'_> {
             data: data.to_vec(),
             pos,
         };
-        cur.decoding = Some(run);
-        cur.closer.decoder().submit(job);
+        cur.away.decoding = Some(run);
+        cur.away.closer.decoder().submit(job);
         Ok(Flow::Continue)
     }
 
@@ -324,7 +324,7 @@ impl Receiver<'_> {
         let cur = self.cur()?;
         // fs-verity needs every writable descriptor closed.
         cur.file = None;
-        cur.closer.wait();
+        cur.away.closer.wait();
         let f = open_regular(&mut cur.res, path, OFlag::O_RDONLY)?;
         match ioctl::enable_verity(f.as_fd(), algorithm, block_size, salt, sig) {
             Ok(()) | Err(Errno::EEXIST) => {}

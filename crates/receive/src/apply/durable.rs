@@ -142,7 +142,7 @@ impl Receiver<'_> {
     /// A durable checkpoint: what is held back applied, the destination
     /// synced, then the record written and flushed.
     fn durable_checkpoint(&mut self) -> Result<(), Cp> {
-        if let Some(p) = self.cur.as_mut().and_then(|c| c.pending.take()) {
+        if let Some(p) = self.cur.as_mut().and_then(|c| c.held.create.take()) {
             if let Err(e) = self.flush_batch() {
                 self.redo_all([p]);
                 return Err(Cp::Stream(e));
@@ -177,7 +177,7 @@ impl Receiver<'_> {
                 point: c.recovery.track.point(),
             }),
             flags: c.deferred_paths().unwrap_or_default(),
-            caps: c.caps.clone(),
+            caps: c.later.caps.clone(),
             times,
             window: c.recovery.durable.as_ref().map(Durable::window_limit),
             journal: None,
@@ -269,7 +269,7 @@ impl Receiver<'_> {
         };
         let mut flags = Vec::new();
         if let Some(c) = self.cur.as_mut() {
-            c.caps = rec.caps.clone();
+            c.later.caps = rec.caps.clone();
             for (p, a, m) in &rec.times {
                 let pos = Position {
                     index: 0,
@@ -277,7 +277,7 @@ impl Receiver<'_> {
                     len: 0,
                     version: at.version,
                 };
-                c.dir_times.insert(
+                c.later.dir_times.insert(
                     p,
                     crate::recovery::journal::Record::new(
                         *a,
@@ -324,8 +324,8 @@ impl Receiver<'_> {
             if plan.skip[i] {
                 if let Some(cur) = self.cur.as_mut() {
                     match *c {
-                        Command::Rename { from, to } => cur.dir_times.renamed(from, to),
-                        Command::Rmdir { path } => cur.dir_times.removed(path),
+                        Command::Rename { from, to } => cur.later.dir_times.renamed(from, to),
+                        Command::Rmdir { path } => cur.later.dir_times.removed(path),
                         _ => {}
                     }
                 }

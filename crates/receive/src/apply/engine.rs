@@ -106,15 +106,15 @@ impl<'o> Receiver<'o> {
     pub(crate) fn abort(&mut self) -> Option<Vec<u8>> {
         if let Some(c) = self.cur.as_mut() {
             c.retire();
-            c.pending = None;
-            c.batch.clear();
-            if let Some(j) = c.dir_times.journal.take() {
+            c.held.create = None;
+            c.held.batch.clear();
+            if let Some(j) = c.later.dir_times.journal.take() {
                 j.remove();
             }
             recovery::durable::forget(self.dest.fd(), &c.name);
             c.recovery.durable = None;
             c.recovery.power = None;
-            c.dir_times.clear();
+            c.later.dir_times.clear();
             c.settle_all();
         }
         // Later failures of files handed over are not reported: applying
@@ -347,7 +347,7 @@ impl<'o> Receiver<'o> {
         self.now = (cmd.kind(), pos);
         self.log.command(cmd, pos);
         // A create held back from earlier commands comes first.
-        if let Some(mut p) = self.cur.as_mut().and_then(|c| c.pending.take()) {
+        if let Some(mut p) = self.cur.as_mut().and_then(|c| c.held.create.take()) {
             let fold = self.fold(&mut p, cmd, pos);
             if !matches!(fold, Fold::No) {
                 p.last = pos.index;
@@ -355,7 +355,7 @@ impl<'o> Receiver<'o> {
             match fold {
                 Fold::Held => {
                     if let Some(c) = self.cur.as_mut() {
-                        c.pending = Some(p);
+                        c.held.create = Some(p);
                     }
                     return Ok(Flow::Continue);
                 }
@@ -399,7 +399,11 @@ impl<'o> Receiver<'o> {
             self.collect()?;
         }
         let done = self.closer.done();
-        if let Some(j) = self.cur.as_mut().and_then(|c| c.dir_times.journal.as_mut()) {
+        if let Some(j) = self
+            .cur
+            .as_mut()
+            .and_then(|c| c.later.dir_times.journal.as_mut())
+        {
             j.finished(done);
         }
         if let Command::End {} = cmd {

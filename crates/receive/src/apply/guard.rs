@@ -36,11 +36,11 @@ impl Tree for Current {
     }
 
     fn deferred(&mut self) -> &mut Vec<(File, u32)> {
-        &mut self.deferred
+        &mut self.later.deferred
     }
 
     fn journal_flags(&mut self, path: &[u8], bits: u32) {
-        if let Some(j) = self.dir_times.journal.as_mut() {
+        if let Some(j) = self.later.dir_times.journal.as_mut() {
             j.flags(path, bits);
         }
     }

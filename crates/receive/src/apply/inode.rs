@@ -70,7 +70,7 @@ impl Receiver<'_> {
             return self.fake_chown(path, uid, gid);
         }
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
-        let caps = match &cur.caps {
+        let caps = match &cur.later.caps {
             Some((p, v)) if p == path => Some(v.clone()),
             _ => None,
         };
@@ -100,10 +100,10 @@ impl Receiver<'_> {
         if let Some(v) = caps {
             // chown drops file capabilities; btrfs-progs sets them again.
             let cur = self.cur()?;
-            if let Some(j) = cur.dir_times.journal.as_mut() {
+            if let Some(j) = cur.later.dir_times.journal.as_mut() {
                 j.caps(path, None);
             }
-            cur.caps = None;
+            cur.later.caps = None;
             self.xattr_op(path, b"security.capability", Some(&v))?;
         }
         Ok(Flow::Continue)
@@ -272,10 +272,10 @@ impl Receiver<'_> {
         Self::check_xattr(name)?;
         if name == b"security.capability" {
             let cur = self.cur()?;
-            if let Some(j) = cur.dir_times.journal.as_mut() {
+            if let Some(j) = cur.later.dir_times.journal.as_mut() {
                 j.caps(path, Some(data));
             }
-            cur.caps = Some((path.to_vec(), data.to_vec()));
+            cur.later.caps = Some((path.to_vec(), data.to_vec()));
         }
         self.xattr_op(path, name, Some(data))?;
         Ok(Flow::Continue)
@@ -442,12 +442,12 @@ impl Receiver<'_> {
         }
         let late = want & LATE_FLAGS;
         let cur = self.cur()?;
-        if late != now & LATE_FLAGS || !cur.deferred.is_empty() {
-            if cur.deferred.len() < MAX_DEFERRED {
-                if let Some(j) = cur.dir_times.journal.as_mut() {
+        if late != now & LATE_FLAGS || !cur.later.deferred.is_empty() {
+            if cur.later.deferred.len() < MAX_DEFERRED {
+                if let Some(j) = cur.later.dir_times.journal.as_mut() {
                     j.flags(path, late);
                 }
-                cur.deferred.push((f, late));
+                cur.later.deferred.push((f, late));
             } else {
                 self.skip("immutable/append flags", 1);
                 self.log.note(format_args!(

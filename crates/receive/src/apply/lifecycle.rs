@@ -151,7 +151,7 @@ impl Receiver<'_> {
     fn unplaced(&mut self, staged: &Staged) {
         if let Some(mut c) = self.cur.take() {
             c.retire();
-            if let Some(j) = c.dir_times.journal.take() {
+            if let Some(j) = c.later.dir_times.journal.take() {
                 j.remove();
             }
             c.snap.give_back(self.dest.fd());
@@ -248,7 +248,7 @@ impl Receiver<'_> {
         cur.locks = locks;
         // The copies' immutable and append-only flags come at END, before
         // any the stream sets.
-        cur.deferred = started.late;
+        cur.later.deferred = started.late;
         self.cur = Some(cur);
         self.place(staged, "create snapshot")?;
         Ok(Flow::Continue)
@@ -300,9 +300,9 @@ impl Receiver<'_> {
             return Ok(Flow::End);
         };
         cur.retire();
-        cur.sources.clear();
-        cur.closer.wait();
-        for (f, bits) in std::mem::take(&mut cur.deferred) {
+        cur.data.sources.clear();
+        cur.away.closer.wait();
+        for (f, bits) in std::mem::take(&mut cur.later.deferred) {
             match ioctl::get_inode_flags(f.as_fd())
                 .and_then(|now| ioctl::set_inode_flags(f.as_fd(), (now & !LATE_FLAGS) | bits))
             {
@@ -315,7 +315,7 @@ impl Receiver<'_> {
             }
         }
         let name = cur.name.clone();
-        let journal = cur.dir_times.journal.take();
+        let journal = cur.later.dir_times.journal.take();
         if cur.errors > 0 {
             if let Some(j) = journal {
                 j.remove();
@@ -339,7 +339,7 @@ impl Receiver<'_> {
         if let Err(e) = self.dest.finish(&name, root.as_fd(), &state) {
             // Still incomplete (a full disk, say): a stop before END, which
             // a resumed stream applies again.
-            cur.dir_times.journal = journal;
+            cur.later.dir_times.journal = journal;
             cur.snap.keep_work(work);
             self.cur = Some(cur);
             return Err(CmdError::io("mark subvolume received")(e));

@@ -37,7 +37,7 @@ impl Receiver<'_> {
         cur.res.forget(to);
         // A directory renamed is still the same directory.
         if !cur.recovery.redo.renamed_already(n) {
-            cur.dir_times.renamed(from, to);
+            cur.later.dir_times.renamed(from, to);
         }
         if let Some(f) = cur.file.as_mut() {
             if f.path == to {
@@ -94,7 +94,7 @@ impl Receiver<'_> {
         }
         if dir {
             cur.res.forget(path);
-            cur.dir_times.removed(path);
+            cur.later.dir_times.removed(path);
         }
         Ok(Flow::Continue)
     }

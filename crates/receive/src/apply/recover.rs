@@ -58,7 +58,7 @@ impl Receiver<'_> {
             }
             if let Some(c) = self.cur.as_mut().filter(|_| counted) {
                 let n = c.recovery.next();
-                if let Some(j) = c.dir_times.journal.as_mut() {
+                if let Some(j) = c.later.dir_times.journal.as_mut() {
                     j.now(n);
                 }
                 if c.recovery.marker.is_some() {
@@ -139,7 +139,7 @@ impl Receiver<'_> {
         };
         let flags = c.deferred_paths().unwrap_or_default();
         j.checkpoint(p, &flags, None);
-        c.dir_times.journal = Some(j);
+        c.later.dir_times.journal = Some(j);
     }
 
     /// After each command applied: what the journal says is applied, and
@@ -153,7 +153,7 @@ impl Receiver<'_> {
             && self.opts.durable
             && c.recovery.power.is_none()
             && !c.recovery.redo.replaying()
-            && c.pending.is_none()
+            && c.held.create.is_none()
             && c.recovery.track.count > 0
         {
             let kind = self.now.0;
@@ -164,11 +164,11 @@ impl Receiver<'_> {
         let Some(c) = self.cur.as_ref() else {
             return Ok(());
         };
-        let starts = c.dir_times.journal.is_none()
+        let starts = c.later.dir_times.journal.is_none()
             && !c.recovery.redo.no_journal
             && !c.recovery.redo.replaying()
             && c.recovery.power.is_none()
-            && c.pending.is_none()
+            && c.held.create.is_none()
             && c.recovery.track.count > 0;
         // Only when one is made: two system calls.
         let (id, mount) = if starts {
@@ -182,17 +182,17 @@ impl Receiver<'_> {
         if c.recovery.track.count == 0 {
             return Ok(());
         }
-        let pending = c.pending.as_ref().map(super::held::Pending::before);
+        let pending = c.held.create.as_ref().map(super::held::Pending::before);
         // ENCODED_WRITEs still being decoded are not applied yet.
-        if c.decoding.is_some() && c.closer.decoder().idle() {
-            c.decoding = None;
+        if c.away.decoding.is_some() && c.away.closer.decoder().idle() {
+            c.away.decoding = None;
         }
-        let decoding = c.decoding.as_ref().map(|r| r.before);
-        let Some(j) = c.dir_times.journal.as_mut() else {
+        let decoding = c.away.decoding.as_ref().map(|r| r.before);
+        let Some(j) = c.later.dir_times.journal.as_mut() else {
             if !starts {
                 return Ok(());
             }
-            c.dir_times.journal = Journal::create(
+            c.later.dir_times.journal = Journal::create(
                 id,
                 self.dest.fd(),
                 &c.name,
@@ -201,7 +201,7 @@ impl Receiver<'_> {
                 c.recovery.track.version,
                 mount,
             );
-            if c.dir_times.journal.is_none() {
+            if c.later.dir_times.journal.is_none() {
                 c.recovery.redo.no_journal = true;
                 self.log.note(format_args!(
                     "no journal can be kept: a receive killed outright cannot be resumed"
@@ -238,8 +238,8 @@ impl Receiver<'_> {
         };
         let flags = c.deferred_paths().unwrap_or_default();
         let p = c.recovery.track.point();
-        let caps = c.caps.clone();
-        if let Some(j) = c.dir_times.journal.as_mut() {
+        let caps = c.later.caps.clone();
+        if let Some(j) = c.later.dir_times.journal.as_mut() {
             j.checkpoint(p, &flags, caps.as_ref());
         }
         Ok(put)
@@ -249,7 +249,7 @@ impl Receiver<'_> {
     /// resumes had applied already: counted again, not applied again.
     pub(super) fn skip_applied(&mut self, cmd: &Command<'_>, pos: Position) -> Result<Flow, Error> {
         // What is held back comes first, as before any other command.
-        if let Some(p) = self.cur.as_mut().and_then(|c| c.pending.take()) {
+        if let Some(p) = self.cur.as_mut().and_then(|c| c.held.create.take()) {
             if let Err(e) = self.flush_batch() {
                 self.redo_all([p]);
                 return Err(e);
@@ -312,13 +312,13 @@ impl Receiver<'_> {
         let failing = self.closer.has_errors() || c.recovery.redo.failing();
         if failing {
             if let Some(c) = self.cur.as_mut() {
-                let held: Vec<_> = c.batch.drain(..).chain(c.pending.take()).collect();
-                c.batch_bytes = 0;
+                let held: Vec<_> = c.held.batch.drain(..).chain(c.held.create.take()).collect();
+                c.held.bytes = 0;
                 self.redo_all(held);
             }
         } else {
             let _ = self.flush_batch();
-            if let Some(p) = self.cur.as_mut().and_then(|c| c.pending.take()) {
+            if let Some(p) = self.cur.as_mut().and_then(|c| c.held.create.take()) {
                 let _ = self.materialize_or_redo(p, false);
             }
         }
@@ -336,7 +336,7 @@ impl Receiver<'_> {
         let Some(c) = self.cur.as_mut() else {
             return Err("no subvolume was being received".into());
         };
-        c.sources.clear();
+        c.data.sources.clear();
         let redo = std::mem::take(&mut c.recovery.redo);
         let (point, applied) = redo.stop(&c.recovery.track)?;
         let mut state = c.state.clone();
@@ -348,7 +348,7 @@ impl Receiver<'_> {
         let Some(mut c) = self.cur.take() else {
             return Err("no subvolume was being received".into());
         };
-        let journal = c.dir_times.journal.take();
+        let journal = c.later.dir_times.journal.take();
         // The side file (written in room kept for it) holds the point;
         // the state too where it can still be written.
         let side = c
@@ -357,7 +357,7 @@ impl Receiver<'_> {
                 let stop = side::Stop {
                     at: resumable,
                     flags: &flags,
-                    caps: c.caps.as_ref(),
+                    caps: c.later.caps.as_ref(),
                     applied: &applied,
                 };
                 side::save(self.dest.fd(), &c.name, &stop)
@@ -365,7 +365,7 @@ impl Receiver<'_> {
             .and_then(|()| nix::unistd::syncfs(c.res.root().as_raw_fd()).map_err(Into::into));
         if let Err(e) = side {
             let why = format!("recording where it stopped failed: {e}");
-            c.dir_times.journal = journal;
+            c.later.dir_times.journal = journal;
             self.cur = Some(c);
             return Err(why);
         }

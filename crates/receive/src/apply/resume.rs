@@ -44,12 +44,13 @@ impl Current {
     /// The paths (beneath the subvolume) of the files whose immutable or
     /// append-only flags wait for END, with those flags.
     pub(super) fn deferred_paths(&self) -> std::io::Result<Vec<(Vec<u8>, u32)>> {
-        if self.deferred.is_empty() {
+        if self.later.deferred.is_empty() {
             return Ok(Vec::new());
         }
         let root = std::fs::read_link(format!("/proc/self/fd/{}", self.res.root().as_raw_fd()))?;
         let root = root.as_os_str().as_bytes();
         Ok(self
+            .later
             .deferred
             .iter()
             .filter_map(|(f, bits)| {
@@ -339,7 +340,7 @@ impl Receiver<'_> {
             }
         };
         for (n, e) in &found.entries {
-            c.dir_times.replay(e);
+            c.later.dir_times.replay(e);
             match e {
                 journal::Entry::Renamed(from, to) => {
                     for (p, _) in flags.iter_mut() {
@@ -357,9 +358,9 @@ impl Receiver<'_> {
                 _ => {}
             }
         }
-        c.caps = caps;
+        c.later.caps = caps;
         c.recovery.redo.recovered(&found, renamed);
-        c.dir_times.journal = journal::reopen(id, name, file, &found);
+        c.later.dir_times.journal = journal::reopen(id, name, file, &found);
         self.log.note(format_args!(
             "resuming after a kill: commands up to {} were applied{}; {} new file(s) to make again",
             found.until,
@@ -380,7 +381,7 @@ impl Receiver<'_> {
             match self.open_for_ioctl(&p) {
                 Ok(f) => {
                     if let Some(c) = self.cur.as_mut() {
-                        c.deferred.push((f, bits));
+                        c.later.deferred.push((f, bits));
                     }
                 }
                 Err(e) => {
@@ -402,8 +403,12 @@ impl Receiver<'_> {
         };
         let ino_of =
             |f: &std::fs::File| std::os::unix::fs::MetadataExt::ino(&f.metadata().ok()?).into();
-        let have: std::collections::HashSet<u64> =
-            c.deferred.iter().filter_map(|(f, _)| ino_of(f)).collect();
+        let have: std::collections::HashSet<u64> = c
+            .later
+            .deferred
+            .iter()
+            .filter_map(|(f, _)| ino_of(f))
+            .collect();
         let wanted: std::collections::HashSet<u64> = late
             .iter()
             .map(|&(ino, _)| ino)
@@ -413,7 +418,7 @@ impl Receiver<'_> {
             Ok(mut found) => {
                 for &(ino, bits) in late {
                     if let Some(f) = found.remove(&ino) {
-                        c.deferred.push((f, bits));
+                        c.later.deferred.push((f, bits));
                     }
                 }
             }
@@ -442,12 +447,12 @@ impl Receiver<'_> {
                         .open_for_ioctl(&path)
                         .map_err(|e| std::io::Error::other(format!("'{}': {e}", escape(&path))))?;
                     if let Some(c) = self.cur.as_mut() {
-                        c.deferred.push((file, bits));
+                        c.later.deferred.push((file, bits));
                     }
                 }
                 Line::Caps(path, value) => {
                     if let Some(c) = self.cur.as_mut() {
-                        c.caps = Some((path, value));
+                        c.later.caps = Some((path, value));
                     }
                 }
                 Line::Applied(until) => {

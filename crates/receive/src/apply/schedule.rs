@@ -21,17 +21,17 @@ use crate::recovery::journal::{Record, Source};
 impl Current {
     /// Forgets handed-over files the closing thread is done with.
     pub(super) fn prune(&mut self) {
-        if self.inflight.is_empty() {
+        if self.away.inflight.is_empty() {
             return;
         }
-        let done = self.closer.done();
-        while let Some((seq, _)) = self.inflight.front() {
+        let done = self.away.closer.done();
+        while let Some((seq, _)) = self.away.inflight.front() {
             if *seq > done {
                 break;
             }
-            if let Some((seq, p)) = self.inflight.pop_front() {
-                if self.inflight_paths.get(&p) == Some(&seq) {
-                    self.inflight_paths.remove(&p);
+            if let Some((seq, p)) = self.away.inflight.pop_front() {
+                if self.away.inflight_paths.get(&p) == Some(&seq) {
+                    self.away.inflight_paths.remove(&p);
                 }
             }
         }
@@ -39,12 +39,12 @@ impl Current {
 
     /// Waits until the closing thread is done with the file at `path`.
     fn settle(&mut self, path: &[u8]) {
-        if self.inflight_paths.is_empty() {
+        if self.away.inflight_paths.is_empty() {
             return;
         }
         self.prune();
-        if let Some(&seq) = self.inflight_paths.get(path) {
-            self.closer.wait_for(seq);
+        if let Some(&seq) = self.away.inflight_paths.get(path) {
+            self.away.closer.wait_for(seq);
             self.prune();
         }
     }
@@ -52,27 +52,28 @@ impl Current {
     /// Waits until the closing thread is done with every file at or
     /// beneath `dir` (before `dir` is renamed: the files' paths change).
     fn settle_within(&mut self, dir: &[u8]) {
-        if self.inflight.is_empty() {
+        if self.away.inflight.is_empty() {
             return;
         }
         self.prune();
         let last = self
+            .away
             .inflight
             .iter()
             .rev()
             .find(|(_, p)| path::is_within(p, dir))
             .map(|(s, _)| *s);
         if let Some(seq) = last {
-            self.closer.wait_for(seq);
+            self.away.closer.wait_for(seq);
             self.prune();
         }
     }
 
     /// Waits until the closing thread is done with everything.
     pub(super) fn settle_all(&mut self) {
-        self.closer.wait();
-        self.inflight.clear();
-        self.inflight_paths.clear();
+        self.away.closer.wait();
+        self.away.inflight.clear();
+        self.away.inflight_paths.clear();
     }
 }
 
@@ -85,7 +86,7 @@ impl Receiver<'_> {
         let Some(c) = self.cur.as_mut() else {
             return;
         };
-        let Some(run) = &c.decoding else {
+        let Some(run) = &c.away.decoding else {
             return;
         };
         if let Command::EncodedWrite {
@@ -99,8 +100,8 @@ impl Receiver<'_> {
                 return;
             }
         }
-        c.closer.decoder().wait();
-        c.decoding = None;
+        c.away.closer.decoder().wait();
+        c.away.decoding = None;
     }
 
     /// Waits for the closing thread where `cmd` touches a file handed to it
@@ -110,7 +111,7 @@ impl Receiver<'_> {
         let Some(c) = self.cur.as_mut() else {
             return;
         };
-        if c.inflight.is_empty() {
+        if c.away.inflight.is_empty() {
             return;
         }
         match *cmd {
@@ -169,13 +170,13 @@ impl Receiver<'_> {
         }
         let rec = Record::new(atime, mtime, Source::Utimes, CommandKind::Utimes, pos);
         // Only directories have records.
-        if !cur.dir_times.replace(path, rec) {
+        if !cur.later.dir_times.replace(path, rec) {
             // Not a directory, or not there (applying it says so).
             if !cur.res.is_cached_dir(path) && cur.res.dir(path).is_err() {
                 return Ok(false);
             }
             self.dir_room(1)?;
-            self.cur()?.dir_times.insert(path, rec);
+            self.cur()?.later.dir_times.insert(path, rec);
         }
         self.stats.dir_utimes_deferred += 1;
         Ok(true)
@@ -188,7 +189,7 @@ impl Receiver<'_> {
         let cur = self.cur()?;
         let mut new = 0;
         for d in dirs {
-            if !cur.dir_times.change(d, at) {
+            if !cur.later.dir_times.change(d, at) {
                 new += 1;
             }
         }
@@ -201,7 +202,7 @@ impl Receiver<'_> {
         let (cmd, pos) = self.now;
         let cur = self.cur()?;
         for d in dirs {
-            if cur.dir_times.contains(d) {
+            if cur.later.dir_times.contains(d) {
                 continue;
             }
             // Where the directory cannot be looked at, the change itself
@@ -219,7 +220,7 @@ impl Receiver<'_> {
                 cmd,
                 pos,
             );
-            cur.dir_times.insert(d, rec);
+            cur.later.dir_times.insert(d, rec);
         }
         Ok(())
     }
@@ -229,7 +230,10 @@ impl Receiver<'_> {
     pub(super) fn dir_created(&mut self, dir: &[u8]) -> R<()> {
         self.dir_room(1)?;
         let (cmd, pos) = self.now;
-        self.cur()?.dir_times.insert(dir, Record::created(cmd, pos));
+        self.cur()?
+            .later
+            .dir_times
+            .insert(dir, Record::created(cmd, pos));
         Ok(())
     }
 
@@ -239,8 +243,8 @@ impl Receiver<'_> {
         let Some(cur) = self.cur.as_mut() else {
             return Ok(());
         };
-        while !cur.dir_times.has_room(extra) && !cur.dir_times.is_empty() {
-            for (p, rec) in cur.dir_times.evict() {
+        while !cur.later.dir_times.has_room(extra) && !cur.later.dir_times.is_empty() {
+            for (p, rec) in cur.later.dir_times.evict() {
                 put_dir_times(cur, &self.dest, &mut self.stats, &p, &rec, true).map_err(|e| {
                     CmdError::DirTimes {
                         path: escape(&p),
@@ -248,7 +252,7 @@ impl Receiver<'_> {
                         err: Box::new(e.kind()),
                     }
                 })?;
-                cur.dir_times.log_evicted(&p);
+                cur.later.dir_times.log_evicted(&p);
             }
         }
         Ok(())
@@ -266,13 +270,13 @@ impl Receiver<'_> {
             return Ok(Vec::new());
         };
         let mut put = Vec::new();
-        for (p, rec) in cur.dir_times.take_all() {
+        for (p, rec) in cur.later.dir_times.take_all() {
             put_dir_times(cur, &self.dest, &mut self.stats, &p, &rec, false)?;
             if rec.source != Source::Created {
                 put.push((p, rec));
             }
         }
-        cur.dir_times.log_cleared();
+        cur.later.dir_times.log_cleared();
         Ok(put)
     }
 }
