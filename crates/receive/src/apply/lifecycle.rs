@@ -1,7 +1,7 @@
 //! SUBVOL, SNAPSHOT and END: where a subvolume's receive begins, and how it
 //! is finished and marked received.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 
 use uuid::Uuid;
 
@@ -22,6 +22,20 @@ fn staged_name(staged: &Staged) -> &[u8] {
 }
 
 impl Receiver<'_> {
+    /// Says that subvolume `name` (a "subvol" or a "snapshot") is being
+    /// received, and gives its state, rooted at `root`.
+    fn enter(&mut self, what: &str, name: &[u8], state: SubvolState, root: OwnedFd) -> Current {
+        self.log.info(format_args!("At {what} {}", escape(name)));
+        self.say_dest();
+        Current::new(
+            name,
+            state,
+            root,
+            self.closer.clone(),
+            self.opts.max_dir_times,
+        )
+    }
+
     /// The error for a stream whose subvolume `name` is in DEST already.
     fn refuse_existing(&self, name: &[u8], uuid: Uuid) -> R<()> {
         let Some(there) = self
@@ -109,15 +123,7 @@ impl Receiver<'_> {
                     dest: self.dest.path().display().to_string(),
                     err,
                 })?;
-        self.log.info(format_args!("At subvol {}", escape(name)));
-        self.say_dest();
-        let mut cur = Current::new(
-            name,
-            state,
-            root,
-            self.closer.clone(),
-            self.opts.max_dir_times,
-        );
+        let mut cur = self.enter("subvol", name, state, root);
         cur.locks.push(held);
         self.cur = Some(cur);
         self.place(staged, "create subvolume")?;
@@ -229,15 +235,7 @@ impl Receiver<'_> {
         if started.flags_dropped > 0 {
             self.skip("immutable/append flags", started.flags_dropped);
         }
-        self.log.info(format_args!("At snapshot {}", escape(name)));
-        self.say_dest();
-        let mut cur = Current::new(
-            name,
-            state,
-            root,
-            self.closer.clone(),
-            self.opts.max_dir_times,
-        );
+        let mut cur = self.enter("snapshot", name, state, root);
         // Before the snapshot has its name: a resumed receive needs it.
         if let Err(e) = snap.record_mode() {
             snap.give_back(self.dest.fd());
