@@ -23,7 +23,7 @@ use crate::elsewhere::{self, MountRoot};
 use crate::ioctl;
 use crate::meta::open_dir;
 use crate::probe;
-use crate::snapshot::copy::Tick;
+use crate::report::Tick;
 use crate::snapshot::workdir;
 use crate::snapshot::{self, Made, Snapshot, Taken};
 use crate::subvol::{self, Store, SubvolState};

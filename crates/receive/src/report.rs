@@ -10,7 +10,6 @@ use std::fmt::Arguments;
 use btrfs_stream::{Command, Position};
 
 use crate::error::Error;
-use crate::snapshot::copy::Tick;
 
 /// What kind of message a receive reports, each shown from the
 /// [`Options::verbosity`](crate::Options::verbosity) given.
@@ -130,6 +129,16 @@ impl<'r> Log<'r> {
 /// A copy of a parent being made, told to the report (see [`Log::copying`]).
 pub(crate) struct Copying<'r> {
     report: Option<&'r dyn Report>,
+}
+
+/// Something told of each inode a tree copy makes (a progress bar).
+pub(crate) trait Tick {
+    /// One more inode (or link) done.
+    fn tick(&self);
+}
+
+impl Tick for () {
+    fn tick(&self) {}
 }
 
 impl Tick for Copying<'_> {

@@ -49,3 +49,32 @@ fn the_subvolume_being_received_has_at_most_12_fields() {
     assert!(!fields.is_empty(), "no fields found");
     assert!(fields.len() <= 12, "{} fields: {fields:#?}", fields.len());
 }
+
+/// The crate's layers, bottom first (docs/internals.md, "rreceive"): a
+/// module may call those of lower layers only. The rooms (`recovery`,
+/// `snapshot`, `apply`) count as one module each.
+const LAYERS: &[&[&str]] = &[
+    &["ioctl", "stop", "path::bytes"],
+    &["flags", "meta", "xattr_limit"],
+    &["recovery"],
+    &["subvol"],
+    &["path", "lock", "elsewhere"],
+    &["error"],
+    &["decode", "fake_super", "report"],
+    &["closer", "snapshot"],
+    &["probe"],
+    &["dest"],
+    &["options"],
+    &["apply"],
+    &["run"],
+];
+
+#[test]
+fn modules_call_only_lower_layers() {
+    let wrong = layers::against_layers(crate_dir(), LAYERS);
+    assert!(
+        wrong.is_empty(),
+        "imports against the layers:\n{}",
+        wrong.join("\n")
+    );
+}

@@ -418,31 +418,35 @@ pub fn circles(graph: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<BTreeSet<Modul
 }
 
 /// The imports of the crate at `crate_dir` against `layers` (bottom
-/// first; each a list of top-level modules, a room's submodules counted as
-/// the room): every import across top-level modules goes down, never up
-/// or sideways; each line says one that does not, or a module no layer
-/// lists.
+/// first; each a list of modules, `room` or `room::part`): a module
+/// belongs to the longest entry it is or lies beneath, and every import
+/// between entries goes down, never up or sideways. Each line says one
+/// that does not, or a module no layer holds.
 pub fn against_layers(crate_dir: &Path, layers: &[&[&str]]) -> Vec<String> {
     let graph = graph_of(&sources(crate_dir));
-    let top = |m: &Module| m.first().cloned().unwrap_or_default();
-    let layer = |t: &str| layers.iter().position(|l| l.contains(&t));
+    // The entry a module belongs to, and its layer.
+    let place = |m: &Module| -> Option<(String, usize)> {
+        (1..=m.len()).rev().find_map(|n| {
+            let e = m[..n].join("::");
+            layers
+                .iter()
+                .position(|l| l.contains(&e.as_str()))
+                .map(|i| (e, i))
+        })
+    };
     let mut wrong = BTreeSet::new();
     for (m, deps) in &graph {
-        let tm = top(m);
-        if tm.is_empty() {
+        if m.is_empty() {
             continue;
         }
-        let Some(lm) = layer(&tm) else {
-            wrong.insert(format!("{tm}: in no layer"));
+        let Some((em, lm)) = place(m) else {
+            wrong.insert(format!("{}: in no layer", name(m)));
             continue;
         };
         for d in deps {
-            let td = top(d);
-            if td == tm {
-                continue;
-            }
-            match layer(&td) {
-                Some(ld) if ld < lm => {}
+            match place(d) {
+                Some((ed, _)) if ed == em => {}
+                Some((_, ld)) if ld < lm => {}
                 _ => {
                     wrong.insert(format!("{} imports {}", name(m), name(d)));
                 }

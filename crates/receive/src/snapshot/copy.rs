@@ -8,7 +8,8 @@
 //! with `O_NOATIME` so the source tree is left as it was.
 //!
 //! Part of the snapshot room ([`crate::snapshot`]), used also by the engine
-//! for CLONE. May call: `ioctl`, `meta`, `flags`; nothing above them.
+//! for CLONE. May call: `ioctl`, `meta`, `flags`, and `report` (the
+//! progress of a tree copy); nothing above them.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -23,6 +24,7 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{fchown, linkat, symlinkat, Gid, Uid};
 
 use crate::meta::At;
+use crate::report::Tick;
 
 const BUF: usize = 1 << 20;
 
@@ -340,16 +342,6 @@ pub(crate) fn reflinks_work(dir: BorrowedFd<'_>) -> io::Result<bool> {
         );
     }
     Ok(r?)
-}
-
-/// Something told of each inode a tree copy makes (a progress bar).
-pub(crate) trait Tick {
-    /// One more inode (or link) done.
-    fn tick(&self);
-}
-
-impl Tick for () {
-    fn tick(&self) {}
 }
 
 /// Copies everything beneath directory `src` into the empty directory

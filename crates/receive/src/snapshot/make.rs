@@ -17,10 +17,11 @@ use crate::error::{escape, CmdError};
 use crate::report::{Copying, Log};
 use crate::subvol;
 
-use super::copy::{self, Tick};
+use super::copy;
 use super::overlay::Overlay;
 use super::strategy::{Kind, Snapshot, Strategy, Taken};
 use super::workdir::{Workdir, WriteAhead};
+use crate::report::Tick;
 
 type R<T> = Result<T, CmdError>;
 
