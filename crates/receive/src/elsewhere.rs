@@ -66,7 +66,7 @@ pub(crate) struct Found {
     pub complete: bool,
 }
 
-/// What [`search`] met.
+/// What [`MountRoot::search`] met.
 #[derive(Debug, Default)]
 pub(crate) struct Search {
     /// The subvolume that has the uuid and is beneath the mount root.

@@ -26,15 +26,24 @@
 //! On btrfs a receive makes real subvolumes and snapshots, finished with
 //! `received_uuid` and the read-only flag as `btrfs receive` does;
 //! anywhere else directories, tree copies for snapshots, and the state kept
-//! in an xattr or a state file. The crate's private modules: `apply` takes
-//! each command through its steps (the subvolume's lifecycle, creates,
-//! names, inode metadata, data; durable checkpoints, the journal a resume
-//! reads); `dest` and `subvol` keep the destination and what is known of
-//! each subvolume; `path` confines every path; `snapshot` is the
-//! snapshot strategy (a btrfs snapshot, or off btrfs a copy, hard links or
-//! the parent changed in place: `snapshot::{copy, overlay, workdir}`) and
-//! guards the parent before each change; `closer` finishes files on other
-//! threads; `report` and `stop` are the ways out to the caller.
+//! in an xattr or a state file. The crate's private modules, bottom first
+//! (a module calls only those of lower layers; `tests/layers.rs` checks
+//! it, and docs/internals.md says what each owns):
+//!
+//! 1. `ioctl` (all unsafe code), `stop`, `path::bytes`; `flags`, `meta`
+//!    (one name in one directory), `xattr_limit`;
+//! 2. `recovery`, a room: what a stopped, killed or cut receive leaves so
+//!    that a later one resumes (journal, durable records, side files);
+//! 3. `subvol` (the state of a received subvolume), then `path` (every
+//!    path confined), `lock` (one writer per subvolume), `elsewhere`, then
+//!    `error`;
+//! 4. `decode`, `fake_super`, `report` (the way out to the caller), then
+//!    `closer` (files finished on other threads) and `snapshot`, a room:
+//!    how a snapshot is made (a btrfs snapshot, or off btrfs a copy, hard
+//!    links or the parent changed in place) and guarded;
+//! 5. `probe` (what DEST can do), `dest` (the destination), `options`;
+//! 6. `apply`, the engine: each command through its steps, calling the
+//!    rooms once around each; `run`, the receive from start to end.
 //!
 //! A stream is untrusted input: every path is checked and resolved beneath
 //! the subvolume without following symlinks, parents and clone sources

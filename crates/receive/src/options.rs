@@ -25,7 +25,7 @@ pub struct Options {
     pub plain: bool,
     /// How a snapshot is made off btrfs (`--in-place`, `--link`).
     pub snapshot: Snapshot,
-    /// What is reported (see [`receive_with`]): 0 errors only, 1 also the
+    /// What is reported (see [`receive_with`](crate::receive_with)): 0 errors only, 1 also the
     /// normal messages and progress, 2 details too (`-v`), 3 every
     /// command too (`-vv`).
     pub verbosity: u8,

@@ -57,7 +57,7 @@ impl<'o> Receiver<'o> {
         }
     }
 
-    /// DEST/<name> of the subvolume being received, if any.
+    /// `DEST/<name>` of the subvolume being received, if any.
     pub(crate) fn current_path(&self) -> Option<std::path::PathBuf> {
         use std::os::unix::ffi::OsStrExt;
         self.cur

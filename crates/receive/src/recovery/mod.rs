@@ -3,7 +3,7 @@
 //!
 //! - [`track`]: how far the stream is applied ([`Track`]), where a receive
 //!   resumes ([`Resumable`]), and which commands a stop must apply again
-//!   or a resumed receive must not ([`Redo`], [`RecipeMark`]);
+//!   or a resumed receive must not ([`Redo`], [`RecipeMark`](track::RecipeMark));
 //! - [`side`]: the side file a clean stop writes, and the refusal record;
 //! - [`journal`]: the kill journal in `/dev/shm`;
 //! - [`durable`]: durable checkpoints and the replay after a power loss;

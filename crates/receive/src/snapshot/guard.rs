@@ -2,7 +2,7 @@
 //! when the snapshot is not a copy of it (`--in-place`, `--link`).
 //!
 //! - In place, the parent's tree is the new subvolume: what a clone from
-//!   the parent could still need is kept first ([`Overlay`]).
+//!   the parent could still need is kept first ([`Overlay`](super::overlay::Overlay)).
 //! - Linked, files the stream has not touched are hard links to the
 //!   parent's: any change to one (data, owner, mode, times, xattrs, flags,
 //!   a new hard link) first replaces it with a copy of its own, so that the
