@@ -519,6 +519,17 @@ pub fn functions(src: &str) -> Vec<(String, usize, usize)> {
     out
 }
 
+/// Panics naming every function of the crate at `crate_dir` (binaries
+/// included) longer than `max` lines, but those `allowed` (`file.rs:name`).
+pub fn assert_short_functions(crate_dir: &Path, max: usize, allowed: &[&str]) {
+    let long = long_functions(crate_dir, max, allowed);
+    assert!(
+        long.is_empty(),
+        "functions over {max} lines:\n{}",
+        long.join("\n")
+    );
+}
+
 /// The functions of every `.rs` file below `crate_dir/src` (binaries
 /// included) longer than `max` lines, as `path:line name (N lines)`, but
 /// for those `allowed` names (`file.rs:name`).
