@@ -71,6 +71,16 @@ impl Scratch {
         if nix::unistd::geteuid().is_root() {
             // std drops the supplementary groups too.
             c.gid(self.user.1).uid(self.user.0);
+            // Its journals in the scratch directory, not in a directory of
+            // /dev/shm that would outlive the test.
+            let journals = self.dir.path().join("journals");
+            if !journals.exists() {
+                fs::set_permissions(self.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+                fs::create_dir(&journals).unwrap();
+                fs::set_permissions(&journals, fs::Permissions::from_mode(0o700)).unwrap();
+                std::os::unix::fs::chown(&journals, Some(self.user.0), Some(self.user.1)).unwrap();
+            }
+            c.env("RRECEIVE_JOURNAL_DIR", &journals);
         }
         let out = c.output().expect("run rreceive");
         assert_no_panic(&out);
