@@ -423,18 +423,24 @@ fn probe_in(dir: BorrowedFd<'_>, fs: String, fuse: bool, order: Order) -> Caps {
     }
 }
 
+/// A new file `name` in `dir` (the probe's scratch directory), to write.
+fn new_file(dir: BorrowedFd<'_>, name: &str) -> Option<std::os::fd::OwnedFd> {
+    ioctl::openat(
+        Some(dir.as_raw_fd()),
+        name,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC,
+        Mode::from_bits_retain(0o600),
+    )
+    .ok()
+}
+
 /// Whether a hard link shows as one file in `dir` (a link count of 2 and
 /// one inode number under both names), and whether a change made through
 /// one name shows at once under the other: tried on new files "h" and
 /// "h2". What cannot be tried is taken as shown.
 fn hard_links(dir: BorrowedFd<'_>) -> (bool, bool) {
     let raw = dir.as_raw_fd();
-    let Ok(f) = ioctl::openat(
-        Some(raw),
-        "h",
-        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC,
-        Mode::from_bits_retain(0o600),
-    ) else {
+    let Some(f) = new_file(dir, "h") else {
         return (true, true);
     };
     if nix::unistd::linkat(Some(raw), "h", Some(raw), "h2", AtFlags::empty()).is_err() {
@@ -458,12 +464,7 @@ fn hard_links(dir: BorrowedFd<'_>) -> (bool, bool) {
 /// before 1970 (tried on a new file "n").
 fn keeps_times(dir: BorrowedFd<'_>) -> (bool, bool) {
     let raw = dir.as_raw_fd();
-    let Ok(f) = ioctl::openat(
-        Some(raw),
-        "n",
-        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC,
-        Mode::from_bits_retain(0o600),
-    ) else {
+    let Some(f) = new_file(dir, "n") else {
         return (true, true);
     };
     drop(f);
