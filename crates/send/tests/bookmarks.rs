@@ -1,0 +1,849 @@
+//! Incremental sends from a bookmark after the parent snapshot is gone and
+//! its space was used again (issue #49's "Done when"), on the real kernel
+//! (root, loop devices, the btrfs module; one SKIP line otherwise, a
+//! failure under RSEND_REQUIRE_KERNEL=1).
+//!
+//! [`every_scenario_from_a_bookmark_after_the_parent_is_deleted_and_its_space_reused`]:
+//! the scenarios of testdata/incremental/scenarios.sh (NAME.p -> NAME.c)
+//! and the incremental sends of testdata/clone/scenarios.sh (the last send
+//! of each scenario that has a parent, with its `-c` sources) are built on
+//! a fresh loop btrfs. For each: the parent's full stream with
+//! `--write-bookmark` (clone cases: `-n --write-bookmark`), stream A =
+//! `rsend -d IMG -p PARENT CHILD`. Then every parent is deleted (`btrfs
+//! subvolume delete`, `btrfs subvolume sync`, commits) and its space used
+//! again, twice:
+//!
+//! - "reuse": fill files (incompressible data and small files) over most of
+//!   the free space, deleted, written again; the test prints how many of
+//!   the deleted parents' tree blocks now hold another block at the same
+//!   address and how many of their data extents hold fill data, and fails
+//!   when neither happened. Stream B1 = `rsend -p PARENT.bm CHILD` now, and
+//!   after `btrfs balance start -musage=100` (metadata only) B2 =
+//!   `--parent-bookmark PARENT.bm CHILD`: each must be A byte for byte, or
+//!   differ from it only where A CLONEd from the parent and B sends the
+//!   same bytes as data (the test lists every difference; any other kind
+//!   fails);
+//! - "balance": the issue's recipe, fill data written and deleted, then
+//!   `btrfs balance start -dusage=100 -musage=100`: every extent and tree
+//!   block moves, so B3 (`--parent-bookmark`) may send data A did not (a
+//!   moved extent cannot be proven the same); its differences from A are
+//!   counted by kind on stderr, not failed.
+//!
+//! Every B is received by `btrfs receive` onto a btrfs and by rreceive onto
+//! an ext4 that hold the parent (its full stream received before the
+//! delete, and the clone case's earlier sends), and the received child must
+//! equal the child snapshot (testdata/manifest.py --links; off btrfs
+//! without `btrfs.*` xattrs).
+//!
+//! [`five_nights_each_from_the_bookmark_of_a_deleted_snapshot`]: night 1
+//! sends snap1 in full with `--write-bookmark`; each later night deletes
+//! the previous snapshot (with fill churn), changes the source (the chain
+//! steps of scenarios.sh, reflinks, appends, renames, deletes), takes snapK
+//! and sends `--parent-bookmark bm(K-1) --write-bookmark bmK snapK` (mounted
+//! paths, no -d). Each night is received by `btrfs receive` and rreceive
+//! (ext4) and compared with its snapshot.
+//!
+//! Time: by default the scenario test runs [`DEFAULT_SCENARIOS`] (a fixed
+//! subset) and every clone case; `BOOKMARK_ALL=1` runs every scenario of
+//! scenarios.sh; `RSEND_SCENARIOS="name ..."` and `RSEND_CLONE_SCENARIOS`
+//! pick others.
+
+mod common;
+#[path = "common/reuse.rs"]
+mod reuse;
+#[path = "common/stream_diff.rs"]
+mod stream_diff;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use common::clone::{self, received_name};
+use common::receivers::{listing, rreceive_bin, without_xattrs, ManifestServer, Receiver};
+use common::scenarios::{self, Manifest};
+use reuse::{Reuse, Trees};
+use testkit::{ext4_image, kernel_available, run, BtrfsImage, LoopImage};
+
+/// The scenarios checked unless `BOOKMARK_ALL=1` (or `RSEND_SCENARIOS`):
+/// renames, orphans, inode reuse, hard links, xattrs, holes, prealloc,
+/// inline extents, clones from the parent, compression.
+const DEFAULT_SCENARIOS: &[&str] = &[
+    "new_files",
+    "deleted_files",
+    "changed_files",
+    "everything_deleted",
+    "inode_reuse_file_becomes_dir",
+    "dir_swap",
+    "rename_cycle_dirs",
+    "hardlinks_renamed_across_dirs",
+    "btrfs_094_clone_into_new_file",
+    "btrfs_108_reflink_then_overwrite_and_punch",
+    "btrfs_109_compressed_reflink",
+    "btrfs_130_one_extent_many_refs",
+    "btrfs_283_reflinks_share_best_source",
+    "btrfs_322_truncate_to_zero_then_reflink",
+];
+
+/// The receivers every stream from a bookmark goes through.
+const RECEIVERS: [Receiver; 2] = [Receiver::BtrfsReceive, Receiver::RreceiveExt4];
+
+// ---------------------------------------------------------------------------
+// The source filesystem
+
+/// A fresh loop btrfs the snapshots are built on, and a scratch directory
+/// (outside it) for streams and bookmarks.
+struct Source {
+    fs: BtrfsImage,
+    scratch: tempfile::TempDir,
+}
+
+impl Source {
+    fn new(size_mib: u64) -> Source {
+        Source {
+            fs: BtrfsImage::new(size_mib, &[], "noatime"),
+            scratch: tempfile::Builder::new()
+                .prefix("rsend-bookmarks-")
+                .tempdir()
+                .unwrap(),
+        }
+    }
+
+    fn mnt(&self) -> &Path {
+        self.fs.mnt()
+    }
+
+    /// A path in the scratch directory.
+    fn file(&self, name: &str) -> PathBuf {
+        self.scratch.path().join(name)
+    }
+
+    /// `bash -euo pipefail -c SCRIPT` with testdata/clone/scenarios.sh
+    /// (and so the incremental one) sourced, at the top level.
+    fn bash(&self, script: &str) {
+        let full = format!(
+            "source {}; {script}",
+            sh_quote(&clone::dir().join("scenarios.sh"))
+        );
+        run(Command::new("bash")
+            .args(["-euo", "pipefail", "-c", &full])
+            .current_dir(self.mnt()));
+    }
+
+    /// `rsend -q -d IMG ARGS`; stdout and stderr, or the failure.
+    fn rsend_d(&self, args: &[OsString]) -> Result<(String, String), String> {
+        let mut all: Vec<OsString> = vec!["-d".into(), self.fs.image().into()];
+        all.extend_from_slice(args);
+        rsend(&all)
+    }
+
+    /// `rsend -q -d IMG ARGS -f FILE`: the stream in FILE.
+    fn stream_d(&self, args: &[OsString], file: &Path) -> Result<Vec<u8>, String> {
+        let mut all = args.to_vec();
+        all.extend(["-f".into(), file.into()]);
+        self.rsend_d(&all)?;
+        std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))
+    }
+}
+
+/// `rsend -q ARGS`: stdout and stderr, or what failed.
+fn rsend(args: &[OsString]) -> Result<(String, String), String> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rsend"));
+    cmd.arg("-q").args(args);
+    let o = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    if o.status.success() {
+        Ok((out, err))
+    } else {
+        Err(format!(
+            "rsend {} failed with {}: {}",
+            show_args(args),
+            o.status,
+            err.trim_end()
+        ))
+    }
+}
+
+fn show_args(args: &[OsString]) -> String {
+    args.iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn sh_quote(p: &Path) -> String {
+    format!("'{}'", p.display().to_string().replace('\'', r"'\''"))
+}
+
+// ---------------------------------------------------------------------------
+// The destinations
+
+/// `btrfs receive` onto a btrfs, rreceive onto an ext4 (ea_inode: xattr
+/// values up to 64 KiB); one python for the manifests.
+struct Dests {
+    btrfs: BtrfsImage,
+    ext4: LoopImage,
+    rreceive: PathBuf,
+    manifests: ManifestServer,
+}
+
+impl Dests {
+    fn new() -> Dests {
+        Dests {
+            btrfs: BtrfsImage::new(1024, &[], "noatime"),
+            ext4: ext4_image(1024, &["-O", "ea_inode"], "noatime"),
+            rreceive: rreceive_bin(),
+            manifests: ManifestServer::start(),
+        }
+    }
+
+    /// A fresh directory `what` for receiver `r`.
+    fn dir(&self, r: Receiver, what: &str) -> PathBuf {
+        let root = match r {
+            Receiver::RreceiveExt4 => self.ext4.mnt(),
+            _ => self.btrfs.mnt(),
+        };
+        let d = root.join(r.label()).join(what);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// Receives `file` into `dest` with `r`, then compares the subvolume
+    /// `name` it made with `want`.
+    fn receive_and_compare(
+        &mut self,
+        r: Receiver,
+        file: &Path,
+        dest: &Path,
+        name: &str,
+        want: &Manifest,
+    ) -> Result<(), String> {
+        r.receive(&self.rreceive, file, dest)?;
+        let got = dest.join(name);
+        let have = self.manifests.of(&got)?;
+        let ignore = |x: &str| r.ignores_xattr(x);
+        match Manifest::difference(
+            &without_xattrs(want, ignore),
+            &without_xattrs(&have, ignore),
+        ) {
+            None => Ok(()),
+            Some(d) => Err(format!(
+                "{name} received by {} differs from the snapshot: {d}\n  {} holds:\n{}",
+                r.label(),
+                dest.display(),
+                listing(dest)
+            )),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The cases
+
+/// One parent -> child send checked from a bookmark.
+#[derive(Clone, Debug)]
+struct Case {
+    name: String,
+    /// Sends received before the parent is deleted (the parent's full
+    /// stream among them): rsend arguments, paths from the top level.
+    before: Vec<Vec<String>>,
+    /// The parent and the child (paths from the top level).
+    parent: String,
+    child: String,
+    /// The `-c` sources besides the parent.
+    clone_sources: Vec<String>,
+    /// rsend's arguments for stream A.
+    a_args: Vec<String>,
+    /// Whether the bookmark is written by the parent's full send in
+    /// `before` (else by `-n --write-bookmark` on its own).
+    bookmark_with_full_send: bool,
+}
+
+/// The scenarios of testdata/incremental to check.
+fn incremental_names() -> Vec<String> {
+    let all = scenarios::names();
+    let chosen = std::env::var_os("RSEND_SCENARIOS").is_some()
+        || std::env::var("BOOKMARK_ALL").is_ok_and(|v| v == "1");
+    if chosen {
+        return all;
+    }
+    for d in DEFAULT_SCENARIOS {
+        assert!(
+            all.iter().any(|n| n == d),
+            "no scenario {d} in scenarios.sh"
+        );
+    }
+    all.into_iter()
+        .filter(|n| DEFAULT_SCENARIOS.contains(&n.as_str()))
+        .collect()
+}
+
+fn incremental_case(name: &str) -> Case {
+    let (p, c) = (format!("{name}.p"), format!("{name}.c"));
+    Case {
+        name: name.to_owned(),
+        before: vec![vec![p.clone()]],
+        a_args: vec!["-p".into(), p.clone(), c.clone()],
+        parent: p,
+        child: c,
+        clone_sources: Vec::new(),
+        bookmark_with_full_send: true,
+    }
+}
+
+/// The clone cases: of each scenario of testdata/clone with an incremental
+/// send, its last such send (the ones before it are received first).
+fn clone_cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    for (scenario, sends) in clone::by_scenario(&clone::sends()) {
+        let Some(k) = sends.iter().rposition(|s| s.parent.is_some()) else {
+            continue;
+        };
+        let last = &sends[k];
+        let parent = last.parent.clone().unwrap();
+        out.push(Case {
+            name: scenario,
+            before: sends[..k].iter().map(|s| s.args.clone()).collect(),
+            clone_sources: last
+                .clone_sources()
+                .into_iter()
+                .filter(|c| *c != parent)
+                .map(str::to_owned)
+                .collect(),
+            child: last.snapshot().to_owned(),
+            a_args: last.args.clone(),
+            parent,
+            bookmark_with_full_send: false,
+        });
+    }
+    out
+}
+
+/// What was made of a case before its parent was deleted.
+struct Prepared {
+    case: Case,
+    bookmark: PathBuf,
+    /// Stream files of `before`, with the snapshot each makes.
+    before: Vec<(PathBuf, String)>,
+    a: Vec<u8>,
+    /// The manifests of the snapshots received.
+    manifests: BTreeMap<String, Manifest>,
+    parent_tree: Trees,
+}
+
+fn prepare(src: &Source, ms: &mut ManifestServer, case: &Case) -> Result<Prepared, String> {
+    let bookmark = src.file(&format!("{}.bm", case.name));
+    let mut before = Vec::new();
+    for (i, args) in case.before.iter().enumerate() {
+        let file = src.file(&format!("{}.before{i}.stream", case.name));
+        let mut a: Vec<OsString> = args.iter().map(OsString::from).collect();
+        let snap = args.last().unwrap().clone();
+        if case.bookmark_with_full_send && snap == case.parent {
+            a.splice(0..0, ["--write-bookmark".into(), bookmark.clone().into()]);
+        }
+        src.stream_d(&a, &file)?;
+        before.push((file, snap));
+    }
+    if !case.bookmark_with_full_send {
+        src.rsend_d(&[
+            "-n".into(),
+            "--write-bookmark".into(),
+            bookmark.clone().into(),
+            case.parent.clone().into(),
+        ])?;
+    }
+    if !bookmark.is_file() {
+        return Err(format!("{}: no bookmark {}", case.name, bookmark.display()));
+    }
+    let a_file = src.file(&format!("{}.A.stream", case.name));
+    let a_args: Vec<OsString> = case.a_args.iter().map(OsString::from).collect();
+    let a = src.stream_d(&a_args, &a_file)?;
+    let mut manifests = BTreeMap::new();
+    for snap in before.iter().map(|(_, s)| s).chain([&case.child]) {
+        manifests.insert(snap.clone(), ms.of(&src.mnt().join(snap))?);
+    }
+    let loopdev = src.fs.loop_device().to_owned();
+    let parent_tree =
+        reuse::dump_tree(&loopdev, Some(reuse::rootid(&src.mnt().join(&case.parent))));
+    Ok(Prepared {
+        case: case.clone(),
+        bookmark,
+        before,
+        a,
+        manifests,
+        parent_tree,
+    })
+}
+
+/// One stream from the bookmark: its label, the stream, the arguments.
+struct FromBookmark {
+    label: &'static str,
+    stream: Vec<u8>,
+    /// Whether only CLONE-from-parent -> data differences are allowed.
+    strict: bool,
+}
+
+/// `rsend -d IMG [-p BM | --parent-bookmark BM] [-c SRC]... CHILD`.
+fn send_from_bookmark(
+    src: &Source,
+    p: &Prepared,
+    flag: &str,
+    tag: &str,
+) -> Result<Vec<u8>, String> {
+    let mut args: Vec<OsString> = vec![flag.into(), p.bookmark.clone().into()];
+    for c in &p.case.clone_sources {
+        args.extend(["-c".into(), c.into()]);
+    }
+    args.push(p.case.child.clone().into());
+    let file = src.file(&format!("{}.{tag}.stream", p.case.name));
+    src.stream_d(&args, &file)
+}
+
+/// The differences of `b` from `a` (command lists); Err when a stream
+/// cannot be read or the headers differ.
+fn compare_streams(a: &[u8], b: &[u8]) -> Result<Vec<stream_diff::Hunk>, String> {
+    let ca = stream_diff::commands(a).map_err(|e| format!("stream A: {e}"))?;
+    let cb = stream_diff::commands(b).map_err(|e| format!("stream B: {e}"))?;
+    if ca.first().map(|c| &c.line) != cb.first().map(|c| &c.line) {
+        return Err(format!(
+            "the headers differ:\n    A {}\n    B {}",
+            ca.first().map(|c| c.line.as_str()).unwrap_or("-"),
+            cb.first().map(|c| c.line.as_str()).unwrap_or("-")
+        ));
+    }
+    let parent = stream_diff::parent_uuid(&ca).ok_or("stream A is not incremental")?;
+    Ok(stream_diff::differences(&ca, &cb, parent))
+}
+
+/// Receives the case's earlier streams into a fresh `dest`, then `b`.
+fn receive_case(
+    dests: &mut Dests,
+    r: Receiver,
+    p: &Prepared,
+    b_file: &Path,
+    dest: &Path,
+    check_before: bool,
+) -> Result<(), String> {
+    for (file, snap) in &p.before {
+        let name = received_name(snap);
+        if check_before {
+            dests.receive_and_compare(r, file, dest, name, &p.manifests[snap])?;
+        } else {
+            r.receive(&dests.rreceive, file, dest)?;
+        }
+    }
+    let child = &p.case.child;
+    dests.receive_and_compare(r, b_file, dest, received_name(child), &p.manifests[child])
+}
+
+// ---------------------------------------------------------------------------
+// Building the scenarios
+
+/// Builds the incremental scenarios `names` and the clone scenarios of
+/// `clones` on `src`; releases the files the snapshot hooks hold and commits.
+fn build(src: &Source, names: &[String], clones: &[Case]) {
+    if !names.is_empty() {
+        src.bash(&format!(
+            "scenario_build_all {} {} >/dev/null; release_held",
+            sh_quote(src.mnt()),
+            names.join(" ")
+        ));
+    }
+    for c in clones {
+        src.bash(&format!(
+            "top=$PWD; opts=${{CLONE_MOUNT_OPTS[{n}]:-}}; \
+             [[ -z $opts ]] || mount -o \"remount,$opts\" \"$top\"; \
+             build_{n} >/dev/null; cd \"$top\"; btrfs filesystem sync \"$top\" >/dev/null; \
+             [[ -z $opts ]] || mount -o remount,compress=no \"$top\"",
+            n = c.name
+        ));
+    }
+    run(Command::new("btrfs")
+        .args(["subvolume", "sync"])
+        .arg(src.mnt()));
+    reuse::commit(src.mnt());
+}
+
+/// Fills `frac` of the free space of `src` with incompressible files and
+/// `small` small files (metadata), in the directory `dir` at the top level.
+fn fill(src: &Source, dir: &str, frac: f64, small: usize, seed: u64) -> Vec<PathBuf> {
+    let d = src.mnt().join(dir);
+    let bytes = (reuse::free_bytes(src.mnt()) as f64 * frac) as u64;
+    let mut files = reuse::fill(&d, "big", bytes, seed);
+    let sd = d.join("small");
+    std::fs::create_dir_all(&sd).unwrap();
+    for i in 0..small {
+        let p = sd.join(format!("s{seed}-{i:06}"));
+        let body = format!("{seed} {i} ").repeat(1 + i % 300);
+        if std::fs::write(&p, body).is_err() {
+            break;
+        }
+        files.push(p);
+    }
+    reuse::commit(src.mnt());
+    files
+}
+
+// ---------------------------------------------------------------------------
+// The scenario test
+
+/// What one case gave, per stream from the bookmark.
+#[derive(Default)]
+struct Outcome {
+    rows: Vec<String>,
+    failures: Vec<String>,
+    notes: Vec<String>,
+}
+
+fn check_stream(
+    dests: &mut Dests,
+    p: &Prepared,
+    fb: &FromBookmark,
+    out: &mut Outcome,
+    first: bool,
+) -> String {
+    let name = &p.case.name;
+    let mut status = String::new();
+    match compare_streams(&p.a, &fb.stream) {
+        Err(e) => {
+            out.failures.push(format!("{name} {}: {e}", fb.label));
+            status.push_str("BAD-STREAM");
+        }
+        Ok(hunks) if hunks.is_empty() => status.push_str("identical"),
+        Ok(hunks) => {
+            let bad = hunks.iter().any(|h| h.kind != stream_diff::CLONE_AS_DATA);
+            let text = format!(
+                "{name} {}: B differs from A: {}\n{}",
+                fb.label,
+                stream_diff::summary(&hunks),
+                stream_diff::render(&hunks, 40)
+            );
+            if bad && fb.strict {
+                out.failures.push(text);
+                status.push_str("DIFFERS");
+            } else {
+                eprintln!("{text}");
+                out.notes.push(format!(
+                    "{name} {}: {}",
+                    fb.label,
+                    stream_diff::summary(&hunks)
+                ));
+                status.push_str(if bad { "differs" } else { "clone->data" });
+            }
+        }
+    }
+    let b_file = dests
+        .btrfs
+        .scratch()
+        .join(format!("{name}.{}.stream", fb.label));
+    std::fs::write(&b_file, &fb.stream).unwrap();
+    for r in RECEIVERS {
+        let dest = dests.dir(r, &format!("{name}/{}", fb.label));
+        match receive_case(dests, r, p, &b_file, &dest, first) {
+            Ok(()) => status.push_str(" ok"),
+            Err(e) => {
+                out.failures
+                    .push(format!("{name} {} {}: {e}", fb.label, r.label()));
+                status.push_str(" FAIL");
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&b_file);
+    status
+}
+
+#[test]
+fn every_scenario_from_a_bookmark_after_the_parent_is_deleted_and_its_space_reused() {
+    let test = "every_scenario_from_a_bookmark_after_the_parent_is_deleted_and_its_space_reused";
+    if !kernel_available(test) {
+        return;
+    }
+    let started = Instant::now();
+    let names = incremental_names();
+    let clones = clone_cases();
+    let src = Source::new(768);
+    build(&src, &names, &clones);
+    let built = started.elapsed();
+    let mut dests = Dests::new();
+    let cases: Vec<Case> = names
+        .iter()
+        .map(|n| incremental_case(n))
+        .chain(clones.iter().cloned())
+        .collect();
+
+    // Bookmarks and streams A while the parents exist.
+    let mut failures = Vec::new();
+    let mut prepared = Vec::new();
+    for c in &cases {
+        match prepare(&src, &mut dests.manifests, c) {
+            Ok(p) => prepared.push(p),
+            Err(e) => failures.push(format!("{}: {e}", c.name)),
+        }
+    }
+    let parents: Vec<PathBuf> = prepared
+        .iter()
+        .map(|p| src.mnt().join(&p.case.parent))
+        .collect();
+    let before = reuse::union(prepared.iter().map(|p| &p.parent_tree));
+    reuse::delete_subvolumes(src.mnt(), &parents);
+
+    // "reuse": fill, delete, fill again; B1 now, B2 after a metadata balance.
+    let first = fill(&src, "fill1", 0.85, 4000, 1);
+    reuse::remove(&first);
+    reuse::commit(src.mnt());
+    let second = fill(&src, "fill2", 0.6, 4000, 2);
+    let reused = Reuse::measure(
+        &before,
+        &reuse::dump_tree(src.fs.loop_device(), None),
+        &second,
+    );
+    eprintln!("after the parents were deleted and fill data written: {reused}");
+    let mut b1 = Vec::new();
+    for p in &prepared {
+        b1.push(send_from_bookmark(&src, p, "-p", "B1"));
+    }
+    reuse::balance(src.mnt(), &["-musage=100"]);
+    reuse::commit(src.mnt());
+    let mut b2 = Vec::new();
+    for p in &prepared {
+        b2.push(send_from_bookmark(&src, p, "--parent-bookmark", "B2"));
+    }
+
+    // "balance": fill data written and deleted, then a full balance.
+    reuse::remove(&second);
+    let third = fill(&src, "fill3", 0.8, 2000, 3);
+    reuse::remove(&third);
+    reuse::commit(src.mnt());
+    reuse::balance(src.mnt(), &["-dusage=100", "-musage=100"]);
+    reuse::commit(src.mnt());
+    let mut b3 = Vec::new();
+    for p in &prepared {
+        b3.push(send_from_bookmark(&src, p, "--parent-bookmark", "B3"));
+    }
+    let sent = started.elapsed();
+
+    // Compare and receive.
+    let mut table = vec![format!(
+        "{:<48} {:<28} {:<28} {:<28}",
+        "case (A vs B, btrfs-receive, rreceive-ext4)",
+        "B1 reuse",
+        "B2 reuse+balance -m",
+        "B3 balance -d -m"
+    )];
+    let mut notes = Vec::new();
+    for (i, p) in prepared.iter().enumerate() {
+        let mut out = Outcome::default();
+        let mut row = format!("{:<48}", p.case.name);
+        for (k, (label, b, strict)) in [
+            ("B1", &b1[i], true),
+            ("B2", &b2[i], true),
+            ("B3", &b3[i], false),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let status = match b {
+                Ok(stream) => {
+                    let fb = FromBookmark {
+                        label,
+                        stream: stream.clone(),
+                        strict,
+                    };
+                    check_stream(&mut dests, p, &fb, &mut out, k == 0)
+                }
+                Err(e) => {
+                    out.failures.push(format!("{} {label}: {e}", p.case.name));
+                    "SEND FAILED".to_owned()
+                }
+            };
+            row.push_str(&format!(" {status:<28}"));
+        }
+        out.rows.push(row);
+        table.extend(out.rows);
+        failures.extend(out.failures);
+        notes.extend(out.notes);
+    }
+    println!("{}", table.join("\n"));
+    eprintln!("{}", table.join("\n"));
+    if !notes.is_empty() {
+        eprintln!(
+            "differences from A (counted by kind):\n{}",
+            notes.join("\n")
+        );
+    }
+    eprintln!(
+        "{} cases; built in {built:.0?}, sent in {:.0?}, all in {:.0?}; {reused}",
+        prepared.len(),
+        sent - built,
+        started.elapsed()
+    );
+    if reused.reused_blocks == 0 && reused.reused_extents == 0 {
+        failures.push(format!(
+            "the fill did not use the deleted parents' space again: {reused}"
+        ));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+// ---------------------------------------------------------------------------
+// Five nights
+
+/// What each night does to the source subvolume (run in it, scenarios.sh
+/// sourced, `$TOP` the top level): the chain steps of scenarios.sh, and
+/// reflinks, appends, overwrites, holes, renames and deletes of its own.
+const NIGHTS: [&str; 5] = [
+    "chain_0; fill large 0 3000000 large; mkdir refl; \
+     cp --reflink=always src/main refl/main-copy; many_files many 300 f 2000",
+    "chain_1; fill large 3000000 500000 app2; cp --reflink=always large refl/large-copy; \
+     rm many/f0001*; mv many many-renamed",
+    "chain_2; cd /; remount \"$TOP\"; cd \"$TOP/data\"; chain_2_after_remount; \
+     xfs_io -c 'reflink large 0 1048576 1048576' refl/large-copy >/dev/null; \
+     truncate -s 2500000 large",
+    "chain_3; fill refl/main-copy 100 20000 new4; rm -r many-renamed/f0002*; \
+     fallocate -p -o 65536 -l 131072 large; ln large many-renamed/large-link",
+    "chain_4; cp --reflink=always large large-again; rm refl/large-copy; \
+     fill large 4000000 100000 app5; setfattr -n user.n5 -v five large; \
+     mv many-renamed/f00100 refl/moved",
+];
+
+/// The SNAPSHOT or SUBVOL uuid of a stream, and the parent's uuid it names.
+fn header_uuids(stream: &[u8]) -> (Option<btrfs_stream::Uuid>, Option<btrfs_stream::Uuid>) {
+    let mut r = btrfs_stream::Reader::new(stream);
+    match r.next_command() {
+        Ok(Some(btrfs_stream::Command::Subvol { uuid, .. })) => (Some(uuid), None),
+        Ok(Some(btrfs_stream::Command::Snapshot {
+            uuid, clone_uuid, ..
+        })) => (Some(uuid), Some(clone_uuid)),
+        _ => (None, None),
+    }
+}
+
+#[test]
+fn five_nights_each_from_the_bookmark_of_a_deleted_snapshot() {
+    let test = "five_nights_each_from_the_bookmark_of_a_deleted_snapshot";
+    if !kernel_available(test) {
+        return;
+    }
+    let started = Instant::now();
+    let src = Source::new(512);
+    let mut dests = Dests::new();
+    run(Command::new("btrfs")
+        .args(["-q", "subvolume", "create"])
+        .arg(src.mnt().join("data")));
+    let dest: Vec<(Receiver, PathBuf)> = RECEIVERS
+        .iter()
+        .map(|&r| (r, dests.dir(r, "nights")))
+        .collect();
+    let mut failures = Vec::new();
+    let mut lines = Vec::new();
+    let mut reused_blocks = 0;
+    let mut previous_uuid = None;
+    for k in 1..=5 {
+        let snap = src.mnt().join(format!("snap{k}"));
+        let bm = src.file(&format!("bm{k}"));
+        let mut note = String::new();
+        let mut parent_tree = None;
+        if k > 1 {
+            // The previous night's snapshot goes; its space is churned.
+            let prev = src.mnt().join(format!("snap{}", k - 1));
+            parent_tree = Some(reuse::dump_tree(
+                src.fs.loop_device(),
+                Some(reuse::rootid(&prev)),
+            ));
+            reuse::delete_subvolumes(src.mnt(), &[prev]);
+            let churn = fill(&src, &format!("churn{k}"), 0.5, 1500, k as u64);
+            reuse::remove(&churn);
+            reuse::commit(src.mnt());
+        }
+        src.bash(&format!(
+            "TOP=$PWD; cd data; {}; cd \"$TOP\"; btrfs filesystem sync . >/dev/null; \
+             btrfs -q subvolume snapshot -r data snap{k}",
+            NIGHTS[k - 1]
+        ));
+        reuse::commit(src.mnt());
+        if let Some(t) = &parent_tree {
+            let r = Reuse::measure(t, &reuse::dump_tree(src.fs.loop_device(), None), &[]);
+            reused_blocks += r.reused_blocks;
+            note = format!("; snap{} deleted: {r}", k - 1);
+        }
+        let want = dests.manifests.of(&snap).expect("manifest of the snapshot");
+        let stream_file = src.file(&format!("night{k}.stream"));
+        let mut args: Vec<OsString> = Vec::new();
+        if k > 1 {
+            args.extend([
+                "--parent-bookmark".into(),
+                src.file(&format!("bm{}", k - 1)).into(),
+            ]);
+        }
+        args.extend([
+            "--write-bookmark".into(),
+            bm.clone().into(),
+            "-f".into(),
+            stream_file.clone().into(),
+            snap.clone().into(),
+        ]);
+        let stream = match rsend(&args).and_then(|(_, err)| {
+            std::fs::read(&stream_file)
+                .map(|s| (s, err))
+                .map_err(|e| format!("{}: {e}", stream_file.display()))
+        }) {
+            Ok((s, err)) => {
+                if !err.trim().is_empty() {
+                    note.push_str(&format!("; rsend said: {}", err.trim()));
+                }
+                s
+            }
+            Err(e) => {
+                failures.push(format!("night {k}: {e}"));
+                break;
+            }
+        };
+        let (uuid, parent) = header_uuids(&stream);
+        if k > 1 && parent != previous_uuid {
+            failures.push(format!(
+                "night {k}: the stream names parent {parent:?}, snap{} was {previous_uuid:?}",
+                k - 1
+            ));
+        }
+        previous_uuid = uuid;
+        if !bm.is_file() {
+            failures.push(format!("night {k}: no bookmark {}", bm.display()));
+        }
+        let mut status = Vec::new();
+        for (r, d) in &dest {
+            match dests.receive_and_compare(*r, &stream_file, d, &format!("snap{k}"), &want) {
+                Ok(()) => status.push(format!("{} ok", r.label())),
+                Err(e) => {
+                    status.push(format!("{} FAIL", r.label()));
+                    failures.push(format!("night {k}: {e}"));
+                }
+            }
+        }
+        let bm_size = std::fs::metadata(&bm).map(|m| m.len()).unwrap_or(0);
+        lines.push(format!(
+            "night {k}: stream {} bytes, bookmark {bm_size} bytes, {}{note}",
+            stream.len(),
+            status.join(", ")
+        ));
+        if failures
+            .iter()
+            .any(|f| f.starts_with(&format!("night {k}:")))
+        {
+            break;
+        }
+    }
+    println!("{}", lines.join("\n"));
+    eprintln!(
+        "{}\nfive nights in {:.0?}",
+        lines.join("\n"),
+        started.elapsed()
+    );
+    if failures.is_empty() && reused_blocks == 0 {
+        failures.push("no night used a deleted snapshot's tree block addresses again".into());
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
