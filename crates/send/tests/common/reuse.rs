@@ -136,13 +136,34 @@ pub fn remove(files: &[PathBuf]) {
     }
 }
 
-/// `btrfs balance start ARGS MNT`.
+/// `btrfs balance start ARGS MNT`; fails with the space usage before it
+/// and the kernel's last words when it fails.
 pub fn balance(mnt: &Path, args: &[&str]) {
-    run(Command::new("btrfs")
+    let usage = Command::new("btrfs")
+        .args(["filesystem", "usage", "-T"])
+        .arg(mnt)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let o = Command::new("btrfs")
         .args(["balance", "start"])
         .args(args)
         .arg(mnt)
-        .stdout(std::process::Stdio::null()));
+        .output()
+        .expect("btrfs balance");
+    if !o.status.success() {
+        let dmesg = Command::new("dmesg")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let tail: Vec<&str> = dmesg.lines().rev().take(8).collect();
+        panic!(
+            "btrfs balance start {} failed: {}\nspace before it:\n{usage}\nkernel:\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim_end(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
 }
 
 /// What became of the tree blocks and data extents of deleted snapshots.

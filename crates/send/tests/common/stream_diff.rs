@@ -15,6 +15,17 @@ use sha2::Digest;
 /// difference a stream from a bookmark may have.
 pub const CLONE_AS_DATA: &str = "clone from the parent sent as data";
 
+/// The same where A also truncated the file to the clone's start first
+/// (rsend's way to clone a file's unaligned tail): the TRUNCATE goes with
+/// the CLONE.
+pub const TAIL_CLONE_AS_DATA: &str =
+    "clone from the parent of a file's tail (TRUNCATE to its start, CLONE) sent as data";
+
+/// Whether a difference of `kind` is one a stream from a bookmark may have.
+pub fn allowed(kind: &str) -> bool {
+    kind == CLONE_AS_DATA || kind == TAIL_CLONE_AS_DATA
+}
+
 /// One command of a stream, owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cmd {
@@ -238,11 +249,26 @@ pub fn classify(a: &[Cmd], b: &[Cmd], parent: Uuid) -> &'static str {
     if b.is_empty() {
         return "commands only the first stream has";
     }
-    if !a.iter().all(from_parent) {
+    // A TRUNCATE to where a CLONE from the parent starts on the same path.
+    let tail_truncate = |c: &Cmd| {
+        c.kind == CommandKind::Truncate
+            && a.iter().any(|x| {
+                from_parent(x)
+                    && x.path == c.path
+                    && x.range
+                        .is_some_and(|r| c.line.ends_with(&format!(" size={}", r.0)))
+            })
+    };
+    let truncates = a.iter().filter(|c| tail_truncate(c)).count();
+    if !a.iter().all(|c| from_parent(c) || tail_truncate(c)) || truncates == a.len() {
         return "commands changed";
     }
     if all_data && ranges(a) == ranges(b) {
-        CLONE_AS_DATA
+        if truncates > 0 {
+            TAIL_CLONE_AS_DATA
+        } else {
+            CLONE_AS_DATA
+        }
     } else if all_data {
         "clone from the parent sent as data of other ranges"
     } else {
@@ -265,21 +291,30 @@ pub fn summary(hunks: &[Hunk]) -> String {
         .join("; ")
 }
 
-/// `hunks` as text, at most `max_lines` command lines in all.
-pub fn render(hunks: &[Hunk], max_lines: usize) -> String {
+/// `hunks` as text: of each kind the first `per_kind` stretches, at most
+/// 12 commands of a side each.
+pub fn render(hunks: &[Hunk], per_kind: usize) -> String {
     let mut out = String::new();
-    let mut left = max_lines;
+    let mut shown: BTreeMap<&str, usize> = BTreeMap::new();
     for h in hunks {
+        let n = shown.entry(h.kind).or_default();
+        *n += 1;
+        if *n > per_kind {
+            continue;
+        }
         let _ = writeln!(out, "  [{}]", h.kind);
         for (sign, cmds) in [("-", &h.a), ("+", &h.b)] {
-            for c in cmds.iter() {
-                if left == 0 {
-                    out.push_str("  ...\n");
-                    return out;
-                }
-                left -= 1;
+            for c in cmds.iter().take(12) {
                 let _ = writeln!(out, "    {sign} {}", c.line);
             }
+            if cmds.len() > 12 {
+                let _ = writeln!(out, "    {sign} ... {} more", cmds.len() - 12);
+            }
+        }
+    }
+    for (kind, n) in shown {
+        if n > per_kind {
+            let _ = writeln!(out, "  [{kind}] ... {} more like these", n - per_kind);
         }
     }
     out
