@@ -66,6 +66,40 @@ pub fn dump_tree(dev: &str, tree: Option<u64>) -> Trees {
     t
 }
 
+/// What is allocated now, from the extent tree (`dump-tree -t extent`,
+/// cheaper than every tree): tree blocks (address -> generation) and data
+/// extents (address -> length).
+pub fn allocated_blocks(dev: &str) -> Trees {
+    let out = run(Command::new("btrfs")
+        .args(["inspect-internal", "dump-tree", "-t", "extent"])
+        .arg(dev));
+    let mut t = Trees::default();
+    let mut key: Option<(u64, u64)> = None;
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        // "item 3 key (30441472 METADATA_ITEM 0) itemoff 16153 itemsize 33"
+        // "refs 1 gen 7 flags TREE_BLOCK" (or "flags DATA")
+        if w.first() == Some(&"item") && w.len() > 5 && w[2] == "key" {
+            let addr = w[3].trim_start_matches('(').parse().ok();
+            let len = w[5].trim_end_matches(')').parse().ok();
+            key = match (addr, len, w[4]) {
+                (Some(a), Some(n), "METADATA_ITEM" | "EXTENT_ITEM") => Some((a, n)),
+                _ => None,
+            };
+        } else if w.first() == Some(&"refs") && w.len() >= 6 && w[2] == "gen" {
+            let (Some((a, n)), Ok(g)) = (key.take(), w[3].parse()) else {
+                continue;
+            };
+            if w[5..].contains(&"TREE_BLOCK") {
+                t.blocks.insert(a, g);
+            } else if w[5..].contains(&"DATA") {
+                t.extents.insert(a, n);
+            }
+        }
+    }
+    t
+}
+
 /// Commits the filesystem at `mnt` (`btrfs filesystem sync`).
 pub fn commit(mnt: &Path) {
     run(Command::new("btrfs").args(["filesystem", "sync"]).arg(mnt));
@@ -79,6 +113,9 @@ pub fn delete_subvolumes(mnt: &Path, paths: &[PathBuf]) {
             .args(["-q", "subvolume", "delete"])
             .args(chunk));
     }
+    // The commit wakes the cleaner; else `subvolume sync` waits for the
+    // transaction kthread's next round (30 s).
+    commit(mnt);
     run(Command::new("btrfs").args(["subvolume", "sync"]).arg(mnt));
     commit(mnt);
     // Space freed in the last transaction is pinned until the next commit.
