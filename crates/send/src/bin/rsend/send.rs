@@ -117,6 +117,7 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
     if to_stdout && !args.dry_run {
         refuse_terminal(&std::io::stdout(), "standard output")?;
     }
+    make_bookmarks_dir(args)?;
     let rescue = args.rescue.then(|| Arc::new(Losses::new()));
     let fs = open_fs(
         &args.devices,
@@ -155,6 +156,21 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
     Ok(Sent::Whole)
 }
 
+/// Makes the `--bookmarks` directory when a send will write there and it
+/// is missing (readable by its owner only: a bookmark holds file names
+/// and small files' contents), before anything is sent.
+fn make_bookmarks_dir(args: &SendArgs) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let Some(dir) = args.bookmarks.as_ref().filter(|_| !args.dry_run) else {
+        return Ok(());
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| anyhow::anyhow!("--bookmarks {}: {}", dir.display(), plain_io(&e)))
+}
+
 /// Whether the run measures the stream: `-n`, but `--rescue -n` reads
 /// everything a send would, and writes nothing.
 fn measure(args: &SendArgs) -> bool {
@@ -179,6 +195,7 @@ fn make_plan(fs: &Filesystem, svs: &[Subvolume], args: &SendArgs) -> anyhow::Res
         listing: listing.as_deref(),
         parent_any: args.parent_any,
         bookmark: bookmark.as_ref(),
+        bookmarks: args.bookmarks.as_deref(),
     };
     let mut said = Said { quiet: args.quiet };
     let plan = plan(fs, svs, &ask, &mut said).map_err(plan_error)?;
