@@ -488,3 +488,160 @@ fn a_night_whose_parent_was_deleted_goes_against_its_bookmark() {
     dest.check("night5", &src.manifest(&s5), "night 5");
     println!("{}", summary.join("\n"));
 }
+
+/// What one run of scripts/rsend-nightly did.
+struct Job {
+    code: Option<i32>,
+    log: String,
+}
+
+impl Job {
+    /// Panics, showing the log, unless the job exited 0 and its log has a
+    /// line containing each of `what`.
+    fn says(&self, what: &[&str], context: &str) {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "{context}: the job failed:\n{}",
+            self.log
+        );
+        for w in what {
+            assert!(
+                self.log.lines().any(|l| l.contains(w)),
+                "{context}: the job's log has no line with {w:?}:\n{}",
+                self.log
+            );
+        }
+    }
+}
+
+/// `scripts/rsend-nightly -w 0 --bookmarks DIR -d IMAGE SNAP DEST`, with
+/// the rsend of this build and rreceive, as cron runs it.
+fn job(src: &Source, dest: &Dest, bookmarks: &Path, snap: &str) -> Job {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/rsend-nightly");
+    let out = Command::new(script)
+        .args(["-w", "0", "--bookmarks"])
+        .arg(bookmarks)
+        .arg("-d")
+        .arg(src.image())
+        .arg(snap)
+        .arg(&dest.dir)
+        .env("RSEND", env!("CARGO_BIN_EXE_rsend"))
+        .env("RRECEIVE", &dest.rreceive)
+        .env_remove("SSH")
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Job {
+        code: out.status.code(),
+        log: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The nightly job with `--bookmarks DIR`, keeping only the newest
+/// snapshot on the source:
+///
+/// - nights 1 and 2 are sent as without it (full, then against night 1),
+///   each leaving its bookmark in DIR (made by the first);
+/// - night 3, with nights 1 and 2 deleted on the source, goes against
+///   night 2's bookmark, which the job's log says; DEST lists night 3 as
+///   received against night 2 and it equals its source;
+/// - night 3's bookmark lost, the job run again for night 3 sends nothing
+///   and writes it; night 4, night 3 deleted, goes against that bookmark.
+#[test]
+fn the_nightly_job_keeps_bookmarks_and_sends_against_a_deleted_parents() {
+    let test = "the_nightly_job_keeps_bookmarks_and_sends_against_a_deleted_parents";
+    if !kernel_available(test) {
+        return;
+    }
+    let src = Source::new();
+    let dest = Dest::new();
+    let bms = src.fs.scratch().join("job/bookmarks");
+    let mut summary = Vec::new();
+
+    let s1 = src.night(1);
+    let u1 = src.uuid(&s1);
+    let j = job(&src, &dest, &bms, &s1);
+    j.says(
+        &[
+            "attempt 1: sending night1",
+            &format!("sending {s1} (subvolume {}) in full", src.subvol_id(&s1)),
+            "night1 is complete in",
+        ],
+        "night 1",
+    );
+    dest.check("night1", &src.manifest(&s1), "night 1");
+    assert!(bookmark(&bms, &u1).is_file(), "night 1 left no bookmark");
+
+    let s2 = src.night(2);
+    let u2 = src.uuid(&s2);
+    let j = job(&src, &dest, &bms, &s2);
+    j.says(
+        &[
+            &format!("rsend: parent {s1} (subvolume {}", src.subvol_id(&s1)),
+            "night2 is complete in",
+        ],
+        "night 2",
+    );
+    dest.check("night2", &src.manifest(&s2), "night 2");
+    assert!(bookmark(&bms, &u2).is_file(), "night 2 left no bookmark");
+
+    // Only the newest snapshot kept on the source.
+    src.delete(&s1);
+    src.delete(&s2);
+    let s3 = src.night(3);
+    let u3 = src.uuid(&s3);
+    let j = job(&src, &dest, &bms, &s3);
+    let picked = from_bookmark(&s2, &u2, &bms, &s3, 2);
+    j.says(&[&picked, "night3 is complete in"], "night 3");
+    summary.extend(j.log.lines().map(|l| format!("night 3: {l}")));
+    dest.check("night3", &src.manifest(&s3), "night 3");
+    let list = dest.list();
+    let row = list
+        .lines()
+        .find(|l| l.starts_with("night3\t"))
+        .unwrap_or_else(|| panic!("night 3 not listed:\n{list}"));
+    assert_eq!(
+        row,
+        format!(
+            "night3\t{u3}\t{}\t{u2}\tcomplete",
+            row.split('\t').nth(2).unwrap()
+        ),
+        "night 3 as DEST lists it"
+    );
+    assert!(bookmark(&bms, &u3).is_file(), "night 3 left no bookmark");
+
+    // A night complete in DEST whose bookmark is missing: written by the
+    // next run, and good for the night after.
+    std::fs::remove_file(bookmark(&bms, &u3)).unwrap();
+    let j = job(&src, &dest, &bms, &s3);
+    j.says(
+        &[
+            "night3 is complete in",
+            &format!(
+                "wrote the bookmark of night3 missing from {}",
+                bms.display()
+            ),
+        ],
+        "night 3 again",
+    );
+    assert!(
+        !j.log.contains("attempt"),
+        "night 3 again sent something:\n{}",
+        j.log
+    );
+    assert!(
+        bookmark(&bms, &u3).is_file(),
+        "night 3 again wrote no bookmark"
+    );
+    summary.extend(j.log.lines().map(|l| format!("night 3 again: {l}")));
+    src.delete(&s3);
+    let s4 = src.night(4);
+    let j = job(&src, &dest, &bms, &s4);
+    let picked = from_bookmark(&s3, &u3, &bms, &s4, 3);
+    j.says(&[&picked, "night4 is complete in"], "night 4");
+    summary.push(format!("night 4: {picked}"));
+    dest.check("night4", &src.manifest(&s4), "night 4");
+    println!("{}", summary.join("\n"));
+}
