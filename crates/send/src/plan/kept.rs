@@ -5,9 +5,9 @@
 //! snapshots still there are opened (newest first, by the ctransid the
 //! list gives), so a night reads one bookmark, not every one kept. A
 //! bookmark that cannot be read, or is not of the snapshot its name and
-//! the list say, is told through [`Notes`] and passed over, never used
-//! and never the night's failure. Calls [`crate::bookmark`] and
-//! [`crate::lineage`].
+//! the list say, is told to the plan (which tells its notes) and passed
+//! over, never used and never the night's failure. Calls
+//! [`crate::bookmark`] and [`crate::lineage`].
 
 use std::cmp::Reverse;
 use std::collections::HashSet;
@@ -17,7 +17,6 @@ use btrfs_disk::fs::Filesystem;
 use btrfs_disk::subvol::Subvolume;
 use btrfs_text::list::Line;
 
-use super::Notes;
 use crate::bookmark::{file_name, Bookmark, BookmarkError};
 use crate::lineage::{related, Lineage};
 use crate::send::stream_uuid_of;
@@ -41,13 +40,14 @@ impl Gone<'_> {
     /// complete and the source no longer has, that can be the parent of
     /// `sv` (of this filesystem, of its lineage unless `any`, older than
     /// it) and is newer than `best`, the parent found among the snapshots
-    /// still there; `None` when there is none.
+    /// still there; `None` when there is none. Each bookmark passed over
+    /// for what is wrong with it goes to `skipped`.
     pub(super) fn newest_bookmark(
         &self,
         fs: &Filesystem,
         dir: &Path,
         best: Option<&Subvolume>,
-        notes: &mut dyn Notes,
+        skipped: &mut dyn FnMut(BookmarkError),
     ) -> Option<Bookmark> {
         let sv = self.sv;
         let floor = best.map(|p| (p.ctransid, p.id));
@@ -67,7 +67,7 @@ impl Gone<'_> {
             let b = match self.open(&path, h) {
                 Ok(b) => b,
                 Err(e) => {
-                    notes.bookmark_skipped(sv, &e);
+                    skipped(e);
                     continue;
                 }
             };

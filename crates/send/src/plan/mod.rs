@@ -334,7 +334,8 @@ fn parent_from_list(
             all: &all,
             any,
         };
-        if let Some(b) = gone.newest_bookmark(fs, dir, best, notes) {
+        let mut skipped = |e: BookmarkError| notes.bookmark_skipped(sv, &e);
+        if let Some(b) = gone.newest_bookmark(fs, dir, best, &mut skipped) {
             let pick = match any {
                 true => Pick::BookmarkOfAny(&b),
                 false => Pick::BookmarkOlder {
