@@ -374,11 +374,11 @@ fn run(args: Args) -> Result<(), Failure> {
             )
             .into());
     }
-    for p in &args.subvols {
+    for p in args.subvols.iter().chain(&args.clone_src) {
         if rsend::bookmark::Bookmark::sniff(p) {
             return Err(Failure::Error(anyhow::anyhow!(
                 "{} is a bookmark, not a snapshot: a bookmark can only be the parent \
-                 (--parent-bookmark, or -p)",
+                 (--parent-bookmark, or -p); it holds no file data to send or clone from",
                 p.display()
             )));
         }
