@@ -185,7 +185,10 @@ pub fn plan(
         let Some(sv) = svs.first() else {
             return Err(PlanError::ResumeOneSubvol);
         };
-        parent = check_resume(fs, sv, parent, t)?;
+        match resumed_bookmark(fs, sv, parent.as_ref(), t, ask)? {
+            Some(b) => kept = Some(b),
+            None => parent = check_resume(fs, sv, parent, t)?,
+        }
     } else if let (Some(list), Some(sv)) = (ask.listing, svs.first()) {
         match parent_from_list(fs, sv, list, ask, notes)? {
             FromList::Parent(p) => parent = p.map(|p| *p),
@@ -385,6 +388,37 @@ fn parent_from_list(
 fn same_origin(sv: &Subvolume, p: &Subvolume) -> bool {
     let origin = sv.parent_uuid;
     !origin.is_nil() && (p.parent_uuid == origin || p.uuid == origin)
+}
+
+/// The bookmark a resumed send continues against: the one given (it must
+/// be the token's parent), or with `--bookmarks` the token's parent's when
+/// the snapshot is gone from the source. None: the parent is a snapshot,
+/// or there is none.
+fn resumed_bookmark(
+    fs: &Filesystem,
+    sv: &Subvolume,
+    parent: Option<&Subvolume>,
+    t: &Token,
+    ask: &Ask<'_>,
+) -> Result<Option<Arc<Bookmark>>, PlanError> {
+    if let Some(b) = ask.bookmark {
+        check_resume(fs, sv, Some(b.subvolume().clone()), t)?;
+        return Ok(Some(b.clone()));
+    }
+    let (Some(dir), None, Some((pu, _))) = (ask.bookmarks, parent, t.parent) else {
+        return Ok(None);
+    };
+    if find_parent(fs, &SubvolSelector::Uuid(pu)).is_ok() {
+        return Ok(None);
+    }
+    let path = dir.join(crate::bookmark::file_name(&pu));
+    if !path.exists() {
+        return Ok(None);
+    }
+    let b = Bookmark::open(&path)?;
+    b.check_parent_of(fs, sv, ask.parent_any)?;
+    check_resume(fs, sv, Some(b.subvolume().clone()), t)?;
+    Ok(Some(Arc::new(b)))
 }
 
 /// The snapshot and parent a resumed send continues: `sv` must be the

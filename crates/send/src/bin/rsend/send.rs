@@ -350,19 +350,32 @@ fn send_all(
 /// `--write-bookmark FILE` (also after a dry run), and of each to
 /// `--bookmarks DIR` (not after a dry run: nothing was received).
 fn write_bookmarks(fs: &Filesystem, svs: &[Subvolume], args: &SendArgs) -> anyhow::Result<()> {
-    let mut to: Vec<(&Subvolume, PathBuf)> = Vec::new();
+    // (subvolume, file, whether a failure only warns)
+    let mut to: Vec<(&Subvolume, PathBuf, bool)> = Vec::new();
     if let (Some(path), Some(sv)) = (&args.write_bookmark, svs.first()) {
-        to.push((sv, path.clone()));
+        to.push((sv, path.clone(), false));
     }
     if let (Some(dir), false) = (&args.bookmarks, args.dry_run) {
         for sv in svs {
             let name = rsend::bookmark::file_name(&rsend::send::stream_uuid_of(sv));
-            to.push((sv, dir.join(name)));
+            to.push((sv, dir.join(name), true));
         }
     }
-    for (sv, path) in to {
+    for (sv, path, warn) in to {
         let started = std::time::Instant::now();
-        let w = rsend::bookmark::write(fs, sv, &path)?;
+        let w = match rsend::bookmark::write(fs, sv, &path) {
+            Ok(w) => w,
+            // The stream went whole: the night is not lost for want of a bookmark.
+            Err(e) if warn => {
+                eprintln!(
+                    "rsend: warning: {e}; the stream was sent whole, but an incremental \
+                     against {} after it is deleted from the source needs its bookmark",
+                    sv.label()
+                );
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         if args.verbose > 0 {
             eprintln!(
                 "rsend: bookmark of {} written to {}: {} tree blocks ({} bytes) in {} bytes, {:.2?}",
