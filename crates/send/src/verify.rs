@@ -826,7 +826,7 @@ impl Verifier<'_, '_> {
                 copy.push((name.as_bytes().to_vec(), v));
             }
         }
-        let mut snap: Vec<(Vec<u8>, Vec<u8>)> = xattrs(&self.tree, inode.ino)
+        let mut snap: Vec<Xattr> = xattrs(&self.tree, inode.ino)
             .map_err(|e| self.snap_err(e))?
             .into_iter()
             .filter(|(n, _)| counts(n))
@@ -894,8 +894,11 @@ fn read_dir(tree: &Tree<'_>, dir: u64) -> Result<Vec<Entry>, Error> {
     Ok(out)
 }
 
-/// The xattrs of inode `ino` of `tree`: (name, value).
-fn xattrs(tree: &Tree<'_>, ino: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Error> {
+/// An extended attribute: its name and value.
+type Xattr = (Vec<u8>, Vec<u8>);
+
+/// The xattrs of inode `ino` of `tree`.
+fn xattrs(tree: &Tree<'_>, ino: u64) -> Result<Vec<Xattr>, Error> {
     let mut out = Vec::new();
     let from = Key::new(ino, key_type::XATTR_ITEM, 0);
     let to = Key::new(ino, key_type::XATTR_ITEM, u64::MAX);
