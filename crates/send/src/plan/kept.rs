@@ -18,7 +18,6 @@ use btrfs_disk::subvol::Subvolume;
 use btrfs_text::list::Line;
 
 use crate::bookmark::{file_name, Bookmark, BookmarkError};
-use crate::lineage::{related, Lineage};
 use crate::send::stream_uuid_of;
 
 /// The snapshots a destination holds that the source lost, for the send
@@ -140,11 +139,6 @@ impl Gone<'_> {
     /// to it, or linked to it through the source's subvolumes by its uuid,
     /// parent uuid or received uuid (it is gone, its links are not).
     fn of_lineage(&self, b: &Subvolume) -> bool {
-        if related(self.sv, b) {
-            return true;
-        }
-        let mut with: Vec<Subvolume> = self.all.to_vec();
-        with.push(b.clone());
-        Lineage::of(self.sv, &with).contains(b)
+        crate::lineage::joins(self.sv, self.all, b)
     }
 }
