@@ -25,11 +25,11 @@ pub fn rootid(path: &Path) -> u64 {
 
 /// What `dump-tree` shows of a tree (or of every tree): its blocks
 /// (address -> generation) and the data extents its file extent items
-/// point to (address -> length).
+/// point to (address -> length, generation).
 #[derive(Default, Debug, Clone)]
 pub struct Trees {
     pub blocks: BTreeMap<u64, u64>,
-    pub extents: BTreeMap<u64, u64>,
+    pub extents: BTreeMap<u64, (u64, u64)>,
 }
 
 /// `btrfs inspect-internal dump-tree [-t TREE] DEV`, read (run it after a
@@ -42,8 +42,13 @@ pub fn dump_tree(dev: &str, tree: Option<u64>) -> Trees {
     }
     let out = run(cmd.arg(dev));
     let mut t = Trees::default();
+    let mut item_gen = 0;
     for l in String::from_utf8_lossy(&out.stdout).lines() {
         let w: Vec<&str> = l.split_whitespace().collect();
+        // "generation 7 type 1 (regular)": the file extent item's
+        if w.len() > 3 && w[0] == "generation" && w[2] == "type" {
+            item_gen = w[1].parse().unwrap_or(0);
+        }
         // "leaf 30457856 items 101 free space 5181 generation 9 owner 256"
         // "node 30687232 level 1 items 2 free space 491 generation 9 owner 257"
         if matches!(w.first(), Some(&"leaf") | Some(&"node")) && w.len() > 3 && w[2] != "flags" {
@@ -58,7 +63,7 @@ pub fn dump_tree(dev: &str, tree: Option<u64>) -> Trees {
         if w.len() == 7 && w[..4] == ["extent", "data", "disk", "byte"] {
             if let (Ok(a), Ok(n)) = (w[4].parse::<u64>(), w[6].parse::<u64>()) {
                 if a != 0 {
-                    t.extents.insert(a, n);
+                    t.extents.insert(a, (n, item_gen));
                 }
             }
         }
@@ -68,7 +73,7 @@ pub fn dump_tree(dev: &str, tree: Option<u64>) -> Trees {
 
 /// What is allocated now, from the extent tree (`dump-tree -t extent`,
 /// cheaper than every tree): tree blocks (address -> generation) and data
-/// extents (address -> length).
+/// extents (address -> length, generation).
 pub fn allocated_blocks(dev: &str) -> Trees {
     let out = run(Command::new("btrfs")
         .args(["inspect-internal", "dump-tree", "-t", "extent"])
@@ -93,11 +98,36 @@ pub fn allocated_blocks(dev: &str) -> Trees {
             if w[5..].contains(&"TREE_BLOCK") {
                 t.blocks.insert(a, g);
             } else if w[5..].contains(&"DATA") {
-                t.extents.insert(a, n);
+                t.extents.insert(a, (n, g));
             }
         }
     }
     t
+}
+
+/// The writable subvolumes of the filesystem mounted at `mnt` (paths),
+/// nested ones before those holding them.
+pub fn writable_subvolumes(mnt: &Path) -> Vec<PathBuf> {
+    let list = |ro: bool| -> Vec<String> {
+        let mut cmd = Command::new("btrfs");
+        cmd.args(["subvolume", "list"]);
+        if ro {
+            cmd.arg("-r");
+        }
+        let out = run(cmd.arg(mnt));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once(" path ").map(|(_, p)| p.to_owned()))
+            .collect()
+    };
+    let ro = list(true);
+    let mut rw: Vec<String> = list(false)
+        .into_iter()
+        .filter(|p| !ro.contains(p))
+        .collect();
+    // Nested ones first: a subvolume holding one cannot be deleted.
+    rw.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
+    rw.into_iter().map(|p| mnt.join(p)).collect()
 }
 
 /// Commits the filesystem at `mnt` (`btrfs filesystem sync`).
@@ -166,6 +196,30 @@ pub fn fill(dir: &Path, prefix: &str, bytes: u64, seed: u64) -> Vec<PathBuf> {
     files
 }
 
+/// Preallocates (fallocate, no data written) all but about `margin`
+/// bytes of the free space of the filesystem at `mnt` as the file `name`
+/// at its top; commits. Less when that much does not fit (df's estimate
+/// is not exact).
+pub fn preallocate_free_space(mnt: &Path, name: &str, margin: u64) -> PathBuf {
+    let p = mnt.join(name);
+    let mut want = free_bytes(mnt).saturating_sub(margin);
+    while want > 0 {
+        let ok = Command::new("fallocate")
+            .arg("-l")
+            .arg(want.to_string())
+            .arg(&p)
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            break;
+        }
+        let _ = std::fs::remove_file(&p);
+        want = want / 10 * 9;
+    }
+    commit(mnt);
+    p
+}
+
 /// Removes `files`.
 pub fn remove(files: &[PathBuf]) {
     for f in files {
@@ -211,7 +265,8 @@ pub struct Reuse {
     /// Of those, the ones whose address holds a block of another
     /// generation now.
     pub reused_blocks: usize,
-    /// Data extents no file extent item points to any more (freed).
+    /// Data extents that are not allocated any more with their
+    /// generation (freed).
     pub freed_extents: usize,
     /// Of those, the ones a fill file's data overlaps now.
     pub reused_extents: usize,
@@ -241,8 +296,8 @@ impl Reuse {
         let freed_extents: Vec<(u64, u64)> = before
             .extents
             .iter()
-            .filter(|(a, _)| !now.extents.contains_key(a))
-            .map(|(a, n)| (*a, *n))
+            .filter(|(a, (_, g))| now.extents.get(a).is_none_or(|(_, ng)| ng != g))
+            .map(|(a, (n, _))| (*a, *n))
             .collect();
         Reuse {
             freed_blocks: freed.len(),

@@ -21,9 +21,14 @@ pub const CLONE_AS_DATA: &str = "clone from the parent sent as data";
 pub const TAIL_CLONE_AS_DATA: &str =
     "clone from the parent of a file's tail (TRUNCATE to its start, CLONE) sent as data";
 
+/// The same where A wrote data next to the CLONE and B writes it all,
+/// cut into WRITEs anew (the bytes A wrote are checked to be B's).
+pub const CLONE_AS_DATA_RECUT: &str =
+    "clone from the parent sent as data, with the writes around it cut anew";
+
 /// Whether a difference of `kind` is one a stream from a bookmark may have.
 pub fn allowed(kind: &str) -> bool {
-    kind == CLONE_AS_DATA || kind == TAIL_CLONE_AS_DATA
+    kind == CLONE_AS_DATA || kind == TAIL_CLONE_AS_DATA || kind == CLONE_AS_DATA_RECUT
 }
 
 /// One command of a stream, owned.
@@ -38,6 +43,8 @@ pub struct Cmd {
     pub range: Option<(u64, u64)>,
     /// A CLONE's source subvolume.
     pub clone_uuid: Option<Uuid>,
+    /// A WRITE's data.
+    pub data: Option<Vec<u8>>,
 }
 
 fn escape(b: &[u8]) -> String {
@@ -103,12 +110,17 @@ fn owned(c: &Command<'_>) -> Cmd {
             (p, None, None)
         }
     };
+    let data = match *c {
+        Command::Write { data, .. } => Some(data.to_vec()),
+        _ => None,
+    };
     Cmd {
         kind: c.kind(),
         line,
         path: path.to_vec(),
         range,
         clone_uuid,
+        data,
     }
 }
 
@@ -260,20 +272,50 @@ pub fn classify(a: &[Cmd], b: &[Cmd], parent: Uuid) -> &'static str {
             })
     };
     let truncates = a.iter().filter(|c| tail_truncate(c)).count();
-    if !a.iter().all(|c| from_parent(c) || tail_truncate(c)) || truncates == a.len() {
+    let clones = a.iter().filter(|c| from_parent(c)).count();
+    let writes = a.iter().filter(|c| c.kind == CommandKind::Write).count();
+    if clones == 0 || clones + truncates + writes != a.len() {
         return "commands changed";
     }
-    if all_data && ranges(a) == ranges(b) {
-        if truncates > 0 {
+    if all_data && ranges(a) == ranges(b) && writes_agree(a, b) {
+        if writes > 0 {
+            CLONE_AS_DATA_RECUT
+        } else if truncates > 0 {
             TAIL_CLONE_AS_DATA
         } else {
             CLONE_AS_DATA
         }
     } else if all_data {
-        "clone from the parent sent as data of other ranges"
+        "clone from the parent sent as data of other ranges or bytes"
     } else {
         "clone from the parent replaced by other commands"
     }
+}
+
+/// Whether every byte a WRITE of `a` writes is written the same by the
+/// WRITEs of `b` (on the same path).
+fn writes_agree(a: &[Cmd], b: &[Cmd]) -> bool {
+    a.iter().filter(|c| c.kind == CommandKind::Write).all(|w| {
+        let (Some((start, end)), Some(data)) = (w.range, &w.data) else {
+            return false;
+        };
+        let mut covered = 0u64;
+        for x in b.iter().filter(|x| x.path == w.path) {
+            let (Some((xs, xe)), Some(xd)) = (x.range, &x.data) else {
+                continue;
+            };
+            let (s, e) = (start.max(xs), end.min(xe));
+            if s >= e {
+                continue;
+            }
+            let mine = &data[(s - start) as usize..(e - start) as usize];
+            if mine != &xd[(s - xs) as usize..(e - xs) as usize] {
+                return false;
+            }
+            covered += e - s;
+        }
+        covered == end - start
+    })
 }
 
 /// Counts of `hunks` by kind, as `kind: N` lines.
