@@ -329,6 +329,22 @@ impl Block {
 }
 
 impl Block {
+    /// The block `data` held at `e.logical` of filesystem `fsid` (checksums
+    /// of type `csum`), validated as a block read from a device is and
+    /// matching what `e` expects of it: for blocks kept outside the
+    /// filesystem (in memory, in a file).
+    pub fn check(
+        data: Arc<[u8]>,
+        e: &Expect,
+        fsid: &Uuid,
+        csum: CsumType,
+    ) -> std::result::Result<Block, BlockError> {
+        validate(&data, e.logical, fsid, csum)?;
+        let b = Block { data };
+        check_expect(&b, e)?;
+        Ok(b)
+    }
+
     pub(crate) fn from_validated(data: Arc<[u8]>) -> Block {
         Block { data }
     }

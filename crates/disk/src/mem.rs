@@ -7,9 +7,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::block::{
-    check_expect, validate, Block, Expect, KeyPtr, HEADER_SIZE, ITEM_SIZE, KEY_PTR_SIZE,
-};
+use crate::block::{Block, Expect, KeyPtr, HEADER_SIZE, ITEM_SIZE, KEY_PTR_SIZE};
 use crate::csum::CsumType;
 use crate::error::{Error, Result, TreeBlockError};
 use crate::key::Key;
@@ -150,10 +148,7 @@ impl BlockSource for MemBlocks {
             .blocks
             .get(&e.logical)
             .ok_or_else(|| bad(TreeBlockError::Missing))?;
-        validate(data, e.logical, &self.fsid, self.csum)
-            .map_err(|r| bad(TreeBlockError::Invalid(Box::new(r))))?;
-        let b = Block::from_validated(data.clone());
-        check_expect(&b, e).map_err(|r| bad(TreeBlockError::Invalid(Box::new(r))))?;
-        Ok(b)
+        Block::check(data.clone(), e, &self.fsid, self.csum)
+            .map_err(|r| bad(TreeBlockError::Invalid(Box::new(r))))
     }
 }

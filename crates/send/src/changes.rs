@@ -24,6 +24,7 @@ use std::num::NonZeroUsize;
 
 use lru::LruCache;
 
+use crate::bookmark::{Parent, Reuse};
 use crate::record::{self, Change, FileType, Record, What, WhatSet};
 use crate::snapshot_error::{Fault, SnapshotError};
 use btrfs_disk::csum::CsumType;
@@ -49,16 +50,19 @@ const CSUM_CHUNK: u64 = 64 << 20;
 const MAX_DEPTH: usize = 4096;
 
 /// Lists what changed from `parent` to `sv`, sorted by path; without a
-/// parent every inode of `sv` is created.
+/// parent every inode of `sv` is created. Against a bookmark the parent's
+/// file data is gone: a range whose extent was rewritten counts as
+/// changed data unless it is still the same extent.
 pub fn list_changes(
     fs: &Filesystem,
     sv: &Subvolume,
-    parent: Option<&Subvolume>,
+    parent: Option<Parent<'_>>,
 ) -> std::result::Result<Vec<Record>, SnapshotError> {
     let mut l = Lister {
         fs,
-        new: Snap::new(fs, sv),
-        old: parent.map(|p| Snap::new(fs, p)),
+        new: Snap::new(sv, fs.fs_tree(sv)),
+        old: parent.map(|p| Snap::new(p.subvolume(), p.tree(fs))),
+        reuse: parent.and_then(|p| p.reuse(fs)),
         records: Vec::new(),
         cur: Touched::default(),
     };
@@ -85,10 +89,10 @@ struct Name {
 }
 
 impl<'a, 'fs> Snap<'a, 'fs> {
-    fn new(fs: &'fs Filesystem, sv: &'a Subvolume) -> Snap<'a, 'fs> {
+    fn new(sv: &'a Subvolume, tree: Tree<'fs>) -> Snap<'a, 'fs> {
         Snap {
             sv,
-            look: Lookup::new(fs.fs_tree(sv)),
+            look: Lookup::new(tree),
             dirs: LruCache::new(NonZeroUsize::new(DIR_PATHS).unwrap_or(NonZeroUsize::MIN)),
         }
     }
@@ -201,6 +205,8 @@ struct Lister<'a, 'fs> {
     fs: &'fs Filesystem,
     new: Snap<'a, 'fs>,
     old: Option<Snap<'a, 'fs>>,
+    /// With a bookmark as the parent: what may have been reused since.
+    reuse: Option<Reuse<'fs>>,
     records: Vec<Record>,
     cur: Touched,
 }
@@ -249,6 +255,17 @@ impl<'fs> Lister<'_, 'fs> {
         self.finish()
     }
 
+    /// Whether an item equal in both trees (`l` of the new one) is the
+    /// same: against a bookmark, a file extent item must name the same extent.
+    fn same(&self, key: Key, l: &Option<Side<'_>>) -> Result<bool> {
+        match (self.reuse, l) {
+            (Some(reuse), Some(s)) if key.item_type == key_type::EXTENT_DATA => {
+                Ok(reuse.same_extent(s.item)?)
+            }
+            _ => Ok(true),
+        }
+    }
+
     fn item(
         &mut self,
         key: Key,
@@ -256,7 +273,7 @@ impl<'fs> Lister<'_, 'fs> {
         l: Option<Side<'_>>,
         r: Option<Side<'_>>,
     ) -> Result<()> {
-        if change == ItemChange::Same || !is_file_ino(key.objectid) {
+        if !is_file_ino(key.objectid) || (change == ItemChange::Same && self.same(key, &l)?) {
             return Ok(());
         }
         if key.objectid != self.cur.ino {
@@ -443,6 +460,7 @@ impl<'fs> Lister<'_, 'fs> {
         rs.sort_unstable();
         let cmp = DataCompare {
             fs: self.fs,
+            reuse: self.reuse,
             old: (old.tree(), *o),
             new: (self.new.tree(), *n),
         };
@@ -573,6 +591,9 @@ pub(crate) fn pieces(tree: &Tree<'_>, ino: u64, lo: u64, hi: u64) -> Result<Vec<
 /// Compares one file's bytes in the parent and the snapshot.
 struct DataCompare<'fs> {
     fs: &'fs Filesystem,
+    /// The parent is a bookmark: its disk extents can be neither read nor
+    /// trusted unless still the same.
+    reuse: Option<Reuse<'fs>>,
     old: (Tree<'fs>, Inode),
     new: (Tree<'fs>, Inode),
 }
@@ -608,6 +629,10 @@ impl DataCompare<'_> {
     fn same_piece(&self, a: &Piece, b: &Piece, x: u64, y: u64) -> Result<bool> {
         if a.src == Src::Zero && b.src == Src::Zero {
             return Ok(true);
+        }
+        if let (Some(reuse), Src::Disk { bytenr, .. }) = (self.reuse, a.src) {
+            // Only the same extent, never freed since, reads the same.
+            return Ok(a.pos_at(x) == b.pos_at(x) && reuse.extent_is_older(bytenr)?);
         }
         if let (Some(pa), Some(pb)) = (a.pos_at(x), b.pos_at(x)) {
             if pa == pb {

@@ -18,6 +18,8 @@
 //! - [`plan`]: the parent and clone sources of each subvolume sent, as
 //!   `-p`, `-c`, `--parent-from` (reading `rreceive --list`) and
 //!   `--resume` ask;
+//! - [`bookmark`]: a snapshot's tree kept in a file, the parent of
+//!   incremental sends after the snapshot is deleted;
 //! - [`snapshot_error`]: a failed read of a snapshot, told at the inode
 //!   and path it happened, as all three report it;
 //! - [`progress`], [`output`]: the small pieces the binary shares with
@@ -32,6 +34,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bookmark;
 pub mod changes;
 pub mod lineage;
 pub mod output;

@@ -98,6 +98,17 @@ impl UnionFind {
     }
 }
 
+/// Whether `sv` and `parent` share an origin (one is a snapshot of the
+/// other, or both of the same subvolume); an unrelated parent still gives
+/// a correct stream, only a larger one.
+pub fn related(sv: &Subvolume, parent: &Subvolume) -> bool {
+    let nil = |u: &uuid::Uuid| u.is_nil();
+    (!nil(&sv.parent_uuid)
+        && (sv.parent_uuid == parent.uuid || sv.parent_uuid == parent.parent_uuid))
+        || (!nil(&parent.parent_uuid) && parent.parent_uuid == sv.uuid)
+        || sv.uuid == parent.uuid
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

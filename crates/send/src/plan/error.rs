@@ -18,6 +18,9 @@ pub const TOP_LEVEL_HINT: &str = "paths given with -d are from the top level of 
 /// Why the parents and clone sources of a send could not be chosen.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
+    /// The bookmark asked for cannot be the parent.
+    #[error(transparent)]
+    Bookmark(#[from] crate::bookmark::BookmarkError),
     /// A resumed send was given more than one subvolume.
     #[error("--resume continues one stream: give exactly one SUBVOL")]
     ResumeOneSubvol,

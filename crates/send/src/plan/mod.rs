@@ -12,12 +12,14 @@ mod error;
 mod listing;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use btrfs_disk::fs::Filesystem;
 use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::SubvolSelector;
 use btrfs_stream::resume::Token;
 
+use crate::bookmark::Bookmark;
 use crate::lineage::Lineage;
 use crate::send::{
     check_clone_source, check_parent, related, stream_uuid_of, DEFAULT_HIGHEST_PROTO,
@@ -39,8 +41,12 @@ pub struct Ask<'a> {
     /// (`--parent-from`); not read when resuming.
     pub listing: Option<&'a str>,
     /// With `listing`: the newest snapshot the destination holds of any
-    /// subvolume, not only of the one sent (`--parent-any`).
+    /// subvolume, not only of the one sent (`--parent-any`); with
+    /// `bookmark`: a bookmark of another lineage is taken too.
     pub parent_any: bool,
+    /// The parent of every subvolume, as a bookmark (`--parent-bookmark`,
+    /// or `-p` naming a bookmark file).
+    pub bookmark: Option<&'a Arc<Bookmark>>,
 }
 
 /// What a send plan tells as it is made.
@@ -86,8 +92,10 @@ pub enum Pick<'a> {
 /// The parent and clone sources one subvolume is sent against.
 #[derive(Clone, Debug, Default)]
 pub struct Against {
-    /// The parent; none for a full send.
+    /// The parent; none for a full send, or one from a bookmark.
     pub parent: Option<Subvolume>,
+    /// The parent as a bookmark (its tree read from the file).
+    pub bookmark: Option<Arc<Bookmark>>,
     /// The clone sources (the parent among them).
     pub clone_srcs: Vec<Subvolume>,
 }
@@ -143,6 +151,11 @@ pub fn plan(
         Some(sel) => Some(find_parent(fs, sel)?),
         None => None,
     };
+    if let Some(b) = ask.bookmark {
+        for sv in svs {
+            b.check_parent_of(fs, sv, ask.parent_any)?;
+        }
+    }
     if let Some(t) = ask.resume {
         let Some(sv) = svs.first() else {
             return Err(PlanError::ResumeOneSubvol);
@@ -165,9 +178,10 @@ pub fn plan(
         sources.push(find_source(fs, sel, "clone source")?);
     }
     let policy = Policy {
-        fixed: ask.parent.is_some(),
-        incremental: parent.is_some() || !ask.clone_srcs.is_empty(),
+        fixed: ask.parent.is_some() || ask.bookmark.is_some(),
+        incremental: parent.is_some() || ask.bookmark.is_some() || !ask.clone_srcs.is_empty(),
         parent,
+        bookmark: ask.bookmark.cloned(),
     };
     policy.against(fs, svs, sources, notes).map(Plan::Send)
 }
@@ -185,6 +199,8 @@ struct Policy {
     fixed: bool,
     /// Whether the sends are incremental (a parent or clone sources).
     incremental: bool,
+    /// The parent of every subvolume as a bookmark.
+    bookmark: Option<Arc<Bookmark>>,
 }
 
 impl Policy {
@@ -202,6 +218,7 @@ impl Policy {
         let mut out = Vec::new();
         for (i, sv) in svs.iter().enumerate() {
             let p = match (&self.parent, i) {
+                _ if self.bookmark.is_some() => None,
                 (Some(p), _) if self.fixed => Some(p.clone()),
                 (Some(p), 0) => Some(p.clone()),
                 _ if self.incremental => Some(pick_parent(fs, sv, &sources)?.clone()),
@@ -216,6 +233,7 @@ impl Policy {
             }
             out.push(Against {
                 parent: p,
+                bookmark: self.bookmark.clone(),
                 clone_srcs: set,
             });
             if self.incremental && !self.fixed {

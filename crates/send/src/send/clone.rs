@@ -24,6 +24,7 @@ use std::sync::Arc;
 use lru::LruCache;
 
 use super::cmd::Bytes;
+use crate::bookmark::Parent;
 use btrfs_disk::block::{Expect, Generation};
 use btrfs_disk::error::{Error, Result};
 use btrfs_disk::fs::Filesystem;
@@ -167,25 +168,27 @@ impl<'fs> Clones<'fs> {
     pub(crate) fn new(
         fs: &'fs Filesystem,
         send: &Subvolume,
-        parent: Option<&Subvolume>,
+        parent: Option<Parent<'fs>>,
         sources: &[Subvolume],
         search: bool,
     ) -> Clones<'fs> {
-        let mut svs: Vec<&Subvolume> = vec![send];
+        // (subvolume, its tree, whether it is the one sent)
+        let mut svs: Vec<(&Subvolume, Tree<'fs>, bool)> = vec![(send, fs.fs_tree(send), true)];
         if search {
-            svs.extend(parent);
-            svs.extend(sources.iter());
+            svs.extend(parent.map(|p| (p.subvolume(), p.tree(fs), false)));
+            svs.extend(sources.iter().map(|c| (c, fs.fs_tree(c), false)));
         }
-        svs.sort_by_key(|s| s.id);
-        svs.dedup_by_key(|s| s.id);
+        // A bookmark's snapshot may share its id with a later subvolume: its uuid tells.
+        svs.sort_by_key(|s| (s.0.id, !s.2));
+        svs.dedup_by_key(|s| (s.0.id, s.0.uuid));
         let roots: Vec<CloneRoot<'fs>> = svs
-            .iter()
-            .map(|sv| CloneRoot {
+            .into_iter()
+            .map(|(sv, tree, is_send)| CloneRoot {
                 uuid: stream_uuid(sv),
                 ctransid: sv.ctransid,
                 generation: sv.generation(),
-                is_send: sv.id == send.id,
-                lookup: Lookup::new(fs.fs_tree(sv)),
+                is_send,
+                lookup: Lookup::new(tree),
             })
             .collect();
         let only_send = roots.len() == 1;

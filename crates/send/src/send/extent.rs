@@ -441,6 +441,12 @@ impl Walk<'_, '_> {
         let Some(parent) = self.parent.as_ref() else {
             return Ok(false);
         };
+        if let Some(reuse) = self.reuse {
+            // Against a bookmark, only an extent older than it is the one it names.
+            if left_disknr != 0 && !reuse.extent_is_older(left_disknr)? {
+                return Ok(false);
+            }
+        }
         let pid = parent.id();
         let mut cursor = parent.tree.cursor();
         let Some(mut item) = cursor.seek_le(&key)? else {

@@ -38,6 +38,7 @@ use super::names::Names;
 use super::sink::Emitter;
 use super::stop::{Result, Stop};
 use super::utimes::DirUtimes;
+use crate::bookmark::Reuse;
 use btrfs_disk::data::Inode;
 use btrfs_disk::diff::{compare_trees, Change, Side};
 use btrfs_disk::error::Error;
@@ -82,6 +83,9 @@ pub(super) struct Walk<'a, 'fs> {
     pub(super) salvage: Option<super::salvage::Salvage>,
     /// Whether the root directory changed after its last UTIMES.
     root_dirty: bool,
+    /// With a bookmark as the parent: what may have been reused since it
+    /// was written (an equal file extent item proves nothing alone).
+    pub(super) reuse: Option<Reuse<'fs>>,
 }
 
 impl<'a, 'fs> Walk<'a, 'fs> {
@@ -115,6 +119,7 @@ impl<'a, 'fs> Walk<'a, 'fs> {
             sectorsize: fs.sectorsize() as u64,
             salvage: fs.rescue().map(|_| super::salvage::Salvage::default()),
             root_dirty: false,
+            reuse: None,
         }
     }
 
@@ -216,7 +221,10 @@ impl<'a, 'fs> Walk<'a, 'fs> {
                 }
                 key_type::EXTENT_DATA => {
                     let Some(l) = &left else { return Ok(()) };
-                    return self.maybe_send_hole(l.item, l.slot);
+                    match self.reuse {
+                        Some(reuse) if !reuse.same_extent(l.item)? => change = Change::Changed,
+                        _ => return self.maybe_send_hole(l.item, l.slot),
+                    }
                 }
                 _ => return Ok(()),
             }

@@ -46,11 +46,13 @@ use std::sync::{mpsc, Arc};
 
 use btrfs_stream::{WriteError, Writer};
 
+pub use crate::lineage::related;
 pub use clone::CloneStats;
 pub use error::{list_or_none, Change, SendError};
 pub use flavor::{DEFAULT_HIGHEST_PROTO, MAX_PROTO, V1_WRITE_SIZE, V2_WRITE_SIZE};
 pub use sink::StreamStats;
 
+pub use crate::bookmark::Parent;
 use crate::progress::{NoProgress, Progress};
 use crate::snapshot_error::{Fault, SnapshotError};
 use btrfs_disk::error::Error;
@@ -387,17 +389,6 @@ pub fn check_clone_source(src: &Subvolume) -> Result<(), SendError> {
     Ok(())
 }
 
-/// Whether `sv` and `parent` share an origin (one is a snapshot of the
-/// other, or both of the same subvolume); an unrelated parent still gives
-/// a correct stream, only a larger one.
-pub fn related(sv: &Subvolume, parent: &Subvolume) -> bool {
-    let nil = |u: &uuid::Uuid| u.is_nil();
-    (!nil(&sv.parent_uuid)
-        && (sv.parent_uuid == parent.uuid || sv.parent_uuid == parent.parent_uuid))
-        || (!nil(&parent.parent_uuid) && parent.parent_uuid == sv.uuid)
-        || sv.uuid == parent.uuid
-}
-
 /// A full (`parent` None) or incremental stream of `sv`. Shared extents
 /// are cloned from what the receiver has: what was sent before, the parent
 /// and the clone sources `sources` (`btrfs send -c`), which must be
@@ -410,11 +401,37 @@ pub fn send_with<W: Write>(
     out: &mut Writer<W>,
     opts: &SendOptions,
 ) -> Result<StreamStats, SendError> {
+    send_against(fs, sv, parent.map(Parent::Snapshot), sources, out, opts)
+}
+
+/// [`send_with`] against a [`Parent`], which may be a bookmark.
+pub fn send_against<W: Write>(
+    fs: &Filesystem,
+    sv: &Subvolume,
+    parent: Option<Parent<'_>>,
+    sources: &[Subvolume],
+    out: &mut Writer<W>,
+    opts: &SendOptions,
+) -> Result<StreamStats, SendError> {
     let flavor = flavor(opts)?;
+    // A bookmark's snapshot is a clone root as the parent, never read from the disk.
+    let sources: Vec<Subvolume> = match parent {
+        Some(Parent::Bookmark(b)) => sources
+            .iter()
+            .filter(|c| c.uuid != b.subvolume().uuid)
+            .cloned()
+            .collect(),
+        _ => sources.to_vec(),
+    };
     // Their root blocks stay in memory while the send runs.
-    let (_pins, (sv_now, parent_now, sources_now)) = pin_current(fs, sv, parent, sources);
-    let (sv, parent, sources) = (&sv_now, parent_now.as_ref(), &sources_now[..]);
-    let name = checked_name(sv, parent, sources)?;
+    let (_pins, (sv_now, parent_now, sources_now)) =
+        pin_current(fs, sv, parent.and_then(|p| p.on_disk()), &sources);
+    let parent = match parent {
+        Some(Parent::Snapshot(_)) => parent_now.as_ref().map(Parent::Snapshot),
+        other => other,
+    };
+    let (sv, sources) = (&sv_now, &sources_now[..]);
+    let name = checked_name(sv, parent.map(|p| p.subvolume()), sources)?;
     let subvol = sv.label();
     let before = out.bytes_written();
     start_stream(out, opts, flavor.proto, &subvol)?;
@@ -428,16 +445,17 @@ pub fn send_with<W: Write>(
             path: name,
             uuid: stream_uuid(sv),
             ctransid: sv.ctransid,
-            clone_uuid: stream_uuid(p),
-            clone_ctransid: p.ctransid,
+            clone_uuid: stream_uuid(p.subvolume()),
+            clone_ctransid: p.subvolume().ctransid,
         },
     };
+    let on_disk = parent.and_then(|p| p.on_disk());
     let mut reads = vec![("", sv)];
-    reads.extend(parent.map(|p| ("parent ", p)));
+    reads.extend(on_disk.map(|p| ("parent ", p)));
     reads.extend(
         sources
             .iter()
-            .filter(|c| c.id != sv.id && parent.is_none_or(|p| p.id != c.id))
+            .filter(|c| c.id != sv.id && on_disk.is_none_or(|p| p.id != c.id))
             .map(|c| ("clone source ", c)),
     );
     let job = Job {
@@ -552,7 +570,7 @@ fn start_stream<W: Write>(
 struct Job<'a> {
     fs: &'a Filesystem,
     sv: &'a Subvolume,
-    parent: Option<&'a Subvolume>,
+    parent: Option<Parent<'a>>,
     sources: &'a [Subvolume],
     /// Every subvolume read, with its role in messages.
     reads: &'a [(&'static str, &'a Subvolume)],
@@ -645,13 +663,14 @@ impl Job<'_> {
         }
         let (r, pos) = {
             let clones = Clones::new(fs, self.sv, parent, self.sources, !self.opts.no_clones);
-            let parent_tree = parent.map(|p| fs.fs_tree(p));
+            let parent_tree = parent.map(|p| p.tree(fs));
             let mut walk = Walk::new(fs, tree, parent_tree, &mut em, clones, self.flavor);
+            walk.reuse = parent.and_then(|p| p.reuse(fs));
             // No END before the subvolumes read are known to be intact.
             let r = walk.run().and_then(|()| {
                 // The data read ahead was read before the check too.
                 readers.settle();
-                rescued_parent_whole(fs, parent)?;
+                rescued_parent_whole(fs, parent.and_then(|p| p.on_disk()))?;
                 match check_intact(fs, reads) {
                     Ok(()) => walk.end(),
                     Err(e) => Err(Stop::Changed(Box::new(e))),

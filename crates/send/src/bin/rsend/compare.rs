@@ -7,6 +7,7 @@ use anyhow::Context;
 use btrfs_disk::fs::Filesystem;
 use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::SubvolSelector;
+use rsend::bookmark::{Bookmark, Parent};
 use rsend::progress::{NoProgress, Progress};
 use rsend::record::Record;
 use rsend::send::{find_subvolume, related};
@@ -31,6 +32,10 @@ pub(crate) struct CompareArgs {
     pub(crate) subvol: Option<SubvolSelector>,
     /// The parent to list changes from (`--changes -p`).
     pub(crate) parent: Option<SubvolSelector>,
+    /// The parent as a bookmark file (`--parent-bookmark`, `-p FILE`).
+    pub(crate) bookmark: Option<PathBuf>,
+    /// A bookmark of another lineage is taken (`--parent-any`).
+    pub(crate) parent_any: bool,
     /// JSON lines instead of text.
     pub(crate) json: bool,
     /// Print no progress bar.
@@ -73,6 +78,13 @@ fn print_records(records: &[Record], json: bool) -> anyhow::Result<bool> {
 /// (every inode as created without a parent).
 pub(crate) fn changes(args: &CompareArgs) -> anyhow::Result<()> {
     let (fs, sv) = open_for_compare(args)?;
+    if let Some(path) = &args.bookmark {
+        let bm = Bookmark::open(path)?;
+        bm.check_parent_of(&fs, &sv, args.parent_any)?;
+        let records = rsend::changes::list_changes(&fs, &sv, Some(Parent::Bookmark(&bm)))?;
+        print_records(&records, args.json)?;
+        return Ok(());
+    }
     let parent = match &args.parent {
         Some(sel) => Some(find_any(&fs, sel).context("the parent (-p)")?),
         None => None,
@@ -86,7 +98,7 @@ pub(crate) fn changes(args: &CompareArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let records = rsend::changes::list_changes(&fs, &sv, parent.as_ref())?;
+    let records = rsend::changes::list_changes(&fs, &sv, parent.as_ref().map(Parent::Snapshot))?;
     print_records(&records, args.json)?;
     Ok(())
 }

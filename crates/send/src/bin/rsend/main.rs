@@ -122,8 +122,9 @@ struct Args {
     parent_from: Option<PathBuf>,
 
     /// With --parent-from: the parent is the newest read-only snapshot the
-    /// destination holds complete, whatever subvolume it is a snapshot of
-    #[arg(long, requires = "parent_from")]
+    /// destination holds complete, whatever subvolume it is a snapshot of;
+    /// with a bookmark as the parent: one of another lineage is taken too
+    #[arg(long)]
     parent_any: bool,
 
     /// Continue a stream a receive stopped in: TOKEN is what
@@ -180,6 +181,37 @@ struct Args {
     /// Select the parent by subvolume id
     #[arg(long, value_name = "N", conflicts_with = "parent")]
     parent_id: Option<u64>,
+
+    /// Send incrementally against the snapshot bookmarked in FILE (see
+    /// --write-bookmark), whether or not that snapshot still exists;
+    /// `-p FILE` does the same when FILE is a bookmark
+    ///
+    /// The stream is the one `-p` against the snapshot gives, but that
+    /// data the snapshot shared and which may have been freed and reused
+    /// since (after a balance, say) is sent rather than taken as unchanged
+    /// or cloned from it. The bookmark must be of this filesystem, of a
+    /// snapshot of SUBVOL's lineage (unless --parent-any) and not newer
+    /// than SUBVOL; a damaged or cut short bookmark is refused (exit code 1).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["parent", "parent_id", "parent_from"])]
+    parent_bookmark: Option<PathBuf>,
+
+    /// After the send (with -n: instead of it), write a bookmark of SUBVOL
+    /// to FILE: its identity and its tree, no file data, for later
+    /// incremental sends against it after the snapshot is deleted
+    /// (--parent-bookmark)
+    ///
+    /// Written under a temporary name and renamed once whole, so a stopped
+    /// run never leaves half a bookmark. About 0.5 % of the snapshot's data
+    /// for a system tree; see the guide.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["changes", "verify", "list", "rescue"])]
+    write_bookmark: Option<PathBuf>,
+
+    /// Where bookmarks are kept, named UUID.bookmark by the uuid the
+    /// receiver knows each snapshot by: every send also writes the
+    /// bookmark of each SUBVOL sent there, and --parent-from takes a
+    /// snapshot the destination holds but the source lost from its bookmark
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["changes", "verify", "list", "rescue"])]
+    bookmarks: Option<PathBuf>,
 
     /// A read-only subvolume the receiver has, to clone shared data from (repeatable; named as SUBVOL is, or by its uuid); without -p, the parent is picked among them as btrfs send does
     #[arg(short = 'c', long = "clone-src", value_name = "SUBVOL", value_parser = any_path())]
@@ -342,23 +374,64 @@ fn run(args: Args) -> Result<(), Failure> {
             )
             .into());
     }
+    for p in &args.subvols {
+        if rsend::bookmark::Bookmark::sniff(p) {
+            return Err(Failure::Error(anyhow::anyhow!(
+                "{} is a bookmark, not a snapshot: a bookmark can only be the parent \
+                 (--parent-bookmark, or -p)",
+                p.display()
+            )));
+        }
+    }
+    if args.parent_any && args.parent_from.is_none() && bookmark_named(&args).is_none() {
+        return Err(Args::command()
+            .error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "--parent-any goes with --parent-from FILE or a bookmark as the parent \
+                 (--parent-bookmark FILE)",
+            )
+            .into());
+    }
+    // -p naming a file names a bookmark; a snapshot is a directory.
+    let bookmark = bookmark_named(&args);
+    let parent = args.parent.clone().filter(|_| bookmark.is_none());
+    if args.write_bookmark.is_some() && args.subvols.len() + args.subvolid.len() > 1 {
+        return Err(Args::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--write-bookmark FILE bookmarks one SUBVOL (--bookmarks DIR takes several)",
+            )
+            .into());
+    }
     let named = named::resolve(
         &args.devices,
         &args.subvols,
-        args.parent.as_ref(),
+        parent.as_ref(),
         &args.clone_src,
     )?;
     if named.devices.is_empty() {
         return Err(named::no_device());
     }
-    run_on(&args, named).map_err(|f| match f {
+    run_on(&args, named, bookmark).map_err(|f| match f {
         Failure::Error(e) if !args.devices.is_empty() => Failure::Error(named::hint_top_level(e)),
         f => f,
     })
 }
 
+/// The parent's bookmark file: `--parent-bookmark FILE`, or `-p` naming a
+/// file (a snapshot is a directory).
+fn bookmark_named(args: &Args) -> Option<PathBuf> {
+    match (&args.parent, &args.parent_bookmark) {
+        (_, Some(b)) => Some(b.clone()),
+        (Some(p), None) if std::fs::metadata(p).is_ok_and(|m| m.is_file()) => Some(p.clone()),
+        _ => None,
+    }
+}
+
 /// Runs what the command line asks for on the subvolumes `named` resolved.
-fn run_on(args: &Args, named: Named) -> Result<(), Failure> {
+/// `bookmark`: the parent's bookmark file (`--parent-bookmark`, or `-p`
+/// naming a file).
+fn run_on(args: &Args, named: Named, bookmark: Option<PathBuf>) -> Result<(), Failure> {
     let devices = named.devices;
     let parent = named.parent.or(args.parent_id.map(SubvolSelector::Id));
     if args.list {
@@ -388,6 +461,8 @@ fn run_on(args: &Args, named: Named) -> Result<(), Failure> {
             devices,
             subvol: Some(subvol),
             parent,
+            bookmark,
+            parent_any: args.parent_any,
             json: args.json,
             quiet: args.verbosity.quiet(),
             ignore: args.ignore.iter().fold(Ignore::default(), |mut i, k| {
@@ -463,6 +538,9 @@ fn run_on(args: &Args, named: Named) -> Result<(), Failure> {
             resume,
             parent_from: args.parent_from.clone(),
             parent_any: args.parent_any,
+            parent_bookmark: bookmark,
+            write_bookmark: args.write_bookmark.clone(),
+            bookmarks: args.bookmarks.clone(),
             one_stream: args.one_stream,
             mounted: args.devices.is_empty(),
             rescue: args.rescue,

@@ -15,11 +15,12 @@ use btrfs_disk::SubvolSelector;
 use btrfs_stream::resume::Token;
 use btrfs_stream::Writer;
 use btrfs_text::plain_io;
+use rsend::bookmark::{Bookmark, Parent};
 use rsend::output::refuse_terminal;
 use rsend::plan::{plan, resume_version, Against, Ask, Plan};
 use rsend::progress::{NoProgress, Progress};
 use rsend::send::{
-    check_flavor, find_sendable, send_with, SendError, SendOptions, StreamStats,
+    check_flavor, find_sendable, send_against, SendError, SendOptions, StreamStats,
     DEFAULT_HIGHEST_PROTO,
 };
 
@@ -78,6 +79,12 @@ pub(crate) struct SendArgs {
     pub(crate) rescue: bool,
     /// Where the loss report goes, one JSON object per line.
     pub(crate) rescue_report: Option<PathBuf>,
+    /// The parent as a bookmark file (`--parent-bookmark`, `-p FILE`).
+    pub(crate) parent_bookmark: Option<PathBuf>,
+    /// Write a bookmark of the one subvolume sent here (`--write-bookmark`).
+    pub(crate) write_bookmark: Option<PathBuf>,
+    /// Where bookmarks are kept by uuid (`--bookmarks`).
+    pub(crate) bookmarks: Option<PathBuf>,
 }
 
 /// How a send ended when it did not fail.
@@ -141,6 +148,7 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
     if measure(args) {
         table_line(&format!("size\t{total}"))?;
     }
+    write_bookmarks(&fs, &svs, args)?;
     if args.rescue {
         return rescue_report(&fs, &svs, args);
     }
@@ -160,15 +168,30 @@ fn make_plan(fs: &Filesystem, svs: &[Subvolume], args: &SendArgs) -> anyhow::Res
         Some(path) if args.resume.is_none() && !svs.is_empty() => Some(read_list(path)?),
         _ => None,
     };
+    let bookmark = match &args.parent_bookmark {
+        Some(path) => Some(Arc::new(Bookmark::open(path)?)),
+        None => None,
+    };
     let ask = Ask {
         parent: args.parent.as_ref(),
         clone_srcs: &args.clone_srcs,
         resume: args.resume.as_ref(),
         listing: listing.as_deref(),
         parent_any: args.parent_any,
+        bookmark: bookmark.as_ref(),
     };
     let mut said = Said { quiet: args.quiet };
-    plan(fs, svs, &ask, &mut said).map_err(plan_error)
+    let plan = plan(fs, svs, &ask, &mut said).map_err(plan_error)?;
+    if let (Some(b), false) = (&bookmark, args.quiet) {
+        let h = b.header();
+        eprintln!(
+            "rsend: parent: {} (uuid {}, ctransid {}), read from the bookmark",
+            b.label(),
+            h.uuid,
+            h.ctransid
+        );
+    }
+    Ok(plan)
 }
 
 /// Where the stream goes, and how a failed write there is told.
@@ -278,9 +301,13 @@ fn send_all(
         };
         let started = std::time::Instant::now();
         let retries = fs.retries();
-        let full = a.parent.is_none().then_some((fs, sv));
+        let full = (a.parent.is_none() && a.bookmark.is_none()).then_some((fs, sv));
+        let parent = match (&a.bookmark, &a.parent) {
+            (Some(b), _) => Some(Parent::Bookmark(b)),
+            (None, p) => p.as_ref().map(Parent::Snapshot),
+        };
         let r = showing(bar.as_deref(), full, || {
-            send_with(fs, sv, a.parent.as_ref(), &a.clone_srcs, &mut out.w, &opts)
+            send_against(fs, sv, parent, &a.clone_srcs, &mut out.w, &opts)
         });
         let stats = match r {
             Ok(stats) => stats,
@@ -300,6 +327,38 @@ fn send_all(
         say_sent(fs, sv, args, &stats, started, retries);
     }
     Ok(Some(total))
+}
+
+/// Writes the bookmarks asked for: of the one subvolume sent to
+/// `--write-bookmark FILE` (also after a dry run), and of each to
+/// `--bookmarks DIR` (not after a dry run: nothing was received).
+fn write_bookmarks(fs: &Filesystem, svs: &[Subvolume], args: &SendArgs) -> anyhow::Result<()> {
+    let mut to: Vec<(&Subvolume, PathBuf)> = Vec::new();
+    if let (Some(path), Some(sv)) = (&args.write_bookmark, svs.first()) {
+        to.push((sv, path.clone()));
+    }
+    if let (Some(dir), false) = (&args.bookmarks, args.dry_run) {
+        for sv in svs {
+            let name = rsend::bookmark::file_name(&rsend::send::stream_uuid_of(sv));
+            to.push((sv, dir.join(name)));
+        }
+    }
+    for (sv, path) in to {
+        let started = std::time::Instant::now();
+        let w = rsend::bookmark::write(fs, sv, &path)?;
+        if args.verbose > 0 {
+            eprintln!(
+                "rsend: bookmark of {} written to {}: {} tree blocks ({} bytes) in {} bytes, {:.2?}",
+                sv.label(),
+                path.display(),
+                w.blocks,
+                w.tree_bytes,
+                w.bytes,
+                started.elapsed()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The dry run's line for the subvolume `label`.
