@@ -306,6 +306,14 @@ measure() {
     "$RSEND" -q -d "$img" -n --write-bookmark "$bm" s1 >"$TMP/$set-dry-bm.txt"
     [[ -s $bm ]] || die "$set: no bookmark written at $bm"
     "$RSEND" -q -d "$img" --write-bookmark "$bm.send" -f /dev/null s1
+    # rsend's own account (-v): the dry run's time, the bookmark's blocks,
+    # bytes and time to write; the incremental send's time from the bookmark.
+    "$RSEND" -v -d "$img" -n --write-bookmark "$bm.v" s1 2>&1 >/dev/null |
+        grep -E '^s1 .* in [0-9.]+[mµn]?s$|^rsend: bookmark of' >"$TMP/$set-v.txt" || true
+    "$RSEND" -v -d "$img" -p s1 -f /dev/null s2 2>&1 | grep -E '^s2 .* in [0-9.]+[mµn]?s$' |
+        sed 's/^/-p s1: /' >>"$TMP/$set-v.txt" || true
+    "$RSEND" -v -d "$img" --parent-bookmark "$bm" -f /dev/null s2 2>&1 |
+        grep -E '^s2 .* in [0-9.]+[mµn]?s$|^rsend: parent' | sed 's/^s2/--parent-bookmark: s2/' >>"$TMP/$set-v.txt" || true
     local same_send=identical
     cmp -s "$bm" "$bm.send" || same_send=DIFFERENT
     cmp -s "$TMP/$set-dry.txt" "$TMP/$set-dry-bm.txt" ||
@@ -341,9 +349,9 @@ measure() {
     rounds "$j_warm" 0 "$RUNS" "$WARMUP" full "$full" send_bm "$sendbm" write "$write" dry "$dry" inc_snap "$incs" inc_bm "$incb"
 
     python3 - "$set" "$img.stats.json" "$bm" "$TMP/$set-dry.txt" "$j_warm" "$j_cold" \
-        "$TMP/$set-inc-snap.stream" "$same_bm" "$same_pbm" "$same_send" "$built" "$SRC" "$FILES" >>"$JSONL" <<'PY'
+        "$TMP/$set-inc-snap.stream" "$same_bm" "$same_pbm" "$same_send" "$TMP/$set-v.txt" "$built" "$SRC" "$FILES" >>"$JSONL" <<'PY'
 import json, os, statistics, sys
-(set_, stats_f, bm, dry_f, j_warm, j_cold, inc_f, same_bm, same_pbm, same_send, built, src, files) = sys.argv[1:]
+(set_, stats_f, bm, dry_f, j_warm, j_cold, inc_f, same_bm, same_pbm, same_send, v_f, built, src, files) = sys.argv[1:]
 st = json.load(open(stats_f))
 s1, s2 = st["s1"], st["s2"]
 bm_bytes = os.path.getsize(bm)
@@ -367,7 +375,8 @@ print(json.dumps(dict(base, measure="size", files=s1["files"], data_bytes=s1["da
                       bookmark_pct_of_tree=100 * bm_bytes / s1["tree_bytes"],
                       bookmark_bytes_per_file=bm_bytes / max(1, s1["files"]),
                       goal_pct=1.0 if set_ == "usr" else None,
-                      met=(pct <= 1.0) if set_ == "usr" else None, image_build_seconds=float(built))))
+                      met=(pct <= 1.0) if set_ == "usr" else None, image_build_seconds=float(built),
+                      rsend_v=open(v_f).read().splitlines())))
 for cache, jf in (("warm", j_warm), ("cold", j_cold)):
     if not jf:
         continue
@@ -440,6 +449,11 @@ for x in recs:
     if x["measure"] == "incremental":
         print(f"| {x['what']} | {x['cache']} | {x['runs']} | {t(x['from_snapshot'])} | {t(x['from_bookmark'])} "
               f"| {r(x['ratio'])}{goal(x['met'])} | {b(x['stream_bytes'])} | {x['streams_parent_bookmark']}, {x['streams_p_bookmark']} |")
+print("\nrsend -v, once (warm):\n")
+for x in recs:
+    if x["measure"] == "size":
+        for l in x["rsend_v"]:
+            print(f"    {x['set']}: {l}")
 print("\nPeak RSS (warm, largest of the rounds): " + "; ".join(
     f"{x['set']}: full send {x['full_send']['maxrss_kib'] / 1024:.0f} MiB, bookmark {x['write_bookmark']['maxrss_kib'] / 1024:.0f} MiB, "
     f"dry run {x['dry_run']['maxrss_kib'] / 1024:.0f} MiB" for x in recs if x["measure"] == "write" and x["cache"] == "warm"))
