@@ -109,6 +109,18 @@ pub fn related(sv: &Subvolume, parent: &Subvolume) -> bool {
         || sv.uuid == parent.uuid
 }
 
+/// Whether `other`, which may be gone from `all` (a bookmark's snapshot),
+/// is of `sv`'s lineage: related to it, or linked to it through `all` by
+/// its uuid, parent uuid or received uuid.
+pub fn joins(sv: &Subvolume, all: &[Subvolume], other: &Subvolume) -> bool {
+    if related(sv, other) {
+        return true;
+    }
+    let mut with: Vec<Subvolume> = all.to_vec();
+    with.push(other.clone());
+    Lineage::of(sv, &with).contains(other)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,6 +27,12 @@
 //! (`user.rreceive.*` xattrs) on the copy's root is not content; `btrfs.*`
 //! xattrs (btrfs properties) only count when the copy is on btrfs.
 //!
+//! Against a bookmark ([`verify_tree`] without a filesystem to read data
+//! from: a bookmark holds the snapshot's tree and no file data), all but
+//! the data is compared as above; a regular file's data is compared by its
+//! size, and byte for byte only where it is uncompressed inline data (in
+//! the tree); a note says so.
+//!
 //! Inode flags (`chattr`) are compared as `FS_IOC_GETFLAGS` shows them, on
 //! files and directories, and only those the copy's filesystem can hold
 //! (nocow, nocompress and compression only on btrfs; see `flags_held`).
@@ -49,9 +55,11 @@ use crate::snapshot_error::{Fault, SnapshotError};
 use btrfs_disk::data::Inode;
 use btrfs_disk::error::Error;
 use btrfs_disk::fs::Filesystem;
-use btrfs_disk::items::{key_type, objectid, Compression};
+use btrfs_disk::items::{
+    dir_entries, key_type, objectid, Compression, ExtentKind, FileExtentItem, InodeItem,
+};
 use btrfs_disk::subvol::Subvolume;
-use btrfs_disk::Tree;
+use btrfs_disk::{Key, Tree};
 use btrfs_stream::fileattr::{
     self, FS_APPEND_FL, FS_DIRSYNC_FL, FS_IMMUTABLE_FL, FS_NOATIME_FL, FS_NODUMP_FL, FS_SYNC_FL,
 };
@@ -147,6 +155,24 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
+/// The snapshot a verify compares a copy with: its fs tree, and the
+/// filesystem its file data is read from.
+#[derive(Clone, Copy)]
+pub struct Snapshot<'a, 'fs> {
+    /// The snapshot (as messages name it).
+    pub sv: &'a Subvolume,
+    /// Its fs tree (on the filesystem, or in a bookmark).
+    pub tree: Tree<'fs>,
+    /// The filesystem holding its file data; none for a bookmark, which
+    /// holds no file data (files are then compared by size, and inline
+    /// data byte for byte).
+    pub data: Option<&'fs Filesystem>,
+}
+
+/// What a verify without file data says once.
+pub const NO_DATA_NOTE: &str = "a bookmark holds no file data: regular files are compared by \
+                                size, and by content only where their data is inline in the tree";
+
 /// Compares snapshot `sv` with the copy in `dir`, leaving out what
 /// `ignore` names.
 pub fn verify(
@@ -156,6 +182,25 @@ pub fn verify(
     ignore: Ignore,
     progress: &dyn Progress,
 ) -> Result<Report, VerifyError> {
+    let snap = Snapshot {
+        sv,
+        tree: fs.fs_tree(sv),
+        data: Some(fs),
+    };
+    verify_tree(snap, dir, ignore, progress)
+}
+
+/// Compares the snapshot `snap` with the copy in `dir`, leaving out what
+/// `ignore` names; without a filesystem for the data (a bookmark's tree),
+/// files' data by size and inline data only, as [`NO_DATA_NOTE`] says in
+/// the report's notes.
+pub fn verify_tree(
+    snap: Snapshot<'_, '_>,
+    dir: &Path,
+    ignore: Ignore,
+    progress: &dyn Progress,
+) -> Result<Report, VerifyError> {
+    let Snapshot { sv, tree, data } = snap;
     let bad_dir = |reason: String| VerifyError::Dir {
         dir: dir.to_path_buf(),
         reason,
@@ -173,9 +218,9 @@ pub fn verify(
     let on_xfs = fs_type.is_ok_and(|t| t == nix::sys::statfs::XFS_SUPER_MAGIC);
     let xattr_room = xattr_room(dir, on_btrfs);
     let mut v = Verifier {
-        fs,
         sv,
-        tree: fs.fs_tree(sv),
+        tree,
+        fs: data,
         root: dir.to_path_buf(),
         progress,
         report: Report::default(),
@@ -193,15 +238,18 @@ pub fn verify(
         copy_links: HashMap::new(),
         ino: 0,
         at: Vec::new(),
-        check: DataCheck {
+        check: data.map(|fs| DataCheck {
             fs,
             sv,
-            tree: fs.fs_tree(sv),
+            tree,
             root: dir,
             progress,
             bufs: Buffers::default(),
-        },
+        }),
     };
+    if data.is_none() && ignore.checks(What::Data) {
+        v.report.notes.push(NO_DATA_NOTE.to_string());
+    }
     // A filesystem without extended attributes lists none, so ask for one.
     if v.xattrs {
         if let Err(e) = xattr::get(dir, "user.rsend.probe") {
@@ -225,9 +273,11 @@ pub fn verify(
 }
 
 struct Verifier<'a, 'fs> {
-    fs: &'fs Filesystem,
     sv: &'a Subvolume,
+    /// The snapshot's fs tree: everything but file data is read from it.
     tree: Tree<'fs>,
+    /// Where file data is read from (none for a bookmark).
+    fs: Option<&'fs Filesystem>,
     root: PathBuf,
     progress: &'a dyn Progress,
     report: Report,
@@ -251,8 +301,8 @@ struct Verifier<'a, 'fs> {
     /// The snapshot inode and path being compared, for errors.
     ino: u64,
     at: Vec<u8>,
-    /// Compares files' data.
-    check: DataCheck<'a, 'fs>,
+    /// Compares files' data (none without a filesystem to read it from).
+    check: Option<DataCheck<'a, 'fs>>,
 }
 
 /// The buffers one file's comparison reads into.
@@ -409,9 +459,7 @@ impl Verifier<'_, '_> {
     fn inode(&mut self, ino: u64, rel: &[u8]) -> Result<Inode, VerifyError> {
         self.ino = ino;
         self.at = rel.to_vec();
-        self.fs
-            .inode_in(&self.tree, ino)
-            .map_err(|e| self.snap_err(e))
+        inode_in(&self.tree, ino).map_err(|e| self.snap_err(e))
     }
 
     /// Lists a difference, unless its kind is ignored.
@@ -443,10 +491,7 @@ impl Verifier<'_, '_> {
         while let Some((dir, rel)) = stack.pop() {
             self.ino = dir;
             self.at.clone_from(&rel);
-            let entries = self
-                .fs
-                .read_dir(self.sv, dir)
-                .map_err(|e| self.snap_err(e))?;
+            let entries = read_dir(&self.tree, dir).map_err(|e| self.snap_err(e))?;
             // Its entries are looked up in it, not by their whole path.
             let fd = self.copy_dir(&rel)?;
             let mut copy_names = self.names(&fd, &rel)?;
@@ -509,9 +554,7 @@ impl Verifier<'_, '_> {
     /// The inodes in the snapshot's directory `ino` (at `rel`) and their
     /// paths; nested subvolumes left out.
     fn snap_children(&self, ino: u64, rel: &[u8]) -> Result<Vec<(u64, Vec<u8>)>, VerifyError> {
-        Ok(self
-            .fs
-            .read_dir(self.sv, ino)
+        Ok(read_dir(&self.tree, ino)
             .map_err(|e| self.snap_err(e))?
             .into_iter()
             .filter(|e| e.location.item_type == key_type::INODE_ITEM)
@@ -615,14 +658,11 @@ impl Verifier<'_, '_> {
         );
         match ft {
             FileType::Symlink => {
-                let snap = self
-                    .fs
-                    .read_link(self.sv, ino)
-                    .map_err(|e| self.snap_err(e))?;
+                let snap = self.read_link(&inode).map_err(|e| self.snap_err(e))?;
                 let copy = rustix::fs::readlinkat(at.dir, at.name, Vec::new())
                     .map_err(|e| self.copy_err(rel)(e.into()))?
                     .into_bytes();
-                w.add_if(snap != copy, What::Target);
+                w.add_if(snap.is_some_and(|s| s != copy), What::Target);
             }
             FileType::CharDev | FileType::BlockDev => {
                 let (ma, mi) = inode.rdev_major_minor();
@@ -641,15 +681,59 @@ impl Verifier<'_, '_> {
         if ft == FileType::File
             && self.ignore.checks(What::Data)
             && (md.size != inode.size
-                || (inode.size > 0
-                    && !self
-                        .check
-                        .same_data(&inode, rel, at, file, &mut self.report.bytes)?))
+                || (inode.size > 0 && !self.same_data(&inode, rel, at, file)?))
         {
             w.add(What::Data);
         }
         self.push(Change::Differs, rel.to_vec(), ft, w);
         Ok(ft == FileType::Dir)
+    }
+
+    /// Whether the copy's file `rel` (of the same size, found `at`, or
+    /// already open as `file`) holds the snapshot file's bytes: all of them
+    /// read from the filesystem, or without one only inline data (a file
+    /// whose data is elsewhere counts as the same).
+    fn same_data(
+        &mut self,
+        inode: &Inode,
+        rel: &[u8],
+        at: Place,
+        file: Option<File>,
+    ) -> Result<bool, VerifyError> {
+        if let Some(check) = &mut self.check {
+            return check.same_data(inode, rel, at, file, &mut self.report.bytes);
+        }
+        let Some(snap) = inline_data(&self.tree, inode).map_err(|e| self.snap_err(e))? else {
+            return Ok(true);
+        };
+        let file = match file {
+            Some(f) => f,
+            None => File::from(open_copy(at, false).map_err(self.copy_err(rel))?),
+        };
+        let mut copy = vec![0u8; snap.len()];
+        let mut done = 0;
+        while done < copy.len() {
+            match file.read_at(&mut copy[done..], done as u64) {
+                Ok(0) => break,
+                Ok(k) => done += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.copy_err(rel)(e)),
+            }
+        }
+        self.report.bytes += done as u64;
+        Ok(done == copy.len() && copy == snap)
+    }
+
+    /// The target of the symlink `inode`: read from the filesystem, or
+    /// without one from its inline data (none when it is not there).
+    fn read_link(&self, inode: &Inode) -> Result<Option<Vec<u8>>, Error> {
+        let Some(fs) = self.fs else {
+            return inline_data(&self.tree, inode);
+        };
+        let mut buf = vec![0u8; usize::try_from(inode.size.min(1 << 20)).unwrap_or(0)];
+        let n = fs.read_file_in(&self.tree, inode, 0, &mut buf)?;
+        buf.truncate(n);
+        Ok(Some(buf))
     }
 
     /// Whether the copy's file or directory `rel` (found `at`) has the
@@ -742,9 +826,7 @@ impl Verifier<'_, '_> {
                 copy.push((name.as_bytes().to_vec(), v));
             }
         }
-        let mut snap: Vec<(Vec<u8>, Vec<u8>)> = self
-            .fs
-            .xattrs(self.sv, inode.ino)
+        let mut snap: Vec<Xattr> = xattrs(&self.tree, inode.ino)
             .map_err(|e| self.snap_err(e))?
             .into_iter()
             .filter(|(n, _)| counts(n))
@@ -776,6 +858,89 @@ impl Verifier<'_, '_> {
         }
         Ok(false)
     }
+}
+
+/// The inode `ino` of the fs tree `tree`.
+fn inode_in(tree: &Tree<'_>, ino: u64) -> Result<Inode, Error> {
+    let key = Key::new(ino, key_type::INODE_ITEM, 0);
+    let item = tree.search(&key)?.ok_or(Error::NoInode {
+        subvol: tree.id,
+        ino,
+    })?;
+    let ii = InodeItem::parse(item.data()).map_err(Error::bad_item(tree.id, key))?;
+    Ok(Inode::from_item(ino, &ii))
+}
+
+/// A directory's entry in the snapshot.
+struct Entry {
+    name: Vec<u8>,
+    /// `(ino, INODE_ITEM, 0)`, or a nested subvolume's root.
+    location: Key,
+}
+
+/// The entries of directory `dir` of `tree`, in DIR_INDEX order.
+fn read_dir(tree: &Tree<'_>, dir: u64) -> Result<Vec<Entry>, Error> {
+    let mut out = Vec::new();
+    let from = Key::new(dir, key_type::DIR_INDEX, 0);
+    let to = Key::new(dir, key_type::DIR_INDEX, u64::MAX);
+    for item in tree.range(from, to) {
+        let item = item?;
+        let entries = dir_entries(item.data()).map_err(Error::bad_item(tree.id, item.key))?;
+        out.extend(entries.into_iter().map(|e| Entry {
+            name: e.name.to_vec(),
+            location: e.location,
+        }));
+    }
+    Ok(out)
+}
+
+/// An extended attribute: its name and value.
+type Xattr = (Vec<u8>, Vec<u8>);
+
+/// The xattrs of inode `ino` of `tree`.
+fn xattrs(tree: &Tree<'_>, ino: u64) -> Result<Vec<Xattr>, Error> {
+    let mut out = Vec::new();
+    let from = Key::new(ino, key_type::XATTR_ITEM, 0);
+    let to = Key::new(ino, key_type::XATTR_ITEM, u64::MAX);
+    for item in tree.range(from, to) {
+        let item = item?;
+        let entries = dir_entries(item.data()).map_err(Error::bad_item(tree.id, item.key))?;
+        out.extend(
+            entries
+                .into_iter()
+                .map(|e| (e.name.to_vec(), e.data.to_vec())),
+        );
+    }
+    Ok(out)
+}
+
+/// The bytes of `inode` when its data is one uncompressed inline extent
+/// at offset 0 of `tree` that covers its size; none when its data is
+/// anywhere else.
+fn inline_data(tree: &Tree<'_>, inode: &Inode) -> Result<Option<Vec<u8>>, Error> {
+    let from = Key::new(inode.ino, key_type::EXTENT_DATA, 0);
+    let to = Key::new(inode.ino, key_type::EXTENT_DATA, u64::MAX);
+    let mut items = tree.range(from, to);
+    let Some(item) = items.next().transpose()? else {
+        return Ok(None);
+    };
+    if items.next().is_some() || item.key.offset != 0 {
+        return Ok(None);
+    }
+    let fe = FileExtentItem::parse(item.data()).map_err(Error::bad_item(tree.id, item.key))?;
+    if fe.kind() != ExtentKind::Inline || fe.compression() != Compression::None {
+        return Ok(None);
+    }
+    // Past its inline bytes a file reads as a hole: compared by size only.
+    let Some(size) = usize::try_from(inode.size)
+        .ok()
+        .filter(|&n| n as u64 <= fe.ram_bytes())
+    else {
+        return Ok(None);
+    };
+    let mut data = fe.inline_data().to_vec();
+    data.resize(size, 0);
+    Ok(Some(data))
 }
 
 /// The size (name and value) above which an xattr may not fit on the

@@ -204,7 +204,8 @@ impl Bookmark {
                 this: fs.fsid(),
             });
         }
-        if !any && !crate::lineage::related(sv, &self.subvol) {
+        let all = fs.subvolumes().unwrap_or_default();
+        if !any && !crate::lineage::joins(sv, &all, &self.subvol) {
             return Err(BookmarkError::Unrelated {
                 path,
                 snapshot,
@@ -239,8 +240,12 @@ impl Bookmark {
             .read_exact_at(&mut raw, e.frame)
             .map_err(|err| btrfs_text::plain_io(&err))?;
         let nodesize = self.header.nodesize as usize;
-        let data = zstd::bulk::decompress(&raw, FRAME_BLOCKS * nodesize)
-            .map_err(|err| format!("frame at byte {}: {err}", e.frame))?;
+        let data = zstd::bulk::decompress(&raw, FRAME_BLOCKS * nodesize).map_err(|err| {
+            format!(
+                "the bookmark's frame at byte {} does not decompress: {err}",
+                e.frame
+            )
+        })?;
         if data.is_empty() || data.len() % nodesize != 0 {
             return Err(format!(
                 "frame at byte {} holds {} bytes, not whole blocks",
@@ -256,8 +261,9 @@ impl Bookmark {
     }
 }
 
-impl BlockSource for Bookmark {
-    fn tree_block(&self, e: &Expect) -> Result<Block> {
+impl Bookmark {
+    /// The block `e` asks for, checked.
+    fn block(&self, e: &Expect) -> Result<Block> {
         let bad = |reason: TreeBlockError| Error::BadTreeBlock {
             logical: e.logical,
             tree: e.tree,
@@ -278,6 +284,22 @@ impl BlockSource for Bookmark {
             .ok_or_else(|| bad(TreeBlockError::Missing))?;
         Block::check(data, e, &self.header.metadata_fsid, self.header.csum)
             .map_err(|r| bad(TreeBlockError::Invalid(Box::new(r))))
+    }
+}
+
+impl BlockSource for Bookmark {
+    fn tree_block(&self, e: &Expect) -> Result<Block> {
+        // What went wrong is in the file: its name goes with the error.
+        self.block(e).map_err(|err| match err {
+            Error::Io { .. } => err,
+            other => Error::Io {
+                path: self.path.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("the bookmark's {other}"),
+                ),
+            },
+        })
     }
 }
 

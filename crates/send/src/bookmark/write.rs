@@ -42,6 +42,7 @@ pub fn write(fs: &Filesystem, sv: &Subvolume, path: &Path) -> Result<Written, Bo
         path: path.to_path_buf(),
         source,
     };
+    remove_stale(path);
     let tmp = temp_name(path);
     let file = OpenOptions::new()
         .write(true)
@@ -65,15 +66,40 @@ pub fn write(fs: &Filesystem, sv: &Subvolume, path: &Path) -> Result<Written, Bo
     done
 }
 
+/// The start of the temporary names of bookmarks of `path`.
+fn temp_prefix(path: &Path) -> String {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    format!(".{}.tmp-", name.unwrap_or_else(|| "bookmark".into()))
+}
+
 /// `path` with a hidden temporary name beside it.
 fn temp_name(path: &Path) -> PathBuf {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let tmp = format!(
-        ".{}.tmp-{}",
-        name.unwrap_or_else(|| "bookmark".into()),
-        std::process::id()
-    );
-    path.with_file_name(tmp)
+    path.with_file_name(format!("{}{}", temp_prefix(path), std::process::id()))
+}
+
+/// Removes what killed writers of `path` left: temporary names whose
+/// process is gone.
+fn remove_stale(path: &Path) {
+    let prefix = temp_prefix(path);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !Path::new("/proc").join(pid.to_string()).exists() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
 }
 
 /// Writes the whole bookmark of `sv` into `file` (for `path`).

@@ -1,7 +1,8 @@
 //! The send plan: which parent and clone sources each subvolume sent
 //! goes against, as `-p` names them, as `-c` offers them, as
 //! `--parent-from` picks the parent from what the destination holds
-//! ([`listing`]), or as `--resume` continues a stream.
+//! ([`listing`]; a snapshot it holds and the source lost through its
+//! bookmark, [`kept`]), or as `--resume` continues a stream.
 //!
 //! Owns the choice only: it prints nothing, and tells what it picked
 //! through [`Notes`], which the binary implements. Calls [`crate::send`]
@@ -9,9 +10,11 @@
 //! and the on-disk reader; nothing in the crate calls it.
 
 mod error;
+mod kept;
 mod listing;
 
 use std::collections::HashSet;
+use std::path::Path;
 use std::sync::Arc;
 
 use btrfs_disk::fs::Filesystem;
@@ -19,7 +22,7 @@ use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::SubvolSelector;
 use btrfs_stream::resume::Token;
 
-use crate::bookmark::Bookmark;
+use crate::bookmark::{Bookmark, BookmarkError};
 use crate::lineage::Lineage;
 use crate::send::{
     check_clone_source, check_parent, related, stream_uuid_of, DEFAULT_HIGHEST_PROTO,
@@ -47,6 +50,11 @@ pub struct Ask<'a> {
     /// The parent of every subvolume, as a bookmark (`--parent-bookmark`,
     /// or `-p` naming a bookmark file).
     pub bookmark: Option<&'a Arc<Bookmark>>,
+    /// With `listing`: where bookmarks are kept, named by the uuid the
+    /// destination knows each snapshot by (`--bookmarks`); a snapshot the
+    /// destination holds and the source no longer has can be the parent
+    /// through its bookmark there.
+    pub bookmarks: Option<&'a Path>,
 }
 
 /// What a send plan tells as it is made.
@@ -57,6 +65,10 @@ pub trait Notes {
     /// The parent of `sv` is not related to it: the stream holds more
     /// than the change.
     fn unrelated(&mut self, sv: &Subvolume, parent: &Subvolume);
+    /// `--parent-from` passed over a bookmark in the `--bookmarks`
+    /// directory that could have been the parent of `sv`: it cannot be
+    /// read, or is not of the snapshot its name and the destination say.
+    fn bookmark_skipped(&mut self, sv: &Subvolume, why: &BookmarkError);
 }
 
 /// What `--parent-from` picked, and why.
@@ -72,6 +84,17 @@ pub enum Pick<'a> {
         parent: &'a Subvolume,
         /// Whether it is of the same origin (a snapshot of the same
         /// subvolume), not only of the same lineage.
+        same_origin: bool,
+    },
+    /// With `--parent-any`: as [`Pick::NewestOfAny`], a snapshot the
+    /// source no longer has, read from its bookmark.
+    BookmarkOfAny(&'a Bookmark),
+    /// As [`Pick::NewestOlder`], a snapshot the source no longer has,
+    /// read from its bookmark.
+    BookmarkOlder {
+        /// The bookmark of the parent.
+        bookmark: &'a Bookmark,
+        /// Whether its snapshot is of the same origin as the one sent.
         same_origin: bool,
     },
     /// A full send: the destination holds none of the filesystem's
@@ -156,14 +179,20 @@ pub fn plan(
             b.check_parent_of(fs, sv, ask.parent_any)?;
         }
     }
+    // A bookmark `--parent-from` picked: the first subvolume's parent.
+    let mut kept = None;
     if let Some(t) = ask.resume {
         let Some(sv) = svs.first() else {
             return Err(PlanError::ResumeOneSubvol);
         };
-        parent = check_resume(fs, sv, parent, t)?;
+        match resumed_bookmark(fs, sv, parent.as_ref(), t, ask)? {
+            Some(b) => kept = Some(b),
+            None => parent = check_resume(fs, sv, parent, t)?,
+        }
     } else if let (Some(list), Some(sv)) = (ask.listing, svs.first()) {
-        match parent_from_list(fs, sv, list, ask.parent_any, notes)? {
+        match parent_from_list(fs, sv, list, ask, notes)? {
             FromList::Parent(p) => parent = p.map(|p| *p),
+            FromList::Bookmark(b) => kept = Some(b),
             FromList::Held(own) if svs.len() == 1 => return Ok(Plan::Held(own)),
             FromList::Held(own) => {
                 return Err(PlanError::AlreadyHeld {
@@ -177,11 +206,12 @@ pub fn plan(
     for sel in ask.clone_srcs {
         sources.push(find_source(fs, sel, "clone source")?);
     }
+    let bookmark = ask.bookmark.cloned().or(kept);
     let policy = Policy {
         fixed: ask.parent.is_some() || ask.bookmark.is_some(),
-        incremental: parent.is_some() || ask.bookmark.is_some() || !ask.clone_srcs.is_empty(),
+        incremental: parent.is_some() || bookmark.is_some() || !ask.clone_srcs.is_empty(),
         parent,
-        bookmark: ask.bookmark.cloned(),
+        bookmark,
     };
     policy.against(fs, svs, sources, notes).map(Plan::Send)
 }
@@ -190,8 +220,8 @@ pub fn plan(
 /// with -p every subvolume is sent against that parent, the parent and
 /// the -c sources its clone sources; with -c alone each one's parent is
 /// picked among the clone sources, which grow by each subvolume sent;
-/// with neither all are full. A parent that --parent-from picked is the
-/// first subvolume's; the others' are picked as with -c.
+/// with neither all are full. A parent (or bookmark) that --parent-from
+/// picked is the first subvolume's; the others' are picked as with -c.
 struct Policy {
     /// The parent given or picked.
     parent: Option<Subvolume>,
@@ -199,7 +229,8 @@ struct Policy {
     fixed: bool,
     /// Whether the sends are incremental (a parent or clone sources).
     incremental: bool,
-    /// The parent of every subvolume as a bookmark.
+    /// The parent as a bookmark: of every subvolume (`fixed`), or of the
+    /// first.
     bookmark: Option<Arc<Bookmark>>,
 }
 
@@ -217,8 +248,9 @@ impl Policy {
         }
         let mut out = Vec::new();
         for (i, sv) in svs.iter().enumerate() {
+            let bookmark = self.bookmark.clone().filter(|_| self.fixed || i == 0);
             let p = match (&self.parent, i) {
-                _ if self.bookmark.is_some() => None,
+                _ if bookmark.is_some() => None,
                 (Some(p), _) if self.fixed => Some(p.clone()),
                 (Some(p), 0) => Some(p.clone()),
                 _ if self.incremental => Some(pick_parent(fs, sv, &sources)?.clone()),
@@ -233,7 +265,7 @@ impl Policy {
             }
             out.push(Against {
                 parent: p,
-                bookmark: self.bookmark.clone(),
+                bookmark,
                 clone_srcs: set,
             });
             if self.incremental && !self.fixed {
@@ -248,6 +280,9 @@ impl Policy {
 enum FromList {
     /// The parent to send against; none for a full send.
     Parent(Option<Box<Subvolume>>),
+    /// The bookmark of a snapshot the source no longer has, to send
+    /// against.
+    Bookmark(Arc<Bookmark>),
     /// The destination holds the snapshot sent complete already (its
     /// uuid as the destination knows it): there is nothing to send.
     Held(uuid::Uuid),
@@ -256,15 +291,18 @@ enum FromList {
 /// The parent `--parent-from` picks for `sv`: among the read-only
 /// snapshots that the destination holds complete, other than `sv`, the
 /// newest (by ctransid, then id) that is of `sv`'s lineage and older than
-/// it; with `any`, the newest of them all. [`FromList::Held`] when the
-/// destination holds `sv` itself complete.
+/// it; with `parent_any`, the newest of them all. With `bookmarks`, a
+/// snapshot the destination holds complete and the source no longer has
+/// counts too, through its bookmark there ([`kept`]). [`FromList::Held`]
+/// when the destination holds `sv` itself complete.
 fn parent_from_list(
     fs: &Filesystem,
     sv: &Subvolume,
     list: &str,
-    any: bool,
+    ask: &Ask<'_>,
     notes: &mut dyn Notes,
 ) -> Result<FromList, PlanError> {
+    let any = ask.parent_any;
     let held = parse_list(list)?;
     let complete: HashSet<uuid::Uuid> = held
         .iter()
@@ -282,6 +320,36 @@ fn parent_from_list(
         .filter(|c| complete.contains(&stream_uuid_of(c)))
         .collect();
     let newest = |c: &&&Subvolume| (c.ctransid, c.id);
+    let lineage = Lineage::of(sv, &all);
+    let kin: Vec<&&Subvolume> = there.iter().filter(|c| lineage.contains(c)).collect();
+    let older = kin
+        .iter()
+        .filter(|c| (c.ctransid, c.id) < (sv.ctransid, sv.id))
+        .max_by_key(|c| (c.ctransid, c.id));
+    if let Some(dir) = ask.bookmarks {
+        let best: Option<&Subvolume> = match any {
+            true => there.iter().max_by_key(newest).copied(),
+            false => older.map(|p| **p),
+        };
+        let gone = kept::Gone {
+            sv,
+            held: &held,
+            all: &all,
+            any,
+        };
+        let mut skipped = |e: BookmarkError| notes.bookmark_skipped(sv, &e);
+        if let Some(b) = gone.newest_bookmark(fs, dir, best, &mut skipped) {
+            let pick = match any {
+                true => Pick::BookmarkOfAny(&b),
+                false => Pick::BookmarkOlder {
+                    bookmark: &b,
+                    same_origin: same_origin(sv, b.subvolume()),
+                },
+            };
+            notes.picked(sv, &pick, held.len());
+            return Ok(FromList::Bookmark(Arc::new(b)));
+        }
+    }
     let mut tell = |pick: Pick<'_>| notes.picked(sv, &pick, held.len());
     if there.is_empty() {
         tell(Pick::NoneHeld);
@@ -294,12 +362,6 @@ fn parent_from_list(
         }
         return Ok(FromList::Parent(best.map(Box::new)));
     }
-    let lineage = Lineage::of(sv, &all);
-    let kin: Vec<&&Subvolume> = there.iter().filter(|c| lineage.contains(c)).collect();
-    let older = kin
-        .iter()
-        .filter(|c| (c.ctransid, c.id) < (sv.ctransid, sv.id))
-        .max_by_key(|c| (c.ctransid, c.id));
     match older {
         Some(p) => {
             tell(Pick::NewestOlder {
@@ -326,6 +388,37 @@ fn parent_from_list(
 fn same_origin(sv: &Subvolume, p: &Subvolume) -> bool {
     let origin = sv.parent_uuid;
     !origin.is_nil() && (p.parent_uuid == origin || p.uuid == origin)
+}
+
+/// The bookmark a resumed send continues against: the one given (it must
+/// be the token's parent), or with `--bookmarks` the token's parent's when
+/// the snapshot is gone from the source. None: the parent is a snapshot,
+/// or there is none.
+fn resumed_bookmark(
+    fs: &Filesystem,
+    sv: &Subvolume,
+    parent: Option<&Subvolume>,
+    t: &Token,
+    ask: &Ask<'_>,
+) -> Result<Option<Arc<Bookmark>>, PlanError> {
+    if let Some(b) = ask.bookmark {
+        check_resume(fs, sv, Some(b.subvolume().clone()), t)?;
+        return Ok(Some(b.clone()));
+    }
+    let (Some(dir), None, Some((pu, _))) = (ask.bookmarks, parent, t.parent) else {
+        return Ok(None);
+    };
+    if find_parent(fs, &SubvolSelector::Uuid(pu)).is_ok() {
+        return Ok(None);
+    }
+    let path = dir.join(crate::bookmark::file_name(&pu));
+    if !path.exists() {
+        return Ok(None);
+    }
+    let b = Bookmark::open(&path)?;
+    b.check_parent_of(fs, sv, ask.parent_any)?;
+    check_resume(fs, sv, Some(b.subvolume().clone()), t)?;
+    Ok(Some(Arc::new(b)))
 }
 
 /// The snapshot and parent a resumed send continues: `sv` must be the

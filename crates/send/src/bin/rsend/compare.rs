@@ -117,7 +117,43 @@ pub(crate) fn verify(args: &CompareArgs, dir: &Path) -> anyhow::Result<bool> {
     let r = showing(bar.as_ref(), Some((&fs, &sv)), || {
         rsend::verify::verify(&fs, &sv, dir, args.ignore, progress)
     });
-    let report = r?;
+    tell_verified(args, &r?, &sv.label(), dir)
+}
+
+/// `rsend --verify DIR BOOKMARK`: as [`verify`], against the snapshot a
+/// bookmark holds the tree of (its file data by size, see
+/// [`rsend::verify::NO_DATA_NOTE`]); no device is read.
+pub(crate) fn verify_bookmark(
+    args: &CompareArgs,
+    bookmark: &Path,
+    dir: &Path,
+) -> anyhow::Result<bool> {
+    let bm = Bookmark::open(bookmark)?;
+    let show_progress = !args.quiet && std::io::stderr().is_terminal();
+    let bar = show_progress.then(|| Bar::new(&format!("verify {}", bm.subvolume().path_lossy())));
+    let progress: &dyn Progress = match &bar {
+        Some(bar) => bar,
+        None => &NoProgress,
+    };
+    let snap = rsend::verify::Snapshot {
+        sv: bm.subvolume(),
+        tree: bm.tree(),
+        data: None,
+    };
+    let r = showing(bar.as_ref(), None, || {
+        rsend::verify::verify_tree(snap, dir, args.ignore, progress)
+    });
+    tell_verified(args, &r?, &bm.label(), dir)
+}
+
+/// Prints a verify's notes, its records and (unless quiet) the count of
+/// what it compared with `label`; true when the copy is identical.
+fn tell_verified(
+    args: &CompareArgs,
+    report: &rsend::verify::Report,
+    label: &str,
+    dir: &Path,
+) -> anyhow::Result<bool> {
     for note in &report.notes {
         eprintln!("rsend: note: {note}");
     }
@@ -125,8 +161,7 @@ pub(crate) fn verify(args: &CompareArgs, dir: &Path) -> anyhow::Result<bool> {
     if !args.quiet {
         let differ = report.records.len();
         eprintln!(
-            "rsend: verified {} against {}: {} paths and {} bytes compared, {}",
-            sv.label(),
+            "rsend: verified {label} against {}: {} paths and {} bytes compared, {}",
             dir.display(),
             report.paths,
             report.bytes,

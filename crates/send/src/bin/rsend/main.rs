@@ -270,6 +270,9 @@ struct Args {
     /// (chattr) count only where the copy's filesystem can hold them. The
     /// copy is only read (never written, symlinks never followed). Exit
     /// code 0 when identical, 1 when the copy differs or on an error.
+    /// SUBVOL may be a bookmark (--write-bookmark), of a snapshot perhaps
+    /// deleted since: no device is read, and files' data, which a bookmark
+    /// does not hold, is compared by size (inline data byte for byte).
     #[arg(long, value_name = "DIR", conflicts_with_all = ["dry_run", "file", "resume", "parent_from", "clone_src", "parent", "parent_id", "list"])]
     verify: Option<PathBuf>,
 
@@ -374,11 +377,20 @@ fn run(args: Args) -> Result<(), Failure> {
             )
             .into());
     }
-    for p in &args.subvols {
+    if let (Some(dir), [bm]) = (&args.verify, &args.subvols[..]) {
+        if rsend::bookmark::Bookmark::sniff(bm) {
+            // The bookmark holds the tree: no device is read.
+            return match compare::verify_bookmark(&compare_args(&args, Vec::new()), bm, dir)? {
+                true => Ok(()),
+                false => Err(Failure::Said(1)),
+            };
+        }
+    }
+    for p in args.subvols.iter().chain(&args.clone_src) {
         if rsend::bookmark::Bookmark::sniff(p) {
             return Err(Failure::Error(anyhow::anyhow!(
                 "{} is a bookmark, not a snapshot: a bookmark can only be the parent \
-                 (--parent-bookmark, or -p)",
+                 (--parent-bookmark, or -p); it holds no file data to send or clone from",
                 p.display()
             )));
         }
@@ -416,6 +428,23 @@ fn run(args: Args) -> Result<(), Failure> {
         Failure::Error(e) if !args.devices.is_empty() => Failure::Error(named::hint_top_level(e)),
         f => f,
     })
+}
+
+/// What `--changes` and `--verify` are asked, read from `devices`
+/// (without the snapshot and its parent).
+fn compare_args(args: &Args, devices: Vec<PathBuf>) -> CompareArgs {
+    CompareArgs {
+        devices,
+        parent_any: args.parent_any,
+        json: args.json,
+        quiet: args.verbosity.quiet(),
+        ignore: args.ignore.iter().fold(Ignore::default(), |mut i, k| {
+            // clap lets only the names of Ignore::KINDS through.
+            i.add(k);
+            i
+        }),
+        ..CompareArgs::default()
+    }
 }
 
 /// The parent's bookmark file: `--parent-bookmark FILE`, or `-p` naming a
@@ -458,18 +487,10 @@ fn run_on(args: &Args, named: Named, bookmark: Option<PathBuf>) -> Result<(), Fa
             }
         };
         let c = CompareArgs {
-            devices,
             subvol: Some(subvol),
             parent,
             bookmark,
-            parent_any: args.parent_any,
-            json: args.json,
-            quiet: args.verbosity.quiet(),
-            ignore: args.ignore.iter().fold(Ignore::default(), |mut i, k| {
-                // clap lets only the names of Ignore::KINDS through.
-                i.add(k);
-                i
-            }),
+            ..compare_args(args, devices)
         };
         match &args.verify {
             // The copy differs: the listing said how.

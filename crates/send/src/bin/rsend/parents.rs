@@ -1,5 +1,6 @@
 //! Saying what the send plan ([`rsend::plan`]) picked: the parent
-//! `--parent-from` chose and why, a parent unrelated to the snapshot
+//! `--parent-from` chose and why (from its bookmark when the source lost
+//! it), a bookmark it passed over, a parent unrelated to the snapshot
 //! sent; and reading the list `--parent-from` names.
 
 use std::path::Path;
@@ -7,6 +8,7 @@ use std::path::Path;
 use anyhow::Context;
 use btrfs_disk::subvol::Subvolume;
 use btrfs_text::plain_io;
+use rsend::bookmark::{Bookmark, BookmarkError};
 use rsend::plan::{Notes, Pick, PlanError};
 use rsend::send::stream_uuid_of;
 
@@ -28,6 +30,17 @@ impl Notes for Said {
                 p.path_lossy(),
                 p.id,
                 stream_uuid_of(p),
+            );
+        };
+        // The same from a bookmark of a snapshot the source lost.
+        let kept = |b: &Bookmark, why: String, more: &str| {
+            let p = b.subvolume();
+            eprintln!(
+                "rsend: parent {} (uuid {}) from its bookmark {} (the snapshot is gone from the \
+                 source): {why} ({listed} listed there{more})",
+                p.path_lossy(),
+                stream_uuid_of(p),
+                b.path().display(),
             );
         };
         let full = |why: String, more: String| {
@@ -56,6 +69,25 @@ impl Notes for Said {
                 ),
                 "",
             ),
+            Pick::BookmarkOfAny(b) => kept(
+                b,
+                "the newest of this filesystem's snapshots the destination holds complete, \
+                 of any subvolume"
+                    .into(),
+                "; --parent-any",
+            ),
+            Pick::BookmarkOlder {
+                bookmark,
+                same_origin,
+            } => kept(
+                bookmark,
+                format!(
+                    "{} as {}, the newest older snapshot the destination holds complete",
+                    kinship(same_origin),
+                    sv.path_lossy()
+                ),
+                "",
+            ),
             Pick::NoneHeld => full(
                 "the destination holds none of this filesystem's snapshots complete".into(),
                 String::new(),
@@ -74,6 +106,15 @@ impl Notes for Said {
                 ),
                 format!("; {newer} newer ones"),
             ),
+        }
+    }
+
+    fn bookmark_skipped(&mut self, sv: &Subvolume, why: &BookmarkError) {
+        if !self.quiet {
+            eprintln!(
+                "rsend: warning: {why}; not using it as the parent of {}",
+                sv.label()
+            );
         }
     }
 

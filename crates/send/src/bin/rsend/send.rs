@@ -117,6 +117,7 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
     if to_stdout && !args.dry_run {
         refuse_terminal(&std::io::stdout(), "standard output")?;
     }
+    make_bookmarks_dir(args)?;
     let rescue = args.rescue.then(|| Arc::new(Losses::new()));
     let fs = open_fs(
         &args.devices,
@@ -155,6 +156,21 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
     Ok(Sent::Whole)
 }
 
+/// Makes the `--bookmarks` directory when a send will write there and it
+/// is missing (readable by its owner only: a bookmark holds file names
+/// and small files' contents), before anything is sent.
+fn make_bookmarks_dir(args: &SendArgs) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let Some(dir) = args.bookmarks.as_ref().filter(|_| !args.dry_run) else {
+        return Ok(());
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| anyhow::anyhow!("--bookmarks {}: {}", dir.display(), plain_io(&e)))
+}
+
 /// Whether the run measures the stream: `-n`, but `--rescue -n` reads
 /// everything a send would, and writes nothing.
 fn measure(args: &SendArgs) -> bool {
@@ -179,6 +195,7 @@ fn make_plan(fs: &Filesystem, svs: &[Subvolume], args: &SendArgs) -> anyhow::Res
         listing: listing.as_deref(),
         parent_any: args.parent_any,
         bookmark: bookmark.as_ref(),
+        bookmarks: args.bookmarks.as_deref(),
     };
     let mut said = Said { quiet: args.quiet };
     let plan = plan(fs, svs, &ask, &mut said).map_err(plan_error)?;
@@ -333,19 +350,32 @@ fn send_all(
 /// `--write-bookmark FILE` (also after a dry run), and of each to
 /// `--bookmarks DIR` (not after a dry run: nothing was received).
 fn write_bookmarks(fs: &Filesystem, svs: &[Subvolume], args: &SendArgs) -> anyhow::Result<()> {
-    let mut to: Vec<(&Subvolume, PathBuf)> = Vec::new();
+    // (subvolume, file, whether a failure only warns)
+    let mut to: Vec<(&Subvolume, PathBuf, bool)> = Vec::new();
     if let (Some(path), Some(sv)) = (&args.write_bookmark, svs.first()) {
-        to.push((sv, path.clone()));
+        to.push((sv, path.clone(), false));
     }
     if let (Some(dir), false) = (&args.bookmarks, args.dry_run) {
         for sv in svs {
             let name = rsend::bookmark::file_name(&rsend::send::stream_uuid_of(sv));
-            to.push((sv, dir.join(name)));
+            to.push((sv, dir.join(name), true));
         }
     }
-    for (sv, path) in to {
+    for (sv, path, warn) in to {
         let started = std::time::Instant::now();
-        let w = rsend::bookmark::write(fs, sv, &path)?;
+        let w = match rsend::bookmark::write(fs, sv, &path) {
+            Ok(w) => w,
+            // The stream went whole: the night is not lost for want of a bookmark.
+            Err(e) if warn => {
+                eprintln!(
+                    "rsend: warning: {e}; the stream was sent whole, but an incremental \
+                     against {} after it is deleted from the source needs its bookmark",
+                    sv.label()
+                );
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         if args.verbose > 0 {
             eprintln!(
                 "rsend: bookmark of {} written to {}: {} tree blocks ({} bytes) in {} bytes, {:.2?}",
