@@ -16,9 +16,9 @@
 # inspect-internal dump-tree`, with the inline data in it); the bookmark's
 # size (`rsend -d IMG -n --write-bookmark BM s1`) against the data size
 # (goal for usr: at most 1 %); the time to write it against a full send
-# (`rsend -d IMG -f /dev/null s1`; goal: at most 0.1), with the dry run
-# alone (`rsend -d IMG -n s1`: -n walks the metadata and measures the
-# stream, which writing a bookmark with -n includes) and with a send that
+# (`rsend -d IMG -f /dev/null s1`; goal: at most 0.1; with -n the bookmark
+# is written alone, no stream measured), with the dry run alone (`rsend -d
+# IMG -n s1`, for scale) and with a send that
 # writes it too (`rsend -d IMG --write-bookmark BM -f /dev/null s1`, as
 # --bookmarks does: the bookmark's own cost); the incremental send
 # from the bookmark (`--parent-bookmark BM s2`) against the one from the
