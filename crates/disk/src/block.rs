@@ -339,16 +339,34 @@ impl Block {
         fsid: &Uuid,
         csum: CsumType,
     ) -> std::result::Result<Block, BlockError> {
-        validate(&data, e.logical, fsid, csum)?;
-        let b = Block { data };
-        check_expect(&b, e)?;
+        let b = Block::validated(data, e.logical, fsid, csum)?;
+        b.expect(e)?;
         Ok(b)
+    }
+
+    /// The block `data` held at `logical`, validated (checksum, bytenr,
+    /// fsid, layout), to be matched later against what a pointer expects
+    /// ([`Block::expect`]).
+    pub fn validated(
+        data: Arc<[u8]>,
+        logical: u64,
+        fsid: &Uuid,
+        csum: CsumType,
+    ) -> std::result::Result<Block, BlockError> {
+        validate(&data, logical, fsid, csum)?;
+        Ok(Block { data })
+    }
+
+    /// Whether it is the block `e` expects (generation, level, first key).
+    pub fn expect(&self, e: &Expect) -> std::result::Result<(), BlockError> {
+        check_expect(self, e)
     }
 
     pub(crate) fn from_validated(data: Arc<[u8]>) -> Block {
         Block { data }
     }
-    pub(crate) fn bytes_arc(&self) -> Arc<[u8]> {
+    /// Its bytes, shared.
+    pub fn bytes_arc(&self) -> Arc<[u8]> {
         self.data.clone()
     }
 }

@@ -7,7 +7,7 @@
 //! than SUBVOL, cut at several points (inside the magic, the prefix, the
 //! header, the frames, the index, the trailer, one byte short), with a
 //! byte flipped in the header, a frame, the index or the trailer's
-//! sha256, of an unknown format version (with the sha256 left or made to
+//! checksum, of an unknown format version (with the checksum left or made to
 //! match), a file that is not a bookmark, a directory as
 //! `--parent-bookmark`, and a bookmark given as SUBVOL. Each exits with
 //! code 1, writes nothing on standard output and no `-f` file, and says
@@ -40,7 +40,6 @@ use btrfs_disk::{Filesystem, Subvolume, Tree};
 use btrfs_stream::{Command as Cmd, CommandKind, Reader};
 use common::receivers::Receiver;
 use rsend::bookmark::Bookmark;
-use sha2::Digest;
 use testkit::syscall_kill::{run_killed_at, At};
 use testkit::{kernel_available, run, sh, BtrfsImage};
 
@@ -124,7 +123,7 @@ fn setup(test: &str) -> Option<Setup> {
 
 /// Layout of a bookmark (crates/send/src/bookmark/format.rs): magic,
 /// version, header length, header, frames, index, trailer (index offset,
-/// index length, blocks, sha256 of all before it, magic).
+/// index length, blocks, crc32c of all before it, zero, magic).
 struct Layout {
     header_end: usize,
     index: usize,
@@ -133,7 +132,7 @@ struct Layout {
     len: usize,
 }
 
-const TRAILER: usize = 8 + 8 + 8 + 32 + 8;
+const TRAILER: usize = 8 + 8 + 8 + 4 + 4 + 8;
 
 fn layout(b: &[u8]) -> Layout {
     let header_len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
@@ -143,16 +142,16 @@ fn layout(b: &[u8]) -> Layout {
         header_end: 16 + header_len,
         index,
         trailer,
-        sum: b.len() - 40,
+        sum: b.len() - 16,
         len: b.len(),
     }
 }
 
-/// `b` with its sha256 made to match its bytes again.
+/// `b` with its checksum made to match its bytes again.
 fn resum(mut b: Vec<u8>) -> Vec<u8> {
-    let at = b.len() - 40;
-    let sum = sha2::Sha256::digest(&b[..at]);
-    b[at..at + 32].copy_from_slice(&sum);
+    let at = b.len() - 16;
+    let sum = crc32c::crc32c(&b[..at]);
+    b[at..at + 4].copy_from_slice(&sum.to_le_bytes());
     b
 }
 
@@ -299,7 +298,7 @@ fn bad_bookmarks_each_give_their_error_and_no_stream() {
         (l.header_end + 7, "inside the first frame"),
         (l.index + 3, "inside the index"),
         (l.trailer + 20, "inside the trailer"),
-        (l.sum + 10, "inside the sha256"),
+        (l.sum + 2, "inside the checksum"),
         (l.len - 1, "one byte before the end"),
     ] {
         damaged.push((
@@ -316,15 +315,15 @@ fn bad_bookmarks_each_give_their_error_and_no_stream() {
             words(&["is not an rsend bookmark", "RSENDBMK"]),
         ));
     }
-    let sha = words(&["damaged", "sha256"]);
+    let sha = words(&["damaged", "checksum"]);
     for (at, what) in [
         (16 + 40, "the header (the snapshot's uuid)"),
         (16 + 180, "the header (the root's address)"),
         (l.header_end + 5, "a frame"),
         (l.index + 2, "the index"),
         (l.trailer + 2, "the trailer's index offset"),
-        (l.sum, "the trailer's sha256 (first byte)"),
-        (l.sum + 31, "the trailer's sha256 (last byte)"),
+        (l.sum, "the trailer's checksum (first byte)"),
+        (l.sum + 3, "the trailer's checksum (last byte)"),
     ] {
         damaged.push((
             format!("a byte flipped in {what}"),
@@ -345,12 +344,12 @@ fn bad_bookmarks_each_give_their_error_and_no_stream() {
     v2[8..12].copy_from_slice(&2u32.to_le_bytes());
     let version = words(&["format version 2", "this rsend reads version 1"]);
     damaged.push((
-        "format version 2, its sha256 as it was".into(),
+        "format version 2, its checksum as it was".into(),
         v2.clone(),
         version.clone(),
     ));
     damaged.push((
-        "format version 2, its sha256 made to match".into(),
+        "format version 2, its checksum made to match".into(),
         resum(v2),
         version,
     ));
@@ -513,7 +512,7 @@ fn a_bookmark_of_another_lineage_is_taken_with_parent_any() {
     assert!(!o.stdout.is_empty());
 }
 
-/// A bookmark whose sha256 was made to match damaged contents (not what a
+/// A bookmark whose checksum was made to match damaged contents (not what a
 /// disk or a cut does; someone rewrote it): the send fails where the
 /// damage is read, and the stream it began has no END, so no receiver
 /// takes it.

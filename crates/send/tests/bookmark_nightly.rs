@@ -408,7 +408,7 @@ fn a_night_whose_parent_was_deleted_goes_against_its_bookmark() {
     let len3 = std::fs::metadata(bookmark(&bms, &u3)).unwrap().len();
     let sum3 = damaged(
         &u3,
-        format!("damaged: the sha256 in its trailer does not match its {len3} bytes"),
+        format!("damaged: the checksum (crc32c) in its trailer does not match its {len3} bytes"),
     );
     let err = dry("night 4, night 3's bookmark damaged");
     let said: Vec<&str> = err.lines().collect();

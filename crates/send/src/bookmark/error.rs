@@ -41,8 +41,8 @@ pub enum BookmarkError {
         /// Its length.
         len: u64,
     },
-    /// The sha256 does not match the contents.
-    #[error("bookmark {}: damaged: the sha256 in its trailer does not match its {len} bytes", path.display())]
+    /// The checksum does not match the contents.
+    #[error("bookmark {}: damaged: the checksum (crc32c) in its trailer does not match its {len} bytes", path.display())]
     Corrupt {
         /// The file.
         path: PathBuf,

@@ -3,7 +3,7 @@
 //!
 //! A bookmark holds the snapshot's identity (uuids, transids, the
 //! filesystem's fsid) and every block of its fs tree as read (inline
-//! data included, no other file data), compressed, checked by a sha256
+//! data included, no other file data), compressed, checked by a crc32c of the whole file
 //! and the blocks' own checksums ([`format`]). [`write`] makes one of a
 //! read-only snapshot, atomically; [`Bookmark::open`] reads one back as a
 //! [`BlockSource`](btrfs_disk::BlockSource), so the send's tree compare
@@ -22,6 +22,7 @@
 
 mod error;
 pub mod format;
+mod frames;
 mod read;
 mod reuse;
 mod write;

@@ -1,13 +1,11 @@
 //! Reading a bookmark: checked whole when opened (magic, version, end
-//! mark, sha256, header, index), then its tree blocks read on demand
-//! through [`BlockSource`], a few frames kept decompressed.
+//! mark, crc32c, header, index), then its tree blocks read on demand
+//! through [`BlockSource`] from its frames ([`super::frames`]).
 
 use std::fs::File;
 use std::io::Read;
-use std::num::NonZeroUsize;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 use btrfs_disk::block::{Block, Expect};
 use btrfs_disk::error::{Error, Result, TreeBlockError};
@@ -15,20 +13,12 @@ use btrfs_disk::fs::Filesystem;
 use btrfs_disk::items::objectid;
 use btrfs_disk::subvol::{SubvolLink, Subvolume};
 use btrfs_disk::{BlockSource, Tree};
-use lru::LruCache;
-use sha2::{Digest, Sha256};
 
 use super::error::BookmarkError;
 use super::format::{
-    Entry, Header, Trailer, FRAME_BLOCKS, INDEX_ENTRY, MAGIC, PREFIX, SUM_FROM_END, TRAILER,
-    VERSION,
+    Entry, Header, Trailer, INDEX_ENTRY, MAGIC, PREFIX, SUM_FROM_END, TRAILER, VERSION,
 };
-
-/// Decompressed frames kept (each up to 16 blocks).
-const CACHE_FRAMES: usize = 256;
-
-/// The blocks of one frame, decompressed.
-type Frame = Arc<[Arc<[u8]>]>;
+use super::frames::Frames;
 
 /// A bookmark, checked and open: its snapshot's identity, and its fs tree
 /// as a [`BlockSource`].
@@ -37,10 +27,9 @@ pub struct Bookmark {
     header: Header,
     /// The snapshot as the filesystem had it.
     subvol: Subvolume,
-    file: File,
     /// Sorted by address.
     index: Vec<Entry>,
-    frames: Mutex<LruCache<u64, Frame>>,
+    frames: Frames,
     /// The file's length.
     len: u64,
 }
@@ -100,13 +89,18 @@ impl Bookmark {
         file.read_exact_at(&mut tail, len - TRAILER as u64)
             .map_err(io)?;
         let trailer = Trailer::decode(&tail).ok_or_else(truncated)?;
-        check_sum(&file, len, &tail[TRAILER - SUM_FROM_END..TRAILER - 8]).map_err(|e| match e {
-            Some(source) => io(source),
-            None => BookmarkError::Corrupt {
+        // SAFETY: bookmarks are replaced by rename, never changed in place.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let body = usize::try_from(len - SUM_FROM_END as u64)
+            .ok()
+            .and_then(|end| map.get(..end))
+            .ok_or_else(truncated)?;
+        if crc32c::crc32c(body) != trailer.crc {
+            return Err(BookmarkError::Corrupt {
                 path: path.to_path_buf(),
                 len,
-            },
-        })?;
+            });
+        }
         let malformed = |why: String| BookmarkError::Malformed {
             path: path.to_path_buf(),
             why,
@@ -116,15 +110,26 @@ impl Bookmark {
         let header = Header::decode(&hb).map_err(|f| malformed(f.to_string()))?;
         let index = read_index(&file, len, &trailer).map_err(malformed)?;
         let subvol = subvolume_of(&header);
+        let mut list: Vec<(u64, u32)> = index.iter().map(|e| (e.frame, e.frame_len)).collect();
+        list.sort_unstable();
+        list.dedup();
+        if list.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(malformed("two frames start at one byte".into()));
+        }
+        let frames = Frames::new(
+            map,
+            list,
+            header.nodesize as usize,
+            header.metadata_fsid,
+            header.csum,
+        )
+        .map_err(io)?;
         Ok(Bookmark {
             path: path.to_path_buf(),
             header,
             subvol,
-            file,
             index,
-            frames: Mutex::new(LruCache::new(
-                NonZeroUsize::new(CACHE_FRAMES).unwrap_or(NonZeroUsize::MIN),
-            )),
+            frames,
             len,
         })
     }
@@ -224,41 +229,6 @@ impl Bookmark {
         }
         Ok(())
     }
-
-    /// The blocks of the frame at `e`, decompressed (from the cache when there).
-    fn frame(&self, e: &Entry) -> std::result::Result<Frame, String> {
-        if let Some(f) = self
-            .frames
-            .lock()
-            .ok()
-            .and_then(|mut c| c.get(&e.frame).cloned())
-        {
-            return Ok(f);
-        }
-        let mut raw = vec![0u8; e.frame_len as usize];
-        self.file
-            .read_exact_at(&mut raw, e.frame)
-            .map_err(|err| btrfs_text::plain_io(&err))?;
-        let nodesize = self.header.nodesize as usize;
-        let data = zstd::bulk::decompress(&raw, FRAME_BLOCKS * nodesize).map_err(|err| {
-            format!(
-                "the bookmark's frame at byte {} does not decompress: {err}",
-                e.frame
-            )
-        })?;
-        if data.is_empty() || data.len() % nodesize != 0 {
-            return Err(format!(
-                "frame at byte {} holds {} bytes, not whole blocks",
-                e.frame,
-                data.len()
-            ));
-        }
-        let blocks: Frame = data.chunks(nodesize).map(Arc::from).collect();
-        if let Ok(mut c) = self.frames.lock() {
-            c.put(e.frame, blocks.clone());
-        }
-        Ok(blocks)
-    }
 }
 
 impl Bookmark {
@@ -274,16 +244,32 @@ impl Bookmark {
             .binary_search_by_key(&e.logical, |x| x.logical)
             .map_err(|_| bad(TreeBlockError::Missing))?;
         let entry = self.index[at];
-        let frame = self.frame(&entry).map_err(|why| Error::Io {
+        let n = self
+            .frames
+            .ordinal(entry.frame)
+            .ok_or_else(|| bad(TreeBlockError::Missing))?;
+        let frame = self.frames.get(n).map_err(|why| Error::Io {
             path: self.path.clone(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidData, why),
         })?;
-        let data = frame
-            .get(entry.slot as usize)
-            .cloned()
-            .ok_or_else(|| bad(TreeBlockError::Missing))?;
-        Block::check(data, e, &self.header.metadata_fsid, self.header.csum)
-            .map_err(|r| bad(TreeBlockError::Invalid(Box::new(r))))
+        let invalid = |r| bad(TreeBlockError::Invalid(Box::new(r)));
+        match frame.get(entry.slot as usize) {
+            Some(Ok(b)) if b.bytenr() == e.logical => {
+                b.expect(e).map(|()| b.clone()).map_err(invalid)
+            }
+            Some(Ok(b)) => Block::check(
+                b.bytes_arc(),
+                e,
+                &self.header.metadata_fsid,
+                self.header.csum,
+            )
+            .map_err(invalid),
+            Some(Err(raw)) => {
+                Block::check(raw.clone(), e, &self.header.metadata_fsid, self.header.csum)
+                    .map_err(invalid)
+            }
+            None => Err(bad(TreeBlockError::Missing)),
+        }
     }
 }
 
@@ -315,26 +301,6 @@ fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(got)
-}
-
-/// Whether the sha256 of the first `len - SUM_FROM_END` bytes is `want`:
-/// `Err(None)` when not, `Err(Some(e))` when reading failed.
-fn check_sum(f: &File, len: u64, want: &[u8]) -> std::result::Result<(), Option<std::io::Error>> {
-    let end = len - SUM_FROM_END as u64;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut at = 0u64;
-    while at < end {
-        let n = (end - at).min(buf.len() as u64) as usize;
-        f.read_exact_at(&mut buf[..n], at).map_err(Some)?;
-        h.update(&buf[..n]);
-        at += n as u64;
-    }
-    if h.finalize().as_slice() == want {
-        Ok(())
-    } else {
-        Err(None)
-    }
 }
 
 /// The index the trailer points at, checked: in the file, whole entries

@@ -129,6 +129,11 @@ pub(crate) fn send(args: &SendArgs) -> anyhow::Result<Sent> {
     for sel in &args.subvols {
         svs.push(find_sendable(&fs, sel).map_err(|e| lost_on_the_way(&fs, e))?);
     }
+    if args.dry_run && args.write_bookmark.is_some() {
+        // `-n --write-bookmark`: the bookmark alone, no stream measured.
+        write_bookmarks(&fs, &svs, args)?;
+        return Ok(Sent::Whole);
+    }
     let plan = make_plan(&fs, &svs, args)?;
     let mut out = Output::open(args)?;
     let against = match plan {
