@@ -191,38 +191,12 @@ impl Filesystem {
 
     /// The inode `ino` of the fs tree `tree`.
     pub fn inode_in(&self, tree: &Tree<'_>, ino: u64) -> Result<Inode> {
-        let key = Key::new(ino, key_type::INODE_ITEM, 0);
-        let item = tree.search(&key)?.ok_or(Error::NoInode {
-            subvol: tree.id,
-            ino,
-        })?;
-        let ii = InodeItem::parse(item.data()).map_err(|reason| Error::BadItem {
-            tree: tree.id,
-            key,
-            reason,
-        })?;
-        Ok(Inode::from_item(ino, &ii))
+        inode_of(tree, ino)
     }
 
     /// The entries of directory `dir`, in DIR_INDEX order.
     pub fn read_dir(&self, sv: &Subvolume, dir: u64) -> Result<Vec<DirEntryInfo>> {
-        let tree = self.fs_tree(sv);
-        let mut out = Vec::new();
-        let from = Key::new(dir, key_type::DIR_INDEX, 0);
-        let to = Key::new(dir, key_type::DIR_INDEX, u64::MAX);
-        for item in tree.range(from, to) {
-            let item = item?;
-            let entries = dir_entries(item.data()).map_err(Error::bad_item(tree.id, item.key))?;
-            for e in entries {
-                out.push(DirEntryInfo {
-                    index: item.key.offset,
-                    name: e.name.to_vec(),
-                    location: e.location,
-                    file_type: e.file_type,
-                });
-            }
-        }
-        Ok(out)
+        dir_entries_of(&self.fs_tree(sv), dir)
     }
 
     /// Looks `name` up in directory `dir` through its DIR_ITEM (name hash).
@@ -297,20 +271,7 @@ impl Filesystem {
 
     /// The xattrs of inode `ino`: (name, value), in key (name hash) order.
     pub fn xattrs(&self, sv: &Subvolume, ino: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let tree = self.fs_tree(sv);
-        let mut out = Vec::new();
-        let from = Key::new(ino, key_type::XATTR_ITEM, 0);
-        let to = Key::new(ino, key_type::XATTR_ITEM, u64::MAX);
-        for item in tree.range(from, to) {
-            let item = item?;
-            let entries = dir_entries(item.data()).map_err(Error::bad_item(tree.id, item.key))?;
-            out.extend(
-                entries
-                    .into_iter()
-                    .map(|e| (e.name.to_vec(), e.data.to_vec())),
-            );
-        }
-        Ok(out)
+        xattrs_of(&self.fs_tree(sv), ino)
     }
 
     /// The target of symlink `ino`.
@@ -1068,4 +1029,56 @@ pub fn worker_threads() -> usize {
     // available_parallelism reads cgroup files on every call: ask once.
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(8)))
+}
+
+/// The inode `ino` of the fs tree `tree` (any tree: a bookmark's too).
+pub fn inode_of(tree: &Tree<'_>, ino: u64) -> Result<Inode> {
+    let key = Key::new(ino, key_type::INODE_ITEM, 0);
+    let item = tree.search(&key)?.ok_or(Error::NoInode {
+        subvol: tree.id,
+        ino,
+    })?;
+    let ii = InodeItem::parse(item.data()).map_err(|reason| Error::BadItem {
+        tree: tree.id,
+        key,
+        reason,
+    })?;
+    Ok(Inode::from_item(ino, &ii))
+}
+
+/// The entries of directory `dir` of `tree`, in DIR_INDEX order.
+pub fn dir_entries_of(tree: &Tree<'_>, dir: u64) -> Result<Vec<DirEntryInfo>> {
+    let mut out = Vec::new();
+    let from = Key::new(dir, key_type::DIR_INDEX, 0);
+    let to = Key::new(dir, key_type::DIR_INDEX, u64::MAX);
+    for item in tree.range(from, to) {
+        let item = item?;
+        let entries = dir_entries(item.data()).map_err(Error::bad_item(tree.id, item.key))?;
+        for e in entries {
+            out.push(DirEntryInfo {
+                index: item.key.offset,
+                name: e.name.to_vec(),
+                location: e.location,
+                file_type: e.file_type,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The xattrs of inode `ino` of `tree`: (name, value), in key (name hash) order.
+pub fn xattrs_of(tree: &Tree<'_>, ino: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let from = Key::new(ino, key_type::XATTR_ITEM, 0);
+    let to = Key::new(ino, key_type::XATTR_ITEM, u64::MAX);
+    for item in tree.range(from, to) {
+        let item = item?;
+        let entries = dir_entries(item.data()).map_err(Error::bad_item(tree.id, item.key))?;
+        out.extend(
+            entries
+                .into_iter()
+                .map(|e| (e.name.to_vec(), e.data.to_vec())),
+        );
+    }
+    Ok(out)
 }

@@ -52,12 +52,10 @@ use crate::changes::{pieces, Src};
 use crate::progress::Progress;
 use crate::record::{self, Change, FileType, Record, What, WhatSet};
 use crate::snapshot_error::{Fault, SnapshotError};
-use btrfs_disk::data::Inode;
+use btrfs_disk::data::{dir_entries_of, inode_of, xattrs_of, Inode};
 use btrfs_disk::error::Error;
 use btrfs_disk::fs::Filesystem;
-use btrfs_disk::items::{
-    dir_entries, key_type, objectid, Compression, ExtentKind, FileExtentItem, InodeItem,
-};
+use btrfs_disk::items::{key_type, objectid, Compression, ExtentKind, FileExtentItem};
 use btrfs_disk::subvol::Subvolume;
 use btrfs_disk::{Key, Tree};
 use btrfs_stream::fileattr::{
@@ -459,7 +457,7 @@ impl Verifier<'_, '_> {
     fn inode(&mut self, ino: u64, rel: &[u8]) -> Result<Inode, VerifyError> {
         self.ino = ino;
         self.at = rel.to_vec();
-        inode_in(&self.tree, ino).map_err(|e| self.snap_err(e))
+        inode_of(&self.tree, ino).map_err(|e| self.snap_err(e))
     }
 
     /// Lists a difference, unless its kind is ignored.
@@ -491,7 +489,7 @@ impl Verifier<'_, '_> {
         while let Some((dir, rel)) = stack.pop() {
             self.ino = dir;
             self.at.clone_from(&rel);
-            let entries = read_dir(&self.tree, dir).map_err(|e| self.snap_err(e))?;
+            let entries = dir_entries_of(&self.tree, dir).map_err(|e| self.snap_err(e))?;
             // Its entries are looked up in it, not by their whole path.
             let fd = self.copy_dir(&rel)?;
             let mut copy_names = self.names(&fd, &rel)?;
@@ -554,7 +552,7 @@ impl Verifier<'_, '_> {
     /// The inodes in the snapshot's directory `ino` (at `rel`) and their
     /// paths; nested subvolumes left out.
     fn snap_children(&self, ino: u64, rel: &[u8]) -> Result<Vec<(u64, Vec<u8>)>, VerifyError> {
-        Ok(read_dir(&self.tree, ino)
+        Ok(dir_entries_of(&self.tree, ino)
             .map_err(|e| self.snap_err(e))?
             .into_iter()
             .filter(|e| e.location.item_type == key_type::INODE_ITEM)
@@ -826,7 +824,7 @@ impl Verifier<'_, '_> {
                 copy.push((name.as_bytes().to_vec(), v));
             }
         }
-        let mut snap: Vec<Xattr> = xattrs(&self.tree, inode.ino)
+        let mut snap: Vec<Xattr> = xattrs_of(&self.tree, inode.ino)
             .map_err(|e| self.snap_err(e))?
             .into_iter()
             .filter(|(n, _)| counts(n))
@@ -860,59 +858,8 @@ impl Verifier<'_, '_> {
     }
 }
 
-/// The inode `ino` of the fs tree `tree`.
-fn inode_in(tree: &Tree<'_>, ino: u64) -> Result<Inode, Error> {
-    let key = Key::new(ino, key_type::INODE_ITEM, 0);
-    let item = tree.search(&key)?.ok_or(Error::NoInode {
-        subvol: tree.id,
-        ino,
-    })?;
-    let ii = InodeItem::parse(item.data()).map_err(Error::bad_item(tree.id, key))?;
-    Ok(Inode::from_item(ino, &ii))
-}
-
-/// A directory's entry in the snapshot.
-struct Entry {
-    name: Vec<u8>,
-    /// `(ino, INODE_ITEM, 0)`, or a nested subvolume's root.
-    location: Key,
-}
-
-/// The entries of directory `dir` of `tree`, in DIR_INDEX order.
-fn read_dir(tree: &Tree<'_>, dir: u64) -> Result<Vec<Entry>, Error> {
-    let mut out = Vec::new();
-    let from = Key::new(dir, key_type::DIR_INDEX, 0);
-    let to = Key::new(dir, key_type::DIR_INDEX, u64::MAX);
-    for item in tree.range(from, to) {
-        let item = item?;
-        let entries = dir_entries(item.data()).map_err(Error::bad_item(tree.id, item.key))?;
-        out.extend(entries.into_iter().map(|e| Entry {
-            name: e.name.to_vec(),
-            location: e.location,
-        }));
-    }
-    Ok(out)
-}
-
 /// An extended attribute: its name and value.
 type Xattr = (Vec<u8>, Vec<u8>);
-
-/// The xattrs of inode `ino` of `tree`.
-fn xattrs(tree: &Tree<'_>, ino: u64) -> Result<Vec<Xattr>, Error> {
-    let mut out = Vec::new();
-    let from = Key::new(ino, key_type::XATTR_ITEM, 0);
-    let to = Key::new(ino, key_type::XATTR_ITEM, u64::MAX);
-    for item in tree.range(from, to) {
-        let item = item?;
-        let entries = dir_entries(item.data()).map_err(Error::bad_item(tree.id, item.key))?;
-        out.extend(
-            entries
-                .into_iter()
-                .map(|e| (e.name.to_vec(), e.data.to_vec())),
-        );
-    }
-    Ok(out)
-}
 
 /// The bytes of `inode` when its data is one uncompressed inline extent
 /// at offset 0 of `tree` that covers its size; none when its data is

@@ -221,8 +221,15 @@ impl<'a, 'fs> Walk<'a, 'fs> {
                 }
                 key_type::EXTENT_DATA => {
                     let Some(l) = &left else { return Ok(()) };
+                    // An inode whose item is the same has the same data
+                    // (its item changes with its data), as send.c's
+                    // changed_extent also holds.
                     match self.reuse {
-                        Some(reuse) if !reuse.same_extent(l.item)? => change = Change::Changed,
+                        Some(reuse)
+                            if self.cur.ino == key.objectid && !reuse.same_extent(l.item)? =>
+                        {
+                            change = Change::Changed
+                        }
                         _ => return self.maybe_send_hole(l.item, l.slot),
                     }
                 }
