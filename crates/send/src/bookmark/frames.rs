@@ -28,8 +28,8 @@ pub(crate) type Slot = std::result::Result<Block, Arc<[u8]>>;
 /// The blocks of one frame, decompressed.
 pub(crate) type Frame = Arc<[Slot]>;
 
-/// What the readers and the read-ahead thread share.
-struct Shared {
+/// The frames of a bookmark file.
+pub(crate) struct Frames {
     map: memmap2::Mmap,
     /// (offset, length) of every frame, in file order.
     list: Vec<(u64, u32)>,
@@ -38,11 +38,6 @@ struct Shared {
     csum: CsumType,
     cache: Mutex<LruCache<usize, Frame>>,
     unzip: Mutex<zstd::bulk::Decompressor<'static>>,
-}
-
-/// The frames of a bookmark file.
-pub(crate) struct Frames {
-    shared: Shared,
 }
 
 impl Frames {
@@ -57,40 +52,35 @@ impl Frames {
     ) -> std::io::Result<Frames> {
         let frames = CACHE_BYTES / (FRAME_BLOCKS * nodesize);
         Ok(Frames {
-            shared: Shared {
-                map,
-                list,
-                nodesize,
-                fsid,
-                csum,
-                cache: Mutex::new(LruCache::new(
-                    NonZeroUsize::new(frames).unwrap_or(NonZeroUsize::MIN),
-                )),
-                unzip: Mutex::new(zstd::bulk::Decompressor::new()?),
-            },
+            map,
+            list,
+            nodesize,
+            fsid,
+            csum,
+            cache: Mutex::new(LruCache::new(
+                NonZeroUsize::new(frames).unwrap_or(NonZeroUsize::MIN),
+            )),
+            unzip: Mutex::new(zstd::bulk::Decompressor::new()?),
         })
     }
 
     /// Which frame starts at byte `offset`.
     pub(crate) fn ordinal(&self, offset: u64) -> Option<usize> {
-        self.shared.list.binary_search_by_key(&offset, |f| f.0).ok()
+        self.list.binary_search_by_key(&offset, |f| f.0).ok()
     }
 
     /// The blocks of frame `n` (see [`Frames::ordinal`]).
     pub(crate) fn get(&self, n: usize) -> std::result::Result<Frame, String> {
-        if let Some(f) = self.shared.cached(n) {
+        if let Some(f) = self.cached(n) {
             return Ok(f);
         }
         let mut unzip = self
-            .shared
             .unzip
             .lock()
             .map_err(|_| "a reader of the bookmark panicked".to_string())?;
-        self.shared.load(n, &mut unzip)
+        self.load(n, &mut unzip)
     }
-}
 
-impl Shared {
     fn cached(&self, n: usize) -> Option<Frame> {
         self.cache.lock().ok().and_then(|mut c| c.get(&n).cloned())
     }

@@ -209,8 +209,12 @@ impl Bookmark {
                 this: fs.fsid(),
             });
         }
-        let all = fs.subvolumes().unwrap_or_default();
-        if !any && !crate::lineage::joins(sv, &all, &self.subvol) {
+        // The source's subvolumes are read only when a chain must link them.
+        let of_lineage = || {
+            crate::lineage::related(sv, &self.subvol)
+                || crate::lineage::joins(sv, &fs.subvolumes().unwrap_or_default(), &self.subvol)
+        };
+        if !any && !of_lineage() {
             return Err(BookmarkError::Unrelated {
                 path,
                 snapshot,

@@ -395,7 +395,9 @@ fn run(args: Args) -> Result<(), Failure> {
             )));
         }
     }
-    if args.parent_any && args.parent_from.is_none() && bookmark_named(&args).is_none() {
+    // -p naming a file names a bookmark; a snapshot is a directory.
+    let bookmark = bookmark_named(&args);
+    if args.parent_any && args.parent_from.is_none() && bookmark.is_none() {
         return Err(Args::command()
             .error(
                 clap::error::ErrorKind::MissingRequiredArgument,
@@ -404,8 +406,6 @@ fn run(args: Args) -> Result<(), Failure> {
             )
             .into());
     }
-    // -p naming a file names a bookmark; a snapshot is a directory.
-    let bookmark = bookmark_named(&args);
     let parent = args.parent.clone().filter(|_| bookmark.is_none());
     if args.write_bookmark.is_some() && args.subvols.len() + args.subvolid.len() > 1 {
         return Err(Args::command()
