@@ -502,7 +502,13 @@ impl Night {
     /// Changes inode `ino` with `f`.
     fn change(&mut self, cat: &Catalog, ino: i64, f: impl FnOnce(&mut Inode)) -> Step {
         let mut i = self.inode(cat, ino)?;
+        let before = i.clone();
         f(&mut i);
+        // A command that sets what is there already (the kernel sends
+        // UTIMES for every directory whose entries changed) costs no row.
+        if i == before && !self.dirty.contains_key(&ino) {
+            return Ok(());
+        }
         self.dirty.insert(ino, i);
         if self.dirty.len() >= DIRTY_CAP {
             Self::lift(self.flush_inodes(cat))?;
