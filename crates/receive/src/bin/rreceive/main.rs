@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod bar;
+mod catalog;
 mod report;
 
 use std::fs::File;
@@ -162,9 +163,42 @@ struct Args {
     list: bool,
     /// With --list: one JSON object per line instead (name, received_uuid,
     /// ctransid, parent_uuid, parent_ctransid, complete, resumable,
-    /// receiving, pid).
-    #[arg(long, requires = "list")]
+    /// receiving, pid); with --ls and --find: one JSON object per entry
+    /// (name, type, mode, uid, gid, size, mtime, nlink, target, rdev).
+    #[arg(long)]
     json: bool,
+    /// Catalog the stream file's nights in DB (SQLite): every path with its
+    /// metadata and where its data lies in the stream files
+    ///
+    /// With -f FILE and no DEST, FILE is cataloged without receiving; with
+    /// DEST it is received and cataloged in the same read. FILE may be
+    /// compressed with zstd. An incremental stream whose parent night is
+    /// not in DB is refused. With --ls, --find, --restore or --check, DB is
+    /// read. See "Restoring from stream files" in the recipes and
+    /// docs/catalog.md for the schema.
+    #[arg(long, value_name = "DB", conflicts_with_all = ["dump", "list", "resume_token", "delete_incomplete"])]
+    catalog: Option<PathBuf>,
+    /// List a directory of a cataloged night (or one entry): MODE NLINK UID
+    /// GID SIZE MTIME NAME, names escaped as rdump does.
+    #[arg(long, value_name = "SNAPSHOT[/PATH]", requires = "catalog", conflicts_with_all = ["find", "restore", "check"])]
+    ls: Option<std::ffi::OsString>,
+    /// Every path of every cataloged night that matches GLOB (on the last
+    /// name; on the whole path when GLOB holds a '/'; ** crosses '/').
+    #[arg(long, value_name = "GLOB", requires = "catalog", conflicts_with_all = ["restore", "check"])]
+    find: Option<String>,
+    /// Restore a file or subtree as of a cataloged night into DEST (DEST/NAME
+    /// when DEST is a directory), reading only the byte ranges it needs
+    ///
+    /// Owner, mode, times, xattrs, hard links within the subtree and holes
+    /// are restored; it is written under a temporary name and renamed when
+    /// whole, and an existing target is refused.
+    #[arg(long, value_name = "SNAPSHOT/PATH", requires_all = ["catalog", "dest"], conflicts_with = "check")]
+    restore: Option<std::ffi::OsString>,
+    /// Check the catalog's chain: every stream file read whole (CRCs), each
+    /// night's stream there, every byte range the catalog points at on its
+    /// commands; exit 1 naming the first bad night.
+    #[arg(long, requires = "catalog")]
+    check: bool,
     /// Print the token that resumes the receive of DEST/NAME where it
     /// stopped, for `rsend --resume TOKEN`
     ///
@@ -209,7 +243,7 @@ struct Args {
     #[arg(long, value_name = "DEST/NAME", conflicts_with_all = ["dump", "resume_token", "list"])]
     delete_incomplete: Option<PathBuf>,
     /// Destination directory.
-    #[arg(required_unless_present_any = ["dump", "resume_token", "delete_incomplete", "completions", "man"])]
+    #[arg(required_unless_present_any = ["dump", "resume_token", "delete_incomplete", "completions", "man", "catalog"])]
     dest: Option<PathBuf>,
     #[command(flatten)]
     extra: rsend_cli::ExtraArgs,
@@ -495,6 +529,44 @@ fn receive(args: Args) -> ExitCode {
             None => rsend_cli::exit("rreceive", Err(Failure::Said(2))),
         };
     }
+    if args.json && !(args.list || args.ls.is_some() || args.find.is_some()) {
+        return rsend_cli::exit(
+            "rreceive",
+            Err(Failure::Usage(
+                "--json goes with --list, --ls or --find".into(),
+            )),
+        );
+    }
+    let quiet = args.verbosity.quiet();
+    if let Some(db) = &args.catalog {
+        let mode = if let Some(s) = &args.ls {
+            Some(catalog::Mode::Ls(catalog::spec(s)))
+        } else if let Some(g) = &args.find {
+            Some(catalog::Mode::Find(g))
+        } else if let (Some(s), Some(d)) = (&args.restore, &args.dest) {
+            Some(catalog::Mode::Restore(catalog::spec(s), d))
+        } else if args.check {
+            Some(catalog::Mode::Check)
+        } else {
+            None
+        };
+        if let Some(mode) = mode {
+            return rsend_cli::exit("rreceive", catalog::run(db, mode, args.json, quiet));
+        }
+        let Some(file) = args.file.as_deref().filter(|f| f.as_os_str() != "-") else {
+            return rsend_cli::exit(
+                "rreceive",
+                Err(Failure::Usage(
+                    "--catalog DB points into stream files: give the stream file with -f FILE \
+                     (or --ls, --find, --restore, --check to read DB)"
+                        .into(),
+                )),
+            );
+        };
+        if args.dest.is_none() {
+            return rsend_cli::exit("rreceive", catalog::add(db, file, quiet));
+        }
+    }
     let stop = if args.dump { None } else { stop_on_signals() };
     let size = input_size(args.file.as_deref());
     // Before anything is read: a sender that is done may be gone after.
@@ -556,10 +628,21 @@ fn receive(args: Args) -> ExitCode {
     } else {
         bar::Meter::new(size, sender_bar)
     };
+    let (mut tee, along) = match (&args.catalog, args.file.as_deref()) {
+        (Some(db), Some(file)) => match catalog::alongside(db, file, stream) {
+            Ok((t, a)) => (t, Some(a)),
+            Err(f) => return rsend_cli::exit("rreceive", Err(f)),
+        },
+        _ => (catalog::Tee::plain(stream), None),
+    };
     // The bar is gone before what a failure left is told.
-    let received = rreceive::receive_with(stream, &opts, &report::Stderr::new(meter));
+    let received = rreceive::receive_with(&mut tee, &opts, &report::Stderr::new(meter));
+    let cataloged = along.map(|a| a.finish(tee, quiet));
     match received {
         Ok(stats) => {
+            if let Some(Err(f)) = cataloged {
+                return rsend_cli::exit("rreceive", Err(f));
+            }
             // What rsend --parent-from sends when DEST holds it already.
             if stats.subvols == 0 && !args.verbosity.quiet() {
                 eprintln!(

@@ -1,0 +1,372 @@
+//! The catalog modes of `rreceive --catalog DB`: adding stream files
+//! (alone or while receiving), `--ls`, `--find`, `--restore` and `--check`.
+
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread::JoinHandle;
+
+use btrfs_catalog::{find, restore, Catalog, Inode};
+use rsend_cli::Failure;
+use serde_json::json;
+
+/// What a catalog mode asks for.
+pub enum Mode<'a> {
+    Ls(&'a [u8]),
+    Find(&'a str),
+    Restore(&'a [u8], &'a Path),
+    Check,
+}
+
+fn fail(e: impl std::fmt::Display) -> Failure {
+    Failure::msg(e.to_string())
+}
+
+/// `--catalog DB -f FILE` with no DEST: adds the file's nights.
+pub fn add(db: &Path, file: &Path, quiet: bool) -> Result<(), Failure> {
+    let mut cat = Catalog::create(db).map_err(fail)?;
+    let added = btrfs_catalog::add_file(&mut cat, file).map_err(fail)?;
+    tell_added(file, &added, quiet);
+    Ok(())
+}
+
+fn tell_added(file: &Path, added: &[btrfs_catalog::Added], quiet: bool) {
+    if quiet {
+        return;
+    }
+    for a in added {
+        let name = btrfs_text::escape::escape(&a.name);
+        if a.already {
+            eprintln!(
+                "rreceive: {name} ({}) is in the catalog already; skipped",
+                btrfs_catalog::uuid_text(&a.uuid)
+            );
+        } else {
+            eprintln!(
+                "rreceive: cataloged {name} from {}: {} commands, {} rows",
+                file.display(),
+                a.commands,
+                a.rows
+            );
+        }
+    }
+}
+
+/// Reads what the receive reads and hands a copy to the catalog's thread.
+pub struct Tee<R> {
+    inner: R,
+    tx: Option<SyncSender<Vec<u8>>>,
+}
+
+impl<R> Tee<R> {
+    /// Passes `inner` through, cataloging nothing.
+    pub fn plain(inner: R) -> Tee<R> {
+        Tee { inner, tx: None }
+    }
+}
+
+impl<R: Read> Read for Tee<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n > 0 {
+            // A catalog that gave up takes nothing more; the receive goes on.
+            if let Some(tx) = &self.tx {
+                if tx.send(buf[..n].to_vec()).is_err() {
+                    self.tx = None;
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Bytes from the receive, as a reader for the catalog.
+struct Chunks {
+    rx: Receiver<Vec<u8>>,
+    cur: Vec<u8>,
+    at: usize,
+}
+
+impl Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.at == self.cur.len() {
+            match self.rx.recv() {
+                Ok(c) => {
+                    self.cur = c;
+                    self.at = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.cur.len() - self.at);
+        buf[..n].copy_from_slice(&self.cur[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// A catalog being built from the bytes a receive reads.
+pub struct Alongside {
+    handle: JoinHandle<Result<Vec<btrfs_catalog::Added>, String>>,
+    file: PathBuf,
+}
+
+/// Starts cataloging `file` from what `input` yields as it is read.
+pub fn alongside<R: Read>(
+    db: &Path,
+    file: &Path,
+    input: R,
+) -> Result<(Tee<R>, Alongside), Failure> {
+    let mut cat = Catalog::create(db).map_err(fail)?;
+    let (tx, rx) = sync_channel::<Vec<u8>>(64);
+    let path = file.to_owned();
+    let handle = std::thread::spawn(move || {
+        let chunks = Chunks {
+            rx,
+            cur: Vec::new(),
+            at: 0,
+        };
+        cat.add(&path, chunks).map_err(|e| e.to_string())
+    });
+    Ok((
+        Tee {
+            inner: input,
+            tx: Some(tx),
+        },
+        Alongside {
+            handle,
+            file: file.to_owned(),
+        },
+    ))
+}
+
+impl Alongside {
+    /// Reads the rest of the input through `tee` (bytes after the last END
+    /// the receive did not need), then waits for the catalog.
+    pub fn finish<R: Read>(self, mut tee: Tee<R>, quiet: bool) -> Result<(), Failure> {
+        let _ = io::copy(&mut tee, &mut io::sink());
+        drop(tee);
+        let added = self
+            .handle
+            .join()
+            .map_err(|_| Failure::msg("the catalog's thread failed"))?
+            .map_err(|e| Failure::msg(format!("not cataloged: {e}")))?;
+        tell_added(&self.file, &added, quiet);
+        Ok(())
+    }
+}
+
+/// `--ls`, `--find`, `--restore`, `--check`.
+pub fn run(db: &Path, mode: Mode<'_>, json: bool, quiet: bool) -> Result<(), Failure> {
+    let cat = Catalog::open(db).map_err(fail)?;
+    let out = io::stdout();
+    let mut out = io::BufWriter::new(out.lock());
+    let res = match mode {
+        Mode::Ls(spec) => ls(&cat, spec, json, &mut out),
+        Mode::Find(glob) => find_paths(&cat, glob, json, &mut out),
+        Mode::Restore(spec, dest) => restore_path(&cat, spec, dest, quiet),
+        Mode::Check => check(&cat, quiet),
+    };
+    match out.flush() {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(fail(e)),
+        _ => {}
+    }
+    res
+}
+
+fn ls(cat: &Catalog, spec: &[u8], json: bool, out: &mut impl Write) -> Result<(), Failure> {
+    let (snap, path) = restore::split_spec(cat, spec).map_err(fail)?;
+    let ino = cat.resolve(&snap, path).map_err(fail)?.ok_or_else(|| {
+        fail(format!(
+            "no path '{}' in snapshot {}",
+            btrfs_text::escape::escape(path),
+            snap.label()
+        ))
+    })?;
+    let inode = cat
+        .inode(snap.id, ino)
+        .map_err(fail)?
+        .ok_or_else(|| fail("the catalog has no inode for it (damaged)"))?;
+    let mut emit = |name: &[u8], i: &Inode| line(out, name, i, json).map_err(fail);
+    if !inode.is_dir() {
+        let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+        return emit(name, &inode);
+    }
+    for (name, child) in cat.list(snap.id, ino).map_err(fail)? {
+        let i = cat
+            .inode(snap.id, child)
+            .map_err(fail)?
+            .ok_or_else(|| fail("the catalog has no inode for an entry (damaged)"))?;
+        emit(&name, &i)?;
+    }
+    Ok(())
+}
+
+fn find_paths(cat: &Catalog, glob: &str, json: bool, out: &mut impl Write) -> Result<(), Failure> {
+    let pattern = find::Pattern::new(glob).map_err(fail)?;
+    let mut io_err = None;
+    find::find(cat, &pattern, &mut |snap, path, inode| {
+        let mut full = snap.name.clone();
+        full.push(b'/');
+        full.extend_from_slice(path);
+        if let Err(e) = line(out, &full, inode, json) {
+            io_err = Some(e);
+            return Err(btrfs_catalog::Error::Restore("output".into()));
+        }
+        Ok(())
+    })
+    .map_err(|e| match io_err.take() {
+        Some(io) => fail(io),
+        None => fail(e),
+    })
+}
+
+/// `-rw-r--r--` and the like.
+fn mode_text(mode: u32) -> String {
+    let t = match mode & libc_ifmt() {
+        0o040000 => 'd',
+        0o120000 => 'l',
+        0o020000 => 'c',
+        0o060000 => 'b',
+        0o010000 => 'p',
+        0o140000 => 's',
+        _ => '-',
+    };
+    let mut s = String::with_capacity(10);
+    s.push(t);
+    let bit = |b: u32, c: char| if mode & b != 0 { c } else { '-' };
+    let special = |x: bool, set: bool, on: char, off: char| match (set, x) {
+        (true, true) => on,
+        (true, false) => off,
+        (false, true) => 'x',
+        (false, false) => '-',
+    };
+    s.push(bit(0o400, 'r'));
+    s.push(bit(0o200, 'w'));
+    s.push(special(mode & 0o100 != 0, mode & 0o4000 != 0, 's', 'S'));
+    s.push(bit(0o040, 'r'));
+    s.push(bit(0o020, 'w'));
+    s.push(special(mode & 0o010 != 0, mode & 0o2000 != 0, 's', 'S'));
+    s.push(bit(0o004, 'r'));
+    s.push(bit(0o002, 'w'));
+    s.push(special(mode & 0o001 != 0, mode & 0o1000 != 0, 't', 'T'));
+    s
+}
+
+fn libc_ifmt() -> u32 {
+    0o170000
+}
+
+fn type_name(mode: u32) -> &'static str {
+    match mode & libc_ifmt() {
+        0o040000 => "dir",
+        0o120000 => "lnk",
+        0o020000 => "chr",
+        0o060000 => "blk",
+        0o010000 => "fifo",
+        0o140000 => "sock",
+        _ => "reg",
+    }
+}
+
+/// One entry: `MODE NLINK UID GID SIZE MTIME NAME`, or a JSON object.
+fn line(out: &mut impl Write, name: &[u8], i: &Inode, json: bool) -> io::Result<()> {
+    let ifmt = i.mode & libc_ifmt();
+    let size = if ifmt == 0o100000 || ifmt == 0o120000 {
+        i.size
+    } else {
+        0
+    };
+    let nlink = if i.is_dir() { 1 } else { i.nlink };
+    if json {
+        let mut v = json!({
+            "name": btrfs_text::escape::escape(name),
+            "type": type_name(i.mode),
+            "mode": i.mode,
+            "uid": i.uid,
+            "gid": i.gid,
+            "size": size,
+            "mtime": {"sec": i.mtime.sec, "nsec": i.mtime.nsec},
+            "nlink": nlink,
+        });
+        if let Some(t) = &i.target {
+            v["target"] = json!(btrfs_text::escape::escape(t));
+        }
+        if ifmt == 0o020000 || ifmt == 0o060000 {
+            v["rdev"] = json!(i.rdev);
+        }
+        writeln!(out, "{v}")
+    } else {
+        writeln!(
+            out,
+            "{} {nlink} {} {} {size} {}.{:09} {}",
+            mode_text(i.mode),
+            i.uid,
+            i.gid,
+            i.mtime.sec,
+            i.mtime.nsec,
+            btrfs_text::escape::escape(name)
+        )
+    }
+}
+
+fn restore_path(cat: &Catalog, spec: &[u8], dest: &Path, quiet: bool) -> Result<(), Failure> {
+    nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+    let bar = (!quiet && std::io::IsTerminal::is_terminal(&io::stderr())).then(|| {
+        let b = indicatif::ProgressBar::new(0);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} restoring: {bytes}/{total_bytes} of stream files read ({bytes_per_sec}, {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let done = restore::restore(cat, spec, dest, &mut |p| {
+        if let Some(b) = &bar {
+            b.set_length(p.total);
+            b.set_position(p.done);
+        }
+    });
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let done = done.map_err(|e| fail(format!("not restored: {e}")))?;
+    if !quiet {
+        eprintln!(
+            "rreceive: restored {} files, {} bytes into {}; read {} bytes of stream files ({} bytes in the chain)",
+            done.files,
+            done.bytes,
+            done.target.display(),
+            done.read,
+            done.chain
+        );
+    }
+    Ok(())
+}
+
+fn check(cat: &Catalog, quiet: bool) -> Result<(), Failure> {
+    let mut n = 0u64;
+    btrfs_catalog::check::check(cat, &mut |c| {
+        n += 1;
+        if !quiet {
+            eprintln!(
+                "rreceive: ok: {} ({}, {} commands)",
+                c.snapshot.label(),
+                c.snapshot.file.display(),
+                c.snapshot.commands
+            );
+        }
+    })
+    .map_err(|e| fail(format!("check failed: {e}")))?;
+    if !quiet {
+        eprintln!("rreceive: the catalog's {n} nights check good");
+    }
+    Ok(())
+}
+
+/// `SNAPSHOT/PATH` from the command line.
+pub fn spec(s: &std::ffi::OsStr) -> &[u8] {
+    s.as_bytes()
+}
