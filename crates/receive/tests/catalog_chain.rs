@@ -421,7 +421,12 @@ fn restore_differences(snap: &Snapshot, rel: &[u8], got: &Path, how: &Compare) -
             }
         }
         if let (Some(holes), "reg") = (&w.holes, g.kind.as_str()) {
-            let data = data_runs(&got.join(OsStr::from_bytes(p)));
+            let file = if p.is_empty() {
+                got.to_path_buf()
+            } else {
+                got.join(OsStr::from_bytes(p))
+            };
+            let data = data_runs(&file);
             for &(hs, he) in holes {
                 // Every whole 4 KiB block of the hole.
                 let (bs, be) = (hs.div_ceil(4096) * 4096, he / 4096 * 4096);
@@ -551,19 +556,29 @@ fn restore_dir(base: &Path) -> (tempfile::TempDir, bool) {
     (tempfile::tempdir_in(base).unwrap(), false)
 }
 
-/// The numbers of `rreceive: restored F files, B bytes; read R bytes of
-/// stream files (S bytes in the chain)`.
+/// The numbers of `rreceive: restored F files, B bytes[ into DEST]; read R
+/// bytes of stream files (S bytes in the chain)`.
 fn restore_summary(stderr: &str) -> Option<[u64; 4]> {
     let line = stderr
         .lines()
         .rev()
         .find(|l| l.starts_with("rreceive: restored "))?;
-    let nums: Vec<u64> = line
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().unwrap())
-        .collect();
-    (nums.len() == 4).then(|| [nums[0], nums[1], nums[2], nums[3]])
+    // The number before `word`.
+    let before = |word: &str| -> Option<u64> {
+        let at = line.find(word)?;
+        line[..at]
+            .split_whitespace()
+            .last()?
+            .trim_start_matches('(')
+            .parse()
+            .ok()
+    };
+    Some([
+        before(" files, ")?,
+        before(" bytes")?,
+        before(" bytes of stream files")?,
+        before(" bytes in the chain")?,
+    ])
 }
 
 /// What the restores read, for the figures.
