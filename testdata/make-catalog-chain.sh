@@ -144,7 +144,7 @@ check_streams() {
 stats_field() { awk -F'\t' -v s="$1" -v f="$2" '$1 == s {print $(f + 3)}'; }
 
 if [[ ${1:-} == --on ]]; then
-    [[ $# -eq 3 ]] || { sed -n '11,26p' "$0" >&2; exit 2; }
+    [[ $# -eq 3 ]] || { sed -n '11,24p' "$0" >&2; exit 2; }
     [[ $EUID -eq 0 ]] || { echo "make-catalog-chain.sh: must run as root" >&2; exit 1; }
     export LC_ALL=C TZ=UTC
     umask 022
@@ -158,7 +158,7 @@ if [[ ${1:-} == --on ]]; then
     zstd -q --rm -f "$OUTDIR/streams/$s.stream" -o "$OUTDIR/streams/$s.stream.zst"
     exit 0
 fi
-[[ $# -eq 0 ]] || { sed -n '11,26p' "$0" >&2; exit 2; }
+[[ $# -eq 0 ]] || { sed -n '11,24p' "$0" >&2; exit 2; }
 
 fixture_setup make-catalog-chain.sh "$HERE/catalog"
 RSEND_BIN=$(find_rsend)
@@ -185,6 +185,7 @@ log "compress the streams"
 for f in "$RAW"/*.stream; do
     zstd -q -19 -T1 -f "$f" -o "$STAGE/streams/$(basename "$f").zst"
 done
+chmod 644 "$STAGE"/streams/*.zst    # btrfs send makes its files 0600
 rmdir "$STAGE/image"
 
 {

@@ -559,10 +559,8 @@ fn restore_dir(base: &Path) -> (tempfile::TempDir, bool) {
 /// The numbers of `rreceive: restored F files, B bytes[ into DEST]; read R
 /// bytes of stream files (S bytes in the chain)`.
 fn restore_summary(stderr: &str) -> Option<[u64; 4]> {
-    let line = stderr
-        .lines()
-        .rev()
-        .find(|l| l.starts_with("rreceive: restored "))?;
+    // From the last summary to the end: DEST may hold a newline.
+    let line = &stderr[stderr.rfind("rreceive: restored ")?..];
     // The number before `word`.
     let before = |word: &str| -> Option<u64> {
         let at = line.find(word)?;
@@ -629,6 +627,13 @@ fn restore_and_compare(
             Some([_, _, r, s]) => {
                 figures.read += r;
                 figures.chain += s;
+                let item = &snap.items[rel];
+                if item.kind == "reg" && r > 2 * item.size + (1 << 20) {
+                    d.push(format!(
+                        "--restore {what:?}: read {r} bytes of stream files for a file of {} bytes: {err}",
+                        item.size
+                    ));
+                }
                 if r > s {
                     d.push(format!(
                         "--restore {what:?}: read {r} bytes of a chain of {s}: {err}"
@@ -646,6 +651,7 @@ fn restore_and_compare(
 
 /// The (night, path) pairs: a few fixed ones (the roots, the large and the
 /// sparse file every night, directories renamed), then `n` random ones.
+/// Without root no device can be made: subtrees holding one are left out.
 fn pairs(snaps: &[Snapshot], n: usize, owners: bool) -> Vec<(usize, Vec<u8>)> {
     let mut out = vec![(0, Vec::new()), (NIGHTS - 1, Vec::new())];
     for (i, s) in snaps.iter().enumerate() {
@@ -655,17 +661,19 @@ fn pairs(snaps: &[Snapshot], n: usize, owners: bool) -> Vec<(usize, Vec<u8>)> {
             }
         }
     }
+    let fixed = out.len();
     let mut rng = Rng(SEED);
-    while out.len() < n + 2 + 4 * NIGHTS {
+    while out.len() < fixed + n {
         let i = rng.below(NIGHTS as u64) as usize;
         let keys: Vec<&Vec<u8>> = snaps[i].items.keys().collect();
-        let p = keys[rng.below(keys.len() as u64) as usize];
-        let kind = snaps[i].items[p].kind.as_str();
-        // Without root no device can be made.
-        if !owners && (kind == "chr" || kind == "blk") {
-            continue;
-        }
-        out.push((i, p.clone()));
+        out.push((i, keys[rng.below(keys.len() as u64) as usize].clone()));
+    }
+    if !owners {
+        out.retain(|(i, p)| {
+            !subtree(&snaps[*i], p)
+                .values()
+                .any(|it| it.kind == "chr" || it.kind == "blk")
+        });
     }
     out
 }
@@ -760,7 +768,7 @@ fn lines(out: &[u8]) -> Vec<String> {
     text(out).lines().map(str::to_string).collect()
 }
 
-fn check_ls(db: &Path, snap: &Snapshot, rel: &[u8]) -> Vec<String> {
+fn check_ls(db: &Path, snap: &Snapshot, rel: &[u8], count: &mut usize) -> Vec<String> {
     let what = spec(&snap.name, rel);
     let out = catalog(db, &[OsStr::new("--ls"), &what]);
     if !out.status.success() {
@@ -771,6 +779,7 @@ fn check_ls(db: &Path, snap: &Snapshot, rel: &[u8]) -> Vec<String> {
         )];
     }
     let got = lines(&out.stdout);
+    *count += got.len();
     let item = &snap.items[rel];
     let want: Vec<String> = if item.kind == "dir" {
         let mut c = children(snap, rel);
@@ -813,7 +822,7 @@ fn kind_of_mode(mode: u64) -> &'static str {
     }
 }
 
-fn check_ls_json(db: &Path, snap: &Snapshot, rel: &[u8]) -> Vec<String> {
+fn check_ls_json(db: &Path, snap: &Snapshot, rel: &[u8], count: &mut usize) -> Vec<String> {
     let what = spec(&snap.name, rel);
     let out = catalog(db, &[OsStr::new("--ls"), &what, OsStr::new("--json")]);
     if !out.status.success() {
@@ -826,6 +835,7 @@ fn check_ls_json(db: &Path, snap: &Snapshot, rel: &[u8]) -> Vec<String> {
     let mut c = children(snap, rel);
     c.sort_by(|a, b| a.0.cmp(b.0));
     let got = lines(&out.stdout);
+    *count += got.len();
     let mut d = Vec::new();
     if got.len() != c.len() {
         d.push(format!(
@@ -922,7 +932,7 @@ const GLOBS: &[&str] = &[
     "new-0?-1",
 ];
 
-fn check_find(db: &Path, snaps: &[Snapshot], glob: &str) -> Vec<String> {
+fn check_find(db: &Path, snaps: &[Snapshot], glob: &str, count: &mut usize) -> Vec<String> {
     let out = catalog(db, &[OsStr::new("--find"), OsStr::new(glob)]);
     if !out.status.success() {
         return vec![format!(
@@ -932,6 +942,7 @@ fn check_find(db: &Path, snaps: &[Snapshot], glob: &str) -> Vec<String> {
         )];
     }
     let mut got = lines(&out.stdout);
+    *count += got.len();
     let mut want = Vec::new();
     for s in snaps {
         for (p, item) in &s.items {
@@ -972,11 +983,13 @@ fn check_find(db: &Path, snaps: &[Snapshot], glob: &str) -> Vec<String> {
 }
 
 /// --ls of every root, of random directories and entries, --ls --json of
-/// random directories, and --find of each of GLOBS.
-fn check_listings(db: &Path, snaps: &[Snapshot]) -> Vec<String> {
+/// random directories, and --find of each of GLOBS; the differences and
+/// how many lines of --ls and of --find were compared.
+fn check_listings(db: &Path, snaps: &[Snapshot]) -> (Vec<String>, usize, usize) {
     let mut d = Vec::new();
+    let (mut ls, mut find) = (0, 0);
     for s in snaps {
-        d.extend(check_ls(db, s, b""));
+        d.extend(check_ls(db, s, b"", &mut ls));
     }
     let mut rng = Rng(SEED ^ 0x15);
     for k in 0..40 {
@@ -989,16 +1002,16 @@ fn check_listings(db: &Path, snaps: &[Snapshot]) -> Vec<String> {
             .map(|(p, _)| p)
             .collect();
         let p = cands[rng.below(cands.len() as u64) as usize];
-        d.extend(check_ls(db, s, p));
+        d.extend(check_ls(db, s, p, &mut ls));
         if want_dir && k % 4 == 0 {
-            d.extend(check_ls_json(db, s, p));
+            d.extend(check_ls_json(db, s, p, &mut ls));
         }
     }
-    d.extend(check_ls_json(db, &snaps[NIGHTS - 1], b"misc"));
+    d.extend(check_ls_json(db, &snaps[NIGHTS - 1], b"misc", &mut ls));
     for g in GLOBS {
-        d.extend(check_find(db, snaps, g));
+        d.extend(check_find(db, snaps, g, &mut find));
     }
-    d
+    (d, ls, find)
 }
 
 /// Catalogs `chain` night by night into `db` (in `work`) and checks
@@ -1035,7 +1048,8 @@ fn check_chain(
     }
     let restore_time = t.elapsed();
     let t = Instant::now();
-    d.extend(check_listings(&db, snaps));
+    let (listed, ls_lines, find_lines) = check_listings(&db, snaps);
+    d.extend(listed);
     let chain_bytes: u64 = chain
         .iter()
         .map(|n| fs::metadata(&n.file).unwrap().len())
@@ -1043,7 +1057,7 @@ fn check_chain(
     println!(
         "{what}: cataloged {} nights ({chain_bytes} bytes of stream files, catalog {} bytes) in {:.1?}; \
          {} restores ({} entries) in {:.1?}, reading {} bytes of stream files ({} summed over the chains); \
-         listings in {:.1?}{}",
+         {ls_lines} lines of --ls and {find_lines} of --find in {:.1?}{}",
         chain.len(),
         fs::metadata(&db).map_or(0, |m| m.len()),
         catalog_time,
@@ -1262,17 +1276,32 @@ fn a_chain_missing_a_night_is_refused_naming_the_parent() {
     for n in &chain[..3] {
         add_ok(&db, &n.file);
     }
-    // Adding a night again changes nothing and says so.
+    // Adding a night again (from a copy of its stream file) changes
+    // nothing and says so; the same file again changes nothing either.
     let before = everything(&db);
-    let again = add_ok(&db, &chain[0].file);
+    let copy = work.path().join("n01-again.stream");
+    fs::copy(&chain[0].file, &copy).unwrap();
+    let again = add_ok(&db, &copy);
     assert!(
-        !again.stderr.is_empty(),
-        "adding n01 twice: no note on stderr"
+        text(&again.stderr).contains("n01"),
+        "adding n01 twice: no note naming it on stderr: {}",
+        text(&again.stderr)
     );
     assert_eq!(
         everything(&db),
         before,
         "adding n01 twice changed the catalog"
+    );
+    let same = add(&db, &chain[0].file);
+    assert!(
+        text(&same.stderr).contains("n01"),
+        "adding n01's file twice: nothing said naming it: {}",
+        text(&same.stderr)
+    );
+    assert_eq!(
+        everything(&db),
+        before,
+        "adding n01's file twice changed the catalog"
     );
     // n05 without n04: its parent is n04, which the catalog does not have.
     let n04 = fs::read(&chain[3].file).unwrap();
@@ -1418,11 +1447,12 @@ fn a_flipped_byte_fails_check_and_restore_leaving_no_file() {
     let name = &snaps[night].name;
 
     let out = catalog(&db, &[OsStr::new("--check")]);
-    let err = text(&out.stderr);
+    let check_err = text(&out.stderr);
+    let err = check_err.lines().last().unwrap_or_default();
     assert_eq!(
         out.status.code(),
         Some(1),
-        "--check with a byte of {name} flipped: {err}"
+        "--check with a byte of {name} flipped: {check_err}"
     );
     assert!(
         err.contains(name.as_str()),
@@ -1458,7 +1488,7 @@ fn a_flipped_byte_fails_check_and_restore_leaving_no_file() {
         base.display()
     );
     println!(
-        "flipped byte {at} of {name} (WRITE #{index} at byte {} of '{}'): {err}",
+        "flipped byte {at} of {name} (WRITE #{index} at byte {} of '{}'): --check: {check_err}--restore: {err}",
         cmds[index].offset,
         path.escape_ascii()
     );
@@ -1477,4 +1507,90 @@ fn the_glob_matcher_of_this_test_follows_find() {
     assert_eq!(mode_string("dir", 0o1777), "drwxrwxrwt");
     assert_eq!(mode_string("reg", 0o4644), "-rwSr--r--");
     assert_eq!(mode_string("reg", 0o2750), "-rwxr-s---");
+}
+
+#[test]
+fn restore_into_a_new_name_refused_over_an_existing_one_and_nights_named_by_uuid() {
+    let work = tempfile::tempdir().unwrap();
+    let chain = committed_chain(&work.path().join("streams"));
+    let snaps = committed_snapshots();
+    let db = work.path().join("catalog.db");
+    for n in &chain[..3] {
+        add_ok(&db, &n.file);
+    }
+    let how = Compare {
+        owners: is_root(),
+        big_xattrs: true,
+    };
+    // DEST that does not exist is the restored file itself.
+    let (restores, big) = restore_dir(work.path());
+    let how = Compare {
+        big_xattrs: big,
+        ..how
+    };
+    let dest = restores.path().join("h1 as of n03");
+    catalog_ok(
+        &db,
+        &[
+            OsStr::new("--restore"),
+            OsStr::new("n03/data/h1"),
+            dest.as_os_str(),
+        ],
+    );
+    let d = restore_differences(&snaps[2], b"data/h1", &dest, &how);
+    assert!(
+        d.is_empty(),
+        "--restore n03/data/h1 to a new name:\n{}",
+        d.join("\n")
+    );
+    // An existing target is refused and left as it was.
+    fs::write(restores.path().join("h1"), b"mine").unwrap();
+    let out = catalog(
+        &db,
+        &[
+            OsStr::new("--restore"),
+            OsStr::new("n03/data/h1"),
+            restores.path().as_os_str(),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "--restore over an existing h1: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(fs::read(restores.path().join("h1")).unwrap(), b"mine");
+    let out = catalog(
+        &db,
+        &[
+            OsStr::new("--restore"),
+            OsStr::new("n03/data/h1"),
+            dest.as_os_str(),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "--restore onto the file it restored before: {}",
+        text(&out.stderr)
+    );
+    // A night by its uuid (from its stream's SNAPSHOT command).
+    let n03 = fs::read(&chain[2].file).unwrap();
+    let cmds = commands(&n03);
+    let snap = cmds.iter().find(|c| c.kind == CMD_SNAPSHOT).unwrap();
+    let uuid = uuid_string(attr(&n03, snap, A_UUID).unwrap());
+    for rel in ["", "/data"] {
+        let by_name = catalog_ok(&db, &[OsStr::new("--ls"), OsStr::new(&format!("n03{rel}"))]);
+        let by_uuid = catalog_ok(
+            &db,
+            &[OsStr::new("--ls"), OsStr::new(&format!("{uuid}{rel}"))],
+        );
+        assert_eq!(
+            by_uuid.stdout, by_name.stdout,
+            "--ls {uuid}{rel} differs from --ls n03{rel}"
+        );
+    }
+    let mut count = 0;
+    let d = check_ls(&db, &snaps[2], b"data", &mut count);
+    assert!(d.is_empty(), "{}", d.join("\n"));
 }
