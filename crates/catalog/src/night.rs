@@ -528,6 +528,9 @@ impl Night {
         let p = self.dir(cat, parent)?;
         let d = Self::lift(cat.lookup(self.id, p, name))?
             .ok_or_else(|| format!("no directory '{}'", btrfs_text::escape::escape(path)))?;
+        if self.dirs.len() >= DIRTY_CAP {
+            self.dirs.clear();
+        }
         self.dirs.insert(path.to_vec(), d);
         Ok(d)
     }
@@ -1016,11 +1019,55 @@ fn split(path: &[u8]) -> (&[u8], &[u8]) {
     }
 }
 
-/// Opens the stream file at `path` and adds it.
+/// Opens the stream file at `path` and adds it. A file cataloged before
+/// under the same path and with the same size adds nothing (its nights are
+/// told as already there); one whose size changed is refused.
 pub fn add_file(cat: &mut Catalog, path: &Path) -> Result<Vec<Added>> {
-    let f = std::fs::File::open(path).map_err(|source| Error::Io {
+    use std::os::unix::ffi::OsStrExt;
+    let io = |source| Error::Io {
         path: path.to_owned(),
         source,
-    })?;
+    };
+    let f = std::fs::File::open(path).map_err(io)?;
+    let size = f.metadata().map_err(io)?.len();
+    let abs = std::path::absolute(path).map_err(io)?;
+    let old: Option<(i64, i64)> = cat
+        .conn
+        .query_row(
+            "SELECT id, size FROM stream_file WHERE path = ?1",
+            [abs.as_os_str().as_bytes()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .ok();
+    if let Some((id, old_size)) = old {
+        let nights: Vec<Snapshot> = cat
+            .snapshots()?
+            .into_iter()
+            .filter(|s| s.file_id == id)
+            .collect();
+        if !nights.is_empty() {
+            if old_size as u64 != size {
+                return Err(Error::Refused {
+                    path: path.to_owned(),
+                    what: format!(
+                        "this stream file was cataloged with {old_size} bytes and has {size} now: \
+                         a changed file must get a new name"
+                    ),
+                    command: 0,
+                    offset: 0,
+                });
+            }
+            return Ok(nights
+                .into_iter()
+                .map(|s| Added {
+                    name: s.name,
+                    uuid: s.uuid,
+                    already: true,
+                    commands: s.commands,
+                    rows: 0,
+                })
+                .collect());
+        }
+    }
     cat.add(path, f)
 }

@@ -40,6 +40,12 @@ pub struct Restored {
     pub to_read: u64,
     /// Bytes of every stream file of the night's chain, for comparison.
     pub chain: u64,
+    /// btrfs properties (`btrfs.*` xattrs) the destination cannot hold,
+    /// skipped as rreceive skips them off btrfs.
+    pub skipped_properties: u64,
+    /// Xattrs too large for the destination's filesystem, skipped as
+    /// rreceive skips them: what and why, one each.
+    pub skipped_xattrs: Vec<String>,
 }
 
 /// Progress told while data is read.
@@ -69,14 +75,25 @@ pub fn split_spec<'a>(cat: &Catalog, spec: &'a [u8]) -> Result<(Snapshot, &'a [u
     Ok((cat.find_snapshot(name)?, path))
 }
 
+/// Judges an xattr the destination refused (`name`, a value of `len`
+/// bytes, the errno) on the filesystem of the descriptor: why it is too
+/// large for that filesystem, or `None` when the refusal is an error (a
+/// full filesystem, say).
+pub type TooLarge<'a> =
+    &'a dyn Fn(std::os::fd::BorrowedFd<'_>, &[u8], usize, nix::errno::Errno) -> Option<String>;
+
+/// What a restore is told and asks.
+pub struct Hooks<'a> {
+    /// Told as data is read.
+    pub progress: &'a mut dyn FnMut(Progress),
+    /// Asked about an xattr the destination refused: one too large for
+    /// its filesystem is skipped and named, as rreceive skips it.
+    pub too_large: TooLarge<'a>,
+}
+
 /// Restores `spec` (`SNAPSHOT/PATH`) to `dest`: into `dest/<name>` when
 /// `dest` is a directory, else as `dest`.
-pub fn restore(
-    cat: &Catalog,
-    spec: &[u8],
-    dest: &Path,
-    progress: &mut dyn FnMut(Progress),
-) -> Result<Restored> {
+pub fn restore(cat: &Catalog, spec: &[u8], dest: &Path, hooks: &mut Hooks<'_>) -> Result<Restored> {
     let (snap, path) = split_spec(cat, spec)?;
     let ino = cat.resolve(&snap, path)?.ok_or_else(|| {
         Error::NotFound(format!(
@@ -118,7 +135,7 @@ pub fn restore(
         chain: chain_bytes(cat, &snap)?,
         ..Restored::default()
     };
-    let res = build(cat, &snap, &nodes, &tmp, &mut done, progress).and_then(|()| {
+    let res = build(cat, &snap, &nodes, &tmp, &mut done, hooks).and_then(|()| {
         sync_dir(&parent)?;
         std::fs::rename(&tmp, &target).map_err(|source| Error::Io {
             path: target.clone(),
@@ -237,7 +254,7 @@ fn build(
     nodes: &[Node],
     tmp: &Path,
     done: &mut Restored,
-    progress: &mut dyn FnMut(Progress),
+    hooks: &mut Hooks<'_>,
 ) -> Result<()> {
     let at = |n: &Node| at_rel(tmp, &n.rel);
     for n in nodes {
@@ -282,9 +299,10 @@ fn build(
         }
         done.files += 1;
     }
-    write_data(cat, snap, nodes, tmp, done, progress)?;
+    write_data(cat, snap, nodes, tmp, done, hooks.progress)?;
+    let root = File::open(tmp).map_err(io(tmp))?;
     for n in nodes.iter().rev().filter(|n| n.link_of.is_none()) {
-        set_meta(cat, snap, n, &at(n))?;
+        set_meta(cat, snap, n, &at(n), done, &root, hooks.too_large)?;
     }
     Ok(())
 }
@@ -419,7 +437,15 @@ pub(crate) fn night_containing(nights: &[Snapshot], file: i64, at: u64) -> Optio
 
 /// Sets owner, mode, xattrs and times, in that order (a chown clears
 /// set-id bits and capabilities).
-fn set_meta(cat: &Catalog, snap: &Snapshot, n: &Node, p: &Path) -> Result<()> {
+fn set_meta(
+    cat: &Catalog,
+    snap: &Snapshot,
+    n: &Node,
+    p: &Path,
+    done: &mut Restored,
+    fs: &File,
+    too_large: TooLarge<'_>,
+) -> Result<()> {
     let i = &n.inode;
     let link = i.mode & libc::S_IFMT == libc::S_IFLNK;
     std::os::unix::fs::lchown(p, Some(i.uid as u32), Some(i.gid as u32)).map_err(|e| {
@@ -445,13 +471,30 @@ fn set_meta(cat: &Catalog, snap: &Snapshot, n: &Node, p: &Path) -> Result<()> {
         .map_err(nix_io(p))?;
     }
     for (name, value) in cat.xattrs(snap.id, n.ino)? {
-        xattr::set(p, OsStr::from_bytes(&name), &value).map_err(|e| {
-            Error::Restore(format!(
-                "{}: cannot set xattr {}: {e}",
+        let Err(e) = xattr::set(p, OsStr::from_bytes(&name), &value) else {
+            continue;
+        };
+        let errno = nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(0));
+        // A btrfs property (btrfs.compression) off btrfs: skipped, as
+        // rreceive skips it.
+        if name.starts_with(b"btrfs.") && errno == nix::errno::Errno::EOPNOTSUPP {
+            done.skipped_properties += 1;
+            continue;
+        }
+        if let Some(why) = too_large(std::os::fd::AsFd::as_fd(fs), &name, value.len(), errno) {
+            done.skipped_xattrs.push(format!(
+                "xattr {} of {} ({} bytes): {why}",
+                btrfs_text::escape::escape(&name),
                 n.rel.display(),
-                btrfs_text::escape::escape(&name)
-            ))
-        })?;
+                value.len()
+            ));
+            continue;
+        }
+        return Err(Error::Restore(format!(
+            "{}: cannot set xattr {}: {e}",
+            n.rel.display(),
+            btrfs_text::escape::escape(&name)
+        )));
     }
     let ts = |t: crate::state::Time| TimeSpec::new(t.sec, t.nsec as i64);
     utimensat(

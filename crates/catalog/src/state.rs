@@ -230,6 +230,8 @@ impl Catalog {
     }
 
     fn tune(&self) -> Result<()> {
+        // A second job adding a night at the same time waits for the first.
+        self.db(self.conn.busy_timeout(std::time::Duration::from_secs(600)))?;
         self.db(self
             .conn
             .execute_batch("PRAGMA cache_size = -65536; PRAGMA temp_store = MEMORY;"))

@@ -1,10 +1,13 @@
 //! Opening the stream to dump: regular files are memory-mapped, so command
 //! data is checked in place without being copied; pipes and other files are
-//! read through a buffer.
+//! read through a buffer. Input that begins with the zstd frame magic is
+//! decompressed while it is read ([`Decompress`]), a file or a pipe alike;
+//! byte offsets are then those of the decompressed stream.
 
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, BufReader, Chain, Cursor, Read};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use std::sync::Arc;
@@ -12,17 +15,25 @@ use std::sync::Arc;
 use btrfs_stream::{CrcAhead, Source};
 use memmap2::{Advice, Mmap, UncheckedAdvice};
 
+/// The first four bytes of a zstd frame (the magic number 0xFD2FB528,
+/// little-endian).
+pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
 /// An opened input stream.
 pub enum Input {
     /// A regular file, mapped read-only.
     Mapped(Mmap),
     /// Anything else, read sequentially.
     Stream(Box<dyn Read>),
+    /// zstd-compressed input, decompressed while read.
+    Zstd(Box<dyn Read>),
 }
 
 impl Input {
     /// Standard input; a pipe gets a 1 MiB buffer so each read moves more.
-    pub fn stdin() -> Input {
+    /// Reads the first bytes (waiting for them on a pipe) to tell a
+    /// zstd-compressed stream.
+    pub fn stdin() -> io::Result<Input> {
         let stdin = io::stdin();
         // Fails harmlessly when stdin is not a pipe, or the size is above
         // /proc/sys/fs/pipe-max-size for an unprivileged user.
@@ -30,15 +41,45 @@ impl Input {
             stdin.as_raw_fd(),
             nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20),
         );
-        Input::Stream(Box::new(stdin.lock()))
+        Input::sequential(stdin.lock())
     }
 
-    /// Opens `path`, mapping it when it is a non-empty regular file.
+    /// Whether the input is zstd-compressed (and decompressed as read).
+    pub fn is_compressed(&self) -> bool {
+        matches!(self, Input::Zstd(_))
+    }
+
+    /// Input read in sequence from `r`, decompressed if it is zstd.
+    fn sequential(r: impl Read + 'static) -> io::Result<Input> {
+        let d = Decompress::new(r)?;
+        Ok(if d.is_zstd() {
+            Input::Zstd(Box::new(d))
+        } else {
+            Input::Stream(Box::new(d))
+        })
+    }
+
+    /// Opens `path`, mapping it when it is a non-empty regular file that
+    /// is not zstd-compressed.
     pub fn open(path: &Path) -> io::Result<Input> {
         let file = File::open(path)?;
         let meta = file.metadata()?;
         if !meta.is_file() || meta.len() == 0 {
-            return Ok(Input::Stream(Box::new(file)));
+            return Input::sequential(file);
+        }
+        // The first bytes, read without moving the file position.
+        let mut head = [0u8; ZSTD_MAGIC.len()];
+        let mut got = 0;
+        while got < head.len() {
+            match file.read_at(&mut head[got..], got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if head[..got] == ZSTD_MAGIC {
+            return Ok(Input::Zstd(Box::new(zstd::Decoder::new(file)?)));
         }
         // SAFETY: the map is read-only and private to this process. Should
         // another process truncate the file while it is being dumped, reads
@@ -51,6 +92,69 @@ impl Input {
             }
             // Not mappable: read it instead.
             Err(_) => Ok(Input::Stream(Box::new(file))),
+        }
+    }
+}
+
+/// Opens a stream file that may be zstd-compressed, to read the stream's
+/// bytes in sequence: decompressed (streaming, in bounded memory) when the
+/// file begins with [`ZSTD_MAGIC`], as they are otherwise.
+pub fn open_stream_file(path: &Path) -> io::Result<Decompress<File>> {
+    Decompress::new(File::open(path)?)
+}
+
+/// The first bytes of an input, read to tell its format, then handed on.
+type Head<R> = Chain<Cursor<Vec<u8>>, R>;
+
+/// A reader of a send stream that may be zstd-compressed: the first four
+/// bytes of the input tell ([`ZSTD_MAGIC`]); compressed input is
+/// decompressed while read (every frame, up to the end), and anything else
+/// is passed through unchanged.
+pub struct Decompress<R: Read> {
+    inner: Decoded<R>,
+}
+
+/// What a [`Decompress`] reads through.
+enum Decoded<R: Read> {
+    Plain(Head<R>),
+    Zstd(Box<zstd::Decoder<'static, BufReader<Head<R>>>>),
+}
+
+impl<R: Read> Decompress<R> {
+    /// Reads the first bytes of `inner` (up to four; fewer at its end) to
+    /// tell whether it is zstd-compressed.
+    pub fn new(mut inner: R) -> io::Result<Self> {
+        let mut head = [0u8; ZSTD_MAGIC.len()];
+        let mut got = 0;
+        while got < head.len() {
+            match inner.read(&mut head[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let zstd = head[..got] == ZSTD_MAGIC;
+        let r = Cursor::new(head[..got].to_vec()).chain(inner);
+        let inner = if zstd {
+            Decoded::Zstd(Box::new(zstd::Decoder::new(r)?))
+        } else {
+            Decoded::Plain(r)
+        };
+        Ok(Decompress { inner })
+    }
+
+    /// Whether the input is zstd-compressed.
+    pub fn is_zstd(&self) -> bool {
+        matches!(self.inner, Decoded::Zstd(_))
+    }
+}
+
+impl<R: Read> Read for Decompress<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match &mut self.inner {
+            Decoded::Plain(r) => r.read(buf),
+            Decoded::Zstd(r) => r.read(buf),
         }
     }
 }

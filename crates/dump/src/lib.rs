@@ -1,5 +1,6 @@
 //! Formatting of btrfs send streams: the `btrfs receive --dump` text, JSON
-//! lines, and a summary table. Names and byte strings in them take their
+//! lines, and a summary table; and [`chains`]: which streams of a pile of
+//! files follow which. Names and byte strings in them take their
 //! text form from [`btrfs_text`] (escaped, JSON), as rreceive's and rsend's
 //! listings do.
 //!
@@ -7,6 +8,7 @@
 //! [`Sink`]. On a broken stream everything valid before the fault has been
 //! written when the error is returned.
 
+pub mod chains;
 pub mod input;
 pub mod json;
 pub mod summary;
@@ -17,7 +19,7 @@ use std::io::{Read, Write};
 
 use btrfs_stream::{Command, Reader, Source};
 
-pub use input::Input;
+pub use input::{open_stream_file, Decompress, Input};
 pub use json::JsonDump;
 pub use summary::Summary;
 pub use text::TextDump;
@@ -124,7 +126,7 @@ pub fn dump_input<S: Sink>(input: Input, sink: &mut S, streams: Streams) -> Resu
             sink,
             streams,
         ),
-        Input::Stream(r) => dump(r, sink, streams),
+        Input::Stream(r) | Input::Zstd(r) => dump(r, sink, streams),
     }
 }
 

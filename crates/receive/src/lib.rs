@@ -85,6 +85,7 @@ mod snapshot;
 mod stop;
 mod subvol;
 mod xattr_limit;
+pub use xattr_limit::{too_large as xattr_too_large, TooLarge as XattrTooLarge};
 
 pub use dest::{Dest, Kind, Listed, NoToken, NotDeleted};
 pub use error::{CmdError, Error};

@@ -52,7 +52,7 @@ pub(crate) const EXT4_FIX: &str = "tune2fs -O ea_inode DEVICE enables large xatt
 
 /// An xattr too large for the filesystem.
 #[derive(Debug)]
-pub(crate) struct TooLarge {
+pub struct TooLarge {
     /// Why, with the filesystem's limit: `ext4 without ea_inode keeps an
     /// inode's xattrs in the inode and one 4096-byte block (ENOSPC with 57
     /// MiB free)`.
@@ -65,12 +65,7 @@ pub(crate) struct TooLarge {
 /// `errno`, on the filesystem `fs` is on, is too large for that filesystem
 /// (see the module's rule); `None` for any other error, and for a full
 /// filesystem.
-pub(crate) fn too_large(
-    fs: BorrowedFd<'_>,
-    name: &[u8],
-    len: usize,
-    errno: Errno,
-) -> Option<TooLarge> {
+pub fn too_large(fs: BorrowedFd<'_>, name: &[u8], len: usize, errno: Errno) -> Option<TooLarge> {
     if !matches!(errno, Errno::ENOSPC | Errno::E2BIG | Errno::ERANGE) {
         return None;
     }

@@ -323,16 +323,40 @@ fn restore_path(cat: &Catalog, spec: &[u8], dest: &Path, quiet: bool) -> Result<
         );
         b
     });
-    let done = restore::restore(cat, spec, dest, &mut |p| {
+    let mut progress = |p: restore::Progress| {
         if let Some(b) = &bar {
             b.set_length(p.total);
             b.set_position(p.done);
         }
-    });
+    };
+    let judge = |fd: std::os::fd::BorrowedFd<'_>, name: &[u8], len: usize, errno| {
+        rreceive::xattr_too_large(fd, name, len, errno).map(|t| match t.fix {
+            Some(fix) => format!("{}; {fix}", t.why),
+            None => t.why,
+        })
+    };
+    let done = restore::restore(
+        cat,
+        spec,
+        dest,
+        &mut restore::Hooks {
+            progress: &mut progress,
+            too_large: &judge,
+        },
+    );
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
     let done = done.map_err(|e| fail(format!("not restored: {e}")))?;
+    for x in &done.skipped_xattrs {
+        eprintln!("rreceive: skipped {x}");
+    }
+    if done.skipped_properties > 0 && !quiet {
+        eprintln!(
+            "rreceive: skipped {} btrfs properties (btrfs.* xattrs): the destination is not btrfs",
+            done.skipped_properties
+        );
+    }
     if !quiet {
         eprintln!(
             "rreceive: restored {} files, {} bytes into {}; read {} bytes of stream files ({} bytes in the chain)",
