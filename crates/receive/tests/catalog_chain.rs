@@ -326,9 +326,12 @@ fn committed_snapshots() -> Vec<Snapshot> {
         .collect()
 }
 
-/// `rreceive --catalog DB ARGS...`.
+/// `rreceive --catalog DB ARGS...`, killed after 2 minutes (exit code
+/// 124: `timeout`).
 fn catalog(db: &Path, args: &[&OsStr]) -> Output {
-    let out = Command::new(rreceive_bin())
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(rreceive_bin())
         .arg("--catalog")
         .arg(db)
         .args(args)
@@ -650,7 +653,9 @@ fn restore_and_compare(
 }
 
 /// The (night, path) pairs: a few fixed ones (the roots, the large and the
-/// sparse file every night, directories renamed), then `n` random ones.
+/// sparse file every night, directories renamed, every entry of misc/ and
+/// odd/ of n01 and n10: each kind of file and the odd names on their
+/// own), then `n` random ones.
 /// Without root no device can be made: subtrees holding one are left out.
 fn pairs(snaps: &[Snapshot], n: usize, owners: bool) -> Vec<(usize, Vec<u8>)> {
     let mut out = vec![(0, Vec::new()), (NIGHTS - 1, Vec::new())];
@@ -658,6 +663,13 @@ fn pairs(snaps: &[Snapshot], n: usize, owners: bool) -> Vec<(usize, Vec<u8>)> {
         for p in [&b"large.bin"[..], b"sparse.img", b"data", b"src"] {
             if s.items.contains_key(p) {
                 out.push((i, p.to_vec()));
+            }
+        }
+    }
+    for i in [0, NIGHTS - 1] {
+        for p in snaps[i].items.keys() {
+            if p.starts_with(b"misc/") || p.starts_with(b"odd/") {
+                out.push((i, p.clone()));
             }
         }
     }
