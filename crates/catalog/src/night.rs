@@ -16,8 +16,8 @@ use crate::state::{uuid_text, Catalog, Inode, Snapshot, Time};
 
 /// A run of data commands becomes one `extent` row while it grows by at
 /// most this many data bytes: a restore reads a whole run for any part of
-/// it.
-const RUN_CAP: u64 = 1 << 20;
+/// it (a clone of a small range, say), and a row costs some 40 bytes.
+const RUN_CAP: u64 = 256 << 10;
 
 /// Dirty inodes kept before they are written out mid-night.
 const DIRTY_CAP: usize = 100_000;
@@ -559,6 +559,12 @@ impl Night {
 
     fn set_entry(&mut self, cat: &Catalog, dir: i64, name: &[u8], ino: Option<i64>) -> Step {
         match ino {
+            Some(_) if !valid_name(name) => {
+                return Err(format!(
+                    "invalid name '{}' (empty, . or ..)",
+                    btrfs_text::escape::escape(name)
+                ))
+            }
             Some(i) => {
                 let mut st = Self::sql(
                     cat,
@@ -1009,6 +1015,12 @@ impl Night {
         }
         self.change(cat, ino, |i| i.size = i.size.max(end))
     }
+}
+
+/// Whether `name` can be a directory entry: not empty, `.` or `..` (a
+/// name cannot hold '/': paths are split at it).
+pub(crate) fn valid_name(name: &[u8]) -> bool {
+    !matches!(name, b"" | b"." | b"..")
 }
 
 /// `path` split at its last '/': the parent (empty for the root) and name.
