@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Read};
 use btrfs_stream::{Command, Reader};
 
 use crate::error::{Error, Result};
-use crate::night::is_zstd;
+use crate::night::{is_zstd, Tap};
 use crate::state::{uuid_text, Catalog, Snapshot};
 
 /// What checking one stream file found.
@@ -29,22 +29,6 @@ struct FileCheck {
 pub struct Checked {
     /// The night.
     pub snapshot: Snapshot,
-}
-
-/// Counts and hashes bytes as stored.
-struct Tap<R> {
-    inner: R,
-    hash: xxhash_rust::xxh3::Xxh3,
-    bytes: u64,
-}
-
-impl<R: Read> Read for Tap<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hash.update(&buf[..n]);
-        self.bytes += n as u64;
-        Ok(n)
-    }
 }
 
 /// Checks every night, oldest first, calling `each` after each good one;
@@ -113,14 +97,7 @@ fn check_file(cat: &Catalog, id: i64) -> Result<FileCheck> {
             return Ok(fc);
         }
     };
-    let mut tap = BufReader::with_capacity(
-        1 << 20,
-        Tap {
-            inner: f,
-            hash: xxhash_rust::xxh3::Xxh3::new(),
-            bytes: 0,
-        },
-    );
+    let mut tap = BufReader::with_capacity(1 << 20, Tap::new(f));
     let compressed = tap.fill_buf().map(is_zstd).unwrap_or(false);
     // Every position a run of the file starts or ends at must be a command
     // boundary.

@@ -16,8 +16,8 @@ use crate::state::{uuid_text, Catalog, Inode, Snapshot, Time};
 
 /// A run of data commands becomes one `extent` row while it grows by at
 /// most this many data bytes: a restore reads a whole run for any part of
-/// it.
-const RUN_CAP: u64 = 1 << 20;
+/// it (a clone of a small range, say), and a row costs some 40 bytes.
+const RUN_CAP: u64 = 256 << 10;
 
 /// Dirty inodes kept before they are written out mid-night.
 const DIRTY_CAP: usize = 100_000;
@@ -41,10 +41,21 @@ pub struct Added {
 }
 
 /// Counts and hashes the bytes of a stream file as stored.
-struct Tap<R> {
-    inner: R,
-    hash: xxhash_rust::xxh3::Xxh3,
-    bytes: u64,
+pub(crate) struct Tap<R> {
+    pub(crate) inner: R,
+    pub(crate) hash: xxhash_rust::xxh3::Xxh3,
+    pub(crate) bytes: u64,
+}
+
+impl<R> Tap<R> {
+    /// Nothing read yet.
+    pub(crate) fn new(inner: R) -> Tap<R> {
+        Tap {
+            inner,
+            hash: xxhash_rust::xxh3::Xxh3::new(),
+            bytes: 0,
+        }
+    }
 }
 
 impl<R: Read> Read for Tap<R> {
@@ -70,14 +81,7 @@ impl Catalog {
             path: path.to_owned(),
             source,
         })?;
-        let mut tap = BufReader::with_capacity(
-            1 << 20,
-            Tap {
-                inner: raw,
-                hash: xxhash_rust::xxh3::Xxh3::new(),
-                bytes: 0,
-            },
-        );
+        let mut tap = BufReader::with_capacity(1 << 20, Tap::new(raw));
         let head = tap.fill_buf().map_err(|source| Error::Io {
             path: path.to_owned(),
             source,
@@ -194,55 +198,24 @@ impl Catalog {
                     continue;
                 }
             }
+            if let (None, Some((name, uuid, ctransid, parent))) = (&night, identity(&cmd)) {
+                night = Some(Night::begin(
+                    self,
+                    Begin {
+                        file_id,
+                        name,
+                        uuid,
+                        ctransid,
+                        parent,
+                        pos,
+                        version: pos.version,
+                    },
+                    &mut next_ino,
+                    path,
+                )?);
+                continue;
+            }
             match (&mut night, &cmd) {
-                (
-                    None,
-                    Command::Subvol {
-                        path: p,
-                        uuid,
-                        ctransid,
-                    },
-                ) => {
-                    night = Some(Night::begin(
-                        self,
-                        Begin {
-                            file_id,
-                            name: p,
-                            uuid: *uuid.as_bytes(),
-                            ctransid: *ctransid,
-                            parent: None,
-                            pos,
-                            version: pos.version,
-                        },
-                        &mut next_ino,
-                        path,
-                    )?);
-                }
-                (
-                    None,
-                    Command::Snapshot {
-                        path: p,
-                        uuid,
-                        ctransid,
-                        clone_uuid,
-                        clone_ctransid,
-                    },
-                ) => {
-                    night = Some(Night::begin(
-                        self,
-                        Begin {
-                            file_id,
-                            name: p,
-                            uuid: *uuid.as_bytes(),
-                            ctransid: *ctransid,
-                            parent: Some((*clone_uuid.as_bytes(), *clone_ctransid)),
-                            pos,
-                            version: pos.version,
-                        },
-                        &mut next_ino,
-                        path,
-                    )?);
-                }
                 (None, Command::Resume { .. }) => {
                     return Err(refuse(
                         "the stream continues an earlier one (RESUME): catalog the stream whole"
@@ -283,6 +256,35 @@ impl Catalog {
             });
         }
         Ok((added, file_id))
+    }
+}
+
+/// What a night is made of, from its stream's first command: the
+/// snapshot's path, uuid and ctransid, and for an incremental its parent's
+/// uuid and ctransid.
+type Identity<'a> = (&'a [u8], [u8; 16], u64, Option<([u8; 16], u64)>);
+
+/// The night a SUBVOL or SNAPSHOT command begins.
+fn identity<'a>(cmd: &Command<'a>) -> Option<Identity<'a>> {
+    match *cmd {
+        Command::Subvol {
+            path,
+            uuid,
+            ctransid,
+        } => Some((path, *uuid.as_bytes(), ctransid, None)),
+        Command::Snapshot {
+            path,
+            uuid,
+            ctransid,
+            clone_uuid,
+            clone_ctransid,
+        } => Some((
+            path,
+            *uuid.as_bytes(),
+            ctransid,
+            Some((*clone_uuid.as_bytes(), clone_ctransid)),
+        )),
+        _ => None,
     }
 }
 
@@ -559,6 +561,12 @@ impl Night {
 
     fn set_entry(&mut self, cat: &Catalog, dir: i64, name: &[u8], ino: Option<i64>) -> Step {
         match ino {
+            Some(_) if !valid_name(name) => {
+                return Err(format!(
+                    "invalid name '{}' (empty, . or ..)",
+                    btrfs_text::escape::escape(name)
+                ))
+            }
             Some(i) => {
                 let mut st = Self::sql(
                     cat,
@@ -1009,6 +1017,12 @@ impl Night {
         }
         self.change(cat, ino, |i| i.size = i.size.max(end))
     }
+}
+
+/// Whether `name` can be a directory entry: not empty, `.` or `..` (a
+/// name cannot hold '/': paths are split at it).
+pub(crate) fn valid_name(name: &[u8]) -> bool {
+    !matches!(name, b"" | b"." | b"..")
 }
 
 /// `path` split at its last '/': the parent (empty for the root) and name.

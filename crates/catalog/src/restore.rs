@@ -211,6 +211,13 @@ fn walk(cat: &Catalog, snap: &Snapshot, ino: i64) -> Result<Vec<Node>> {
         let dir = nodes[n].ino;
         let mut kids = Vec::new();
         for (name, child) in cat.list(snap.id, dir)? {
+            if !crate::night::valid_name(&name) || name.contains(&b'/') {
+                return Err(Error::Restore(format!(
+                    "the catalog holds an invalid name '{}' in {} (damaged)",
+                    btrfs_text::escape::escape(&name),
+                    nodes[n].rel.display()
+                )));
+            }
             let rel = nodes[n].rel.join(OsStr::from_bytes(&name));
             let link_of = first.get(&child).copied();
             let idx = nodes.len();

@@ -173,27 +173,14 @@ impl Catalog {
     /// Opens the catalog at `path`, creating an empty one if it does not
     /// exist.
     pub fn create(path: &Path) -> Result<Catalog> {
-        let conn = Connection::open(path).map_err(|source| Error::Db {
-            path: path.to_owned(),
-            source,
-        })?;
-        let cat = Catalog {
-            conn,
-            path: path.to_owned(),
-        };
-        let version: i64 = cat.db(cat.conn.query_row("PRAGMA user_version", [], |r| r.get(0)))?;
+        let (cat, version) = Catalog::connect(path, rusqlite::OpenFlags::default())?;
         if version > schema::VERSION {
-            return Err(Error::Version {
-                path: path.to_owned(),
-                found: version,
-                known: schema::VERSION,
-            });
+            return Err(cat.too_new(version));
         }
         cat.db(cat.conn.execute_batch(schema::CREATE))?;
         cat.db(cat
             .conn
             .execute_batch(&format!("PRAGMA user_version = {}", schema::VERSION)))?;
-        cat.tune()?;
         Ok(cat)
     }
 
@@ -205,11 +192,18 @@ impl Catalog {
                 path.display()
             )));
         }
-        let conn = Connection::open_with_flags(
-            path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|source| Error::Db {
+        let flags =
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let (cat, version) = Catalog::connect(path, flags)?;
+        if version != schema::VERSION {
+            return Err(cat.too_new(version));
+        }
+        Ok(cat)
+    }
+
+    /// Opens the SQLite file; with its schema version.
+    fn connect(path: &Path, flags: rusqlite::OpenFlags) -> Result<(Catalog, i64)> {
+        let conn = Connection::open_with_flags(path, flags).map_err(|source| Error::Db {
             path: path.to_owned(),
             source,
         })?;
@@ -217,16 +211,17 @@ impl Catalog {
             conn,
             path: path.to_owned(),
         };
-        let version: i64 = cat.db(cat.conn.query_row("PRAGMA user_version", [], |r| r.get(0)))?;
-        if version != schema::VERSION {
-            return Err(Error::Version {
-                path: path.to_owned(),
-                found: version,
-                known: schema::VERSION,
-            });
-        }
         cat.tune()?;
-        Ok(cat)
+        let version: i64 = cat.db(cat.conn.query_row("PRAGMA user_version", [], |r| r.get(0)))?;
+        Ok((cat, version))
+    }
+
+    fn too_new(&self, found: i64) -> Error {
+        Error::Version {
+            path: self.path.clone(),
+            found,
+            known: schema::VERSION,
+        }
     }
 
     fn tune(&self) -> Result<()> {
@@ -343,18 +338,28 @@ impl Catalog {
             "SELECT e.name, e.ino FROM entry e CROSS JOIN ancestry a \
              WHERE e.dir = ?1 AND a.snap = ?2 AND a.ancestor = e.snap ORDER BY e.name, a.depth",
         ))?;
-        let mut rows = self.db(st.query(params![dir, snap]))?;
-        let mut out: Vec<(Vec<u8>, i64)> = Vec::new();
+        let rows = self.db(st.query(params![dir, snap]))?;
+        let named: Vec<(Vec<u8>, Option<i64>)> = self.nearest_by_name(rows)?;
+        Ok(named
+            .into_iter()
+            .filter_map(|(n, ino)| ino.map(|i| (n, i)))
+            .collect())
+    }
+
+    /// Rows of (name, value or NULL) ordered by name and then depth: the
+    /// nearest night's row of each name.
+    fn nearest_by_name<T: rusqlite::types::FromSql>(
+        &self,
+        mut rows: rusqlite::Rows<'_>,
+    ) -> Result<Vec<(Vec<u8>, Option<T>)>> {
+        let mut out = Vec::new();
         let mut last: Option<Vec<u8>> = None;
         while let Some(r) = self.db(rows.next())? {
             let name: Vec<u8> = self.db(r.get(0))?;
             if last.as_deref() == Some(&name[..]) {
                 continue;
             }
-            let ino: Option<i64> = self.db(r.get(1))?;
-            if let Some(ino) = ino {
-                out.push((name.clone(), ino));
-            }
+            out.push((name.clone(), self.db(r.get(1))?));
             last = Some(name);
         }
         Ok(out)
@@ -382,21 +387,12 @@ impl Catalog {
             "SELECT x.name, x.value FROM xattr x CROSS JOIN ancestry a \
              WHERE x.ino = ?1 AND a.snap = ?2 AND a.ancestor = x.snap ORDER BY x.name, a.depth",
         ))?;
-        let mut rows = self.db(st.query(params![ino, snap]))?;
-        let mut out = Vec::new();
-        let mut last: Option<Vec<u8>> = None;
-        while let Some(r) = self.db(rows.next())? {
-            let name: Vec<u8> = self.db(r.get(0))?;
-            if last.as_deref() == Some(&name[..]) {
-                continue;
-            }
-            let value: Option<Vec<u8>> = self.db(r.get(1))?;
-            if let Some(v) = value {
-                out.push((name.clone(), v));
-            }
-            last = Some(name);
-        }
-        Ok(out)
+        let rows = self.db(st.query(params![ino, snap]))?;
+        let named: Vec<(Vec<u8>, Option<Vec<u8>>)> = self.nearest_by_name(rows)?;
+        Ok(named
+            .into_iter()
+            .filter_map(|(n, v)| v.map(|v| (n, v)))
+            .collect())
     }
 
     /// Where inode `ino`'s data lies as of night `snap`, up to `size`.

@@ -538,34 +538,8 @@ fn receive(args: Args) -> ExitCode {
         );
     }
     let quiet = args.verbosity.quiet();
-    if let Some(db) = &args.catalog {
-        let mode = if let Some(s) = &args.ls {
-            Some(catalog::Mode::Ls(catalog::spec(s)))
-        } else if let Some(g) = &args.find {
-            Some(catalog::Mode::Find(g))
-        } else if let (Some(s), Some(d)) = (&args.restore, &args.dest) {
-            Some(catalog::Mode::Restore(catalog::spec(s), d))
-        } else if args.check {
-            Some(catalog::Mode::Check)
-        } else {
-            None
-        };
-        if let Some(mode) = mode {
-            return rsend_cli::exit("rreceive", catalog::run(db, mode, args.json, quiet));
-        }
-        let Some(file) = args.file.as_deref().filter(|f| f.as_os_str() != "-") else {
-            return rsend_cli::exit(
-                "rreceive",
-                Err(Failure::Usage(
-                    "--catalog DB points into stream files: give the stream file with -f FILE \
-                     (or --ls, --find, --restore, --check to read DB)"
-                        .into(),
-                )),
-            );
-        };
-        if args.dest.is_none() {
-            return rsend_cli::exit("rreceive", catalog::add(db, file, quiet));
-        }
+    if let Some(code) = catalog_mode(&args, quiet) {
+        return code;
     }
     let stop = if args.dump { None } else { stop_on_signals() };
     let size = input_size(args.file.as_deref());
@@ -586,7 +560,7 @@ fn receive(args: Args) -> ExitCode {
             Err(e) => rsend_cli::exit("rreceive", Err(Failure::msg(e))),
         };
     }
-    let Some(dest) = args.dest else {
+    let Some(dest) = args.dest.clone() else {
         return rsend_cli::exit(
             "rreceive",
             Err(Failure::Usage("no destination given".into())),
@@ -594,35 +568,7 @@ fn receive(args: Args) -> ExitCode {
     };
     // Modes come from the stream; the process umask must not alter them.
     nix::sys::stat::umask(nix::sys::stat::Mode::empty());
-    let mut opts = rreceive::Options::new(dest);
-    opts.stop_at_end = args.stop_at_end;
-    opts.max_errors = args.max_errors;
-    opts.force_decompress = args.force_decompress;
-    opts.force = args.force;
-    opts.plain = args.plain;
-    opts.fake_super = args.fake_super;
-    opts.durable = !args.no_durable;
-    opts.wait = args.wait;
-    opts.tell_waiting = !args.verbosity.quiet() && std::io::IsTerminal::is_terminal(&io::stderr());
-    opts.stored = size.is_some();
-    opts.resume = args.resume;
-    opts.input = args.file.clone().filter(|p| p.as_os_str() != "-");
-    opts.stop = stop;
-    opts.root_mount = args.root_mount;
-    if args.chroot && args.verbosity.verbose() > 0 {
-        eprintln!(
-            "rreceive: -C: no chroot needed: every path stays beneath {} already",
-            opts.dest.display()
-        );
-    }
-    opts.snapshot = if args.in_place {
-        rreceive::Snapshot::InPlace
-    } else if args.link {
-        rreceive::Snapshot::Link
-    } else {
-        rreceive::Snapshot::Copy
-    };
-    opts.verbosity = args.verbosity.level();
+    let opts = options(&args, dest, size.is_some(), stop);
     let meter = if args.verbosity.quiet() {
         bar::Meter::quiet()
     } else {
@@ -717,6 +663,82 @@ fn receive(args: Args) -> ExitCode {
             rsend_cli::exit("rreceive", Err(Failure::Said(code)))
         }
     }
+}
+
+/// The receive's options from the command line.
+fn options(
+    args: &Args,
+    dest: PathBuf,
+    stored: bool,
+    stop: Option<rreceive::StopFlag>,
+) -> rreceive::Options {
+    let mut opts = rreceive::Options::new(dest);
+    opts.stop_at_end = args.stop_at_end;
+    opts.max_errors = args.max_errors;
+    opts.force_decompress = args.force_decompress;
+    opts.force = args.force;
+    opts.plain = args.plain;
+    opts.fake_super = args.fake_super;
+    opts.durable = !args.no_durable;
+    opts.wait = args.wait;
+    opts.tell_waiting = !args.verbosity.quiet() && std::io::IsTerminal::is_terminal(&io::stderr());
+    opts.stored = stored;
+    opts.resume = args.resume;
+    opts.input = args.file.clone().filter(|p| p.as_os_str() != "-");
+    opts.stop = stop;
+    opts.root_mount = args.root_mount.clone();
+    if args.chroot && args.verbosity.verbose() > 0 {
+        eprintln!(
+            "rreceive: -C: no chroot needed: every path stays beneath {} already",
+            opts.dest.display()
+        );
+    }
+    opts.snapshot = if args.in_place {
+        rreceive::Snapshot::InPlace
+    } else if args.link {
+        rreceive::Snapshot::Link
+    } else {
+        rreceive::Snapshot::Copy
+    };
+    opts.verbosity = args.verbosity.level();
+    opts
+}
+
+/// `--catalog DB` with `--ls`, `--find`, `--restore` or `--check`, or with
+/// `-f FILE` and no DEST; `None` when the receive goes on (with DEST, or
+/// without --catalog).
+fn catalog_mode(args: &Args, quiet: bool) -> Option<ExitCode> {
+    let db = args.catalog.as_ref()?;
+    let mode = if let Some(s) = &args.ls {
+        Some(catalog::Mode::Ls(catalog::spec(s)))
+    } else if let Some(g) = &args.find {
+        Some(catalog::Mode::Find(g))
+    } else if let (Some(s), Some(d)) = (&args.restore, &args.dest) {
+        Some(catalog::Mode::Restore(catalog::spec(s), d))
+    } else if args.check {
+        Some(catalog::Mode::Check)
+    } else {
+        None
+    };
+    if let Some(mode) = mode {
+        return Some(rsend_cli::exit(
+            "rreceive",
+            catalog::run(db, mode, args.json, quiet),
+        ));
+    }
+    let Some(file) = args.file.as_deref().filter(|f| f.as_os_str() != "-") else {
+        return Some(rsend_cli::exit(
+            "rreceive",
+            Err(Failure::Usage(
+                "--catalog DB points into stream files: give the stream file with -f FILE \
+                 (or --ls, --find, --restore, --check to read DB)"
+                    .into(),
+            )),
+        ));
+    };
+    args.dest
+        .is_none()
+        .then(|| rsend_cli::exit("rreceive", catalog::add(db, file, quiet)))
 }
 
 /// What completes subvolume `sv`, stopped while `opts` received into it:
