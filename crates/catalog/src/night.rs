@@ -1033,17 +1033,16 @@ fn split(path: &[u8]) -> (&[u8], &[u8]) {
     }
 }
 
-/// Opens the stream file at `path` and adds it. A file cataloged before
-/// under the same path and with the same size adds nothing (its nights are
-/// told as already there); one whose size changed is refused.
-pub fn add_file(cat: &mut Catalog, path: &Path) -> Result<Vec<Added>> {
+/// The nights of the stream file at `path` when it was cataloged before
+/// under that path with its size now; an error when its size changed;
+/// `None` when it is not in the catalog.
+pub fn cataloged(cat: &Catalog, path: &Path) -> Result<Option<Vec<Added>>> {
     use std::os::unix::ffi::OsStrExt;
     let io = |source| Error::Io {
         path: path.to_owned(),
         source,
     };
-    let f = std::fs::File::open(path).map_err(io)?;
-    let size = f.metadata().map_err(io)?.len();
+    let size = std::fs::metadata(path).map_err(io)?.len();
     let abs = std::path::absolute(path).map_err(io)?;
     let old: Option<(i64, i64)> = cat
         .conn
@@ -1053,35 +1052,52 @@ pub fn add_file(cat: &mut Catalog, path: &Path) -> Result<Vec<Added>> {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .ok();
-    if let Some((id, old_size)) = old {
-        let nights: Vec<Snapshot> = cat
-            .snapshots()?
-            .into_iter()
-            .filter(|s| s.file_id == id)
-            .collect();
-        if !nights.is_empty() {
-            if old_size as u64 != size {
-                return Err(Error::Refused {
-                    path: path.to_owned(),
-                    what: format!(
-                        "this stream file was cataloged with {old_size} bytes and has {size} now: \
-                         a changed file must get a new name"
-                    ),
-                    command: 0,
-                    offset: 0,
-                });
-            }
-            return Ok(nights
-                .into_iter()
-                .map(|s| Added {
-                    name: s.name,
-                    uuid: s.uuid,
-                    already: true,
-                    commands: s.commands,
-                    rows: 0,
-                })
-                .collect());
-        }
+    let Some((id, old_size)) = old else {
+        return Ok(None);
+    };
+    let nights: Vec<Snapshot> = cat
+        .snapshots()?
+        .into_iter()
+        .filter(|s| s.file_id == id)
+        .collect();
+    if nights.is_empty() {
+        return Ok(None);
     }
+    if old_size as u64 != size {
+        return Err(Error::Refused {
+            path: path.to_owned(),
+            what: format!(
+                "this stream file was cataloged with {old_size} bytes and has {size} now: \
+                 a changed file must get a new name"
+            ),
+            command: 0,
+            offset: 0,
+        });
+    }
+    Ok(Some(
+        nights
+            .into_iter()
+            .map(|s| Added {
+                name: s.name,
+                uuid: s.uuid,
+                already: true,
+                commands: s.commands,
+                rows: 0,
+            })
+            .collect(),
+    ))
+}
+
+/// Opens the stream file at `path` and adds it. A file cataloged before
+/// under the same path and with the same size adds nothing (its nights are
+/// told as already there); one whose size changed is refused.
+pub fn add_file(cat: &mut Catalog, path: &Path) -> Result<Vec<Added>> {
+    if let Some(nights) = cataloged(cat, path)? {
+        return Ok(nights);
+    }
+    let f = std::fs::File::open(path).map_err(|source| Error::Io {
+        path: path.to_owned(),
+        source,
+    })?;
     cat.add(path, f)
 }

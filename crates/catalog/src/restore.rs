@@ -43,6 +43,9 @@ pub struct Restored {
     /// btrfs properties (`btrfs.*` xattrs) the destination cannot hold,
     /// skipped as rreceive skips them off btrfs.
     pub skipped_properties: u64,
+    /// Inodes whose owner could not be set because the restore does not
+    /// run as root (they belong to the user who restored them).
+    pub owners_kept: u64,
     /// Xattrs too large for the destination's filesystem, skipped as
     /// rreceive skips them: what and why, one each.
     pub skipped_xattrs: Vec<String>,
@@ -307,7 +310,10 @@ fn build(
         done.files += 1;
     }
     write_data(cat, snap, nodes, tmp, done, hooks.progress)?;
-    let root = File::open(tmp).map_err(io(tmp))?;
+    // The directory the restore is made in: on the same filesystem, and
+    // opening it never follows a restored symlink nor blocks on a fifo.
+    let beside = tmp.parent().unwrap_or(Path::new("."));
+    let root = File::open(beside).map_err(io(beside))?;
     for n in nodes.iter().rev().filter(|n| n.link_of.is_none()) {
         set_meta(cat, snap, n, &at(n), done, &root, hooks.too_large)?;
     }
@@ -455,19 +461,29 @@ fn set_meta(
 ) -> Result<()> {
     let i = &n.inode;
     let link = i.mode & libc::S_IFMT == libc::S_IFLNK;
-    std::os::unix::fs::lchown(p, Some(i.uid as u32), Some(i.gid as u32)).map_err(|e| {
-        Error::Restore(format!(
-            "{}: cannot set owner {}:{}: {e}{}",
-            n.rel.display(),
-            i.uid,
-            i.gid,
-            if nix::unistd::geteuid().is_root() {
-                ""
-            } else {
-                " (restore as root to keep owners)"
-            }
-        ))
-    })?;
+    let shown = || {
+        if n.rel.as_os_str().is_empty() {
+            done.target.display().to_string()
+        } else {
+            n.rel.display().to_string()
+        }
+    };
+    match std::os::unix::fs::lchown(p, Some(i.uid as u32), Some(i.gid as u32)) {
+        Ok(()) => {}
+        // Not root: owners stay this user's, as tar and rsync do for an
+        // ordinary user; counted and told.
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) && !nix::unistd::geteuid().is_root() => {
+            done.owners_kept += 1;
+        }
+        Err(e) => {
+            return Err(Error::Restore(format!(
+                "{}: cannot set owner {}:{}: {e}",
+                shown(),
+                i.uid,
+                i.gid
+            )))
+        }
+    }
     if !link {
         nix::sys::stat::fchmodat(
             None,
@@ -492,14 +508,14 @@ fn set_meta(
             done.skipped_xattrs.push(format!(
                 "xattr {} of {} ({} bytes): {why}",
                 btrfs_text::escape::escape(&name),
-                n.rel.display(),
+                shown(),
                 value.len()
             ));
             continue;
         }
         return Err(Error::Restore(format!(
             "{}: cannot set xattr {}: {e}",
-            n.rel.display(),
+            shown(),
             btrfs_text::escape::escape(&name)
         )));
     }

@@ -112,13 +112,19 @@ pub struct Alongside {
     file: PathBuf,
 }
 
-/// Starts cataloging `file` from what `input` yields as it is read.
+/// Starts cataloging `file` from what `input` yields as it is read; `None`
+/// for the catalog when it holds the file already (told now).
 pub fn alongside<R: Read>(
     db: &Path,
     file: &Path,
     input: R,
-) -> Result<(Tee<R>, Alongside), Failure> {
+    quiet: bool,
+) -> Result<(Tee<R>, Option<Alongside>), Failure> {
     let mut cat = Catalog::create(db).map_err(fail)?;
+    if let Some(nights) = btrfs_catalog::cataloged(&cat, file).map_err(fail)? {
+        tell_added(file, &nights, quiet);
+        return Ok((Tee::plain(input), None));
+    }
     let (tx, rx) = sync_channel::<Vec<u8>>(64);
     let path = file.to_owned();
     let handle = std::thread::spawn(move || {
@@ -134,10 +140,10 @@ pub fn alongside<R: Read>(
             inner: input,
             tx: Some(tx),
         },
-        Alongside {
+        Some(Alongside {
             handle,
             file: file.to_owned(),
-        },
+        }),
     ))
 }
 
@@ -348,6 +354,12 @@ fn restore_path(cat: &Catalog, spec: &[u8], dest: &Path, quiet: bool) -> Result<
         b.finish_and_clear();
     }
     let done = done.map_err(|e| fail(format!("not restored: {e}")))?;
+    if done.owners_kept > 0 && !quiet {
+        eprintln!(
+            "rreceive: {} owners not restored: not running as root, the files are this user's",
+            done.owners_kept
+        );
+    }
     for x in &done.skipped_xattrs {
         eprintln!("rreceive: skipped {x}");
     }
@@ -362,7 +374,7 @@ fn restore_path(cat: &Catalog, spec: &[u8], dest: &Path, quiet: bool) -> Result<
             "rreceive: restored {} files, {} bytes into {}; read {} bytes of stream files ({} bytes in the chain)",
             done.files,
             done.bytes,
-            done.target.display(),
+            btrfs_text::escape::escape(done.target.as_os_str().as_bytes()),
             done.read,
             done.chain
         );

@@ -575,8 +575,8 @@ fn receive(args: Args) -> ExitCode {
         bar::Meter::new(size, sender_bar)
     };
     let (mut tee, along) = match (&args.catalog, args.file.as_deref()) {
-        (Some(db), Some(file)) => match catalog::alongside(db, file, stream) {
-            Ok((t, a)) => (t, Some(a)),
+        (Some(db), Some(file)) => match catalog::alongside(db, file, stream, quiet) {
+            Ok((t, a)) => (t, a),
             Err(f) => return rsend_cli::exit("rreceive", Err(f)),
         },
         _ => (catalog::Tee::plain(stream), None),
