@@ -157,12 +157,41 @@ pub fn restore(cat: &Catalog, spec: &[u8], dest: &Path, hooks: &mut Hooks<'_>) -
     Ok(done)
 }
 
+/// The prefix of a restore's temporary name, before its pid.
+const TEMP_PREFIX: &str = ".rreceive-restore-";
+
+/// Removes what restores killed before they were done left in `dir`: the
+/// temporary trees of processes that are gone.
+fn remove_stale(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(TEMP_PREFIX)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let p = e.path();
+            let _ = if p.is_dir() && !p.is_symlink() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+        }
+    }
+}
+
 /// A name beside the target that no one else uses.
 fn temp_name(parent: &Path) -> PathBuf {
+    remove_stale(parent);
     let pid = std::process::id();
     let mut n = 0u32;
     loop {
-        let p = parent.join(format!(".rreceive-restore-{pid}-{n}"));
+        let p = parent.join(format!("{TEMP_PREFIX}{pid}-{n}"));
         if p.symlink_metadata().is_err() {
             return p;
         }

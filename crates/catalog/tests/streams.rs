@@ -340,6 +340,12 @@ fn data_laid_night_over_night_restores_as_the_commands_leave_it() {
         "{again:?}"
     );
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 4);
+    // What a killed restore left (its pid gone) goes with the next one.
+    let stale = out.join(".rreceive-restore-4194999-0");
+    std::fs::create_dir_all(stale.join("half")).unwrap();
+    restore_to(&cat, "n1/g", &out.join("g-again")).unwrap();
+    assert!(!stale.exists());
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 5);
 }
 
 /// Adds `cmds` as a stream and expects a refusal whose text holds `what`,
