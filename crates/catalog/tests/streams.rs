@@ -541,3 +541,97 @@ fn hostile_and_broken_streams_are_refused_and_change_nothing() {
     let e = btrfs_catalog::check::check(&cat, &mut |_| {}).unwrap_err();
     assert!(e.to_string().contains("night n1"), "{e}");
 }
+
+#[test]
+fn two_nights_on_one_parent_keep_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (uid, gid) = ids();
+    let base = bytes(10_000, 5);
+    let one = bytes(100, 6);
+    let other = bytes(200, 7);
+    let meta = |p: &'static [u8]| {
+        [
+            C::Chown { path: p, uid, gid },
+            C::Chmod {
+                path: p,
+                mode: 0o644,
+            },
+        ]
+    };
+    let mut cmds = vec![
+        C::Subvol {
+            path: b"n1",
+            uuid: uuid(U1),
+            ctransid: 10,
+        },
+        C::Mkfile {
+            path: b"f",
+            ino: 257,
+        },
+        C::Write {
+            path: b"f",
+            offset: 0,
+            data: &base,
+        },
+    ];
+    cmds.extend(meta(b""));
+    cmds.extend(meta(b"f"));
+    cmds.push(C::End {});
+    stream(&d.join("n1"), 1, &cmds);
+    // Two incrementals on n1: each changes f its own way and adds a name.
+    for (name, u, data, extra) in [
+        (&b"a"[..], U2, &one, &b"only-a"[..]),
+        (b"b", U3, &other, b"only-b"),
+    ] {
+        let mut c = vec![
+            C::Snapshot {
+                path: name,
+                uuid: uuid(u),
+                ctransid: 20,
+                clone_uuid: uuid(U1),
+                clone_ctransid: 10,
+            },
+            C::Write {
+                path: b"f",
+                offset: 5000,
+                data,
+            },
+            C::Mkfile {
+                path: extra,
+                ino: 258,
+            },
+            C::Chown {
+                path: extra,
+                uid,
+                gid,
+            },
+        ];
+        c.push(C::End {});
+        stream(&d.join(std::str::from_utf8(name).unwrap()), 1, &c);
+    }
+    let mut cat = Catalog::create(&d.join("c.db")).unwrap();
+    for n in ["n1", "a", "b"] {
+        add_file(&mut cat, &d.join(n)).unwrap();
+    }
+    let out = d.join("out");
+    std::fs::create_dir(&out).unwrap();
+    for (night, data, extra, absent) in [
+        ("a", &one, "only-a", "only-b"),
+        ("b", &other, "only-b", "only-a"),
+    ] {
+        restore_to(&cat, night, &out).unwrap();
+        let mut want = base.clone();
+        want[5000..5000 + data.len()].copy_from_slice(data);
+        assert_eq!(
+            std::fs::read(out.join(night).join("f")).unwrap(),
+            want,
+            "{night}"
+        );
+        assert!(out.join(night).join(extra).exists(), "{night}");
+        assert!(!out.join(night).join(absent).exists(), "{night}");
+    }
+    restore_to(&cat, "n1", &out).unwrap();
+    assert_eq!(std::fs::read(out.join("n1/f")).unwrap(), base);
+    assert_eq!(std::fs::read_dir(out.join("n1")).unwrap().count(), 1);
+}
