@@ -279,6 +279,10 @@ Examples:
     t=$(ssh backup rreceive --resume-token /srv/backup/tue) &&
       rsend -d /dev/sdb --resume \"$t\" snaps/tue | ssh backup rreceive /srv/backup
 
+  Backups kept as stream files: catalog each as it is stored, then restore one path:
+    rreceive --catalog /srv/streams/catalog.db -f /srv/streams/tue.stream
+    rreceive --catalog /srv/streams/catalog.db --restore tue/home/ann/thesis.tex /tmp
+
 Exit status:
   0  the stream was received whole, or it held no subvolume (nothing was sent)
   1  an error that would happen again (the reason is recorded for --resume-token):
