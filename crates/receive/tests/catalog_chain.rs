@@ -1280,14 +1280,21 @@ fn everything(db: &Path) -> Vec<u8> {
     catalog_ok(db, &[OsStr::new("--find"), OsStr::new("*")]).stdout
 }
 
-#[test]
-fn a_chain_missing_a_night_is_refused_naming_the_parent() {
+/// The committed chain in a scratch directory, with a catalog of its first
+/// three nights.
+fn first_three_nights() -> (tempfile::TempDir, Vec<Night>, PathBuf) {
     let work = tempfile::tempdir().unwrap();
     let chain = committed_chain(&work.path().join("streams"));
     let db = work.path().join("catalog.db");
     for n in &chain[..3] {
         add_ok(&db, &n.file);
     }
+    (work, chain, db)
+}
+
+#[test]
+fn a_chain_missing_a_night_is_refused_naming_the_parent() {
+    let (work, chain, db) = first_three_nights();
     // Adding a night again (from a copy of its stream file) changes
     // nothing and says so; the same file again changes nothing either.
     let before = everything(&db);
@@ -1348,12 +1355,7 @@ fn a_chain_missing_a_night_is_refused_naming_the_parent() {
 
 #[test]
 fn a_truncated_stream_is_refused_and_leaves_the_catalog_unchanged() {
-    let work = tempfile::tempdir().unwrap();
-    let chain = committed_chain(&work.path().join("streams"));
-    let db = work.path().join("catalog.db");
-    for n in &chain[..3] {
-        add_ok(&db, &n.file);
-    }
+    let (work, chain, db) = first_three_nights();
     let before = everything(&db);
     let n04 = fs::read(&chain[3].file).unwrap();
     let cut = work.path().join("n04-cut.stream");
@@ -1523,13 +1525,8 @@ fn the_glob_matcher_of_this_test_follows_find() {
 
 #[test]
 fn restore_into_a_new_name_refused_over_an_existing_one_and_nights_named_by_uuid() {
-    let work = tempfile::tempdir().unwrap();
-    let chain = committed_chain(&work.path().join("streams"));
+    let (work, chain, db) = first_three_nights();
     let snaps = committed_snapshots();
-    let db = work.path().join("catalog.db");
-    for n in &chain[..3] {
-        add_ok(&db, &n.file);
-    }
     let how = Compare {
         owners: is_root(),
         big_xattrs: true,
