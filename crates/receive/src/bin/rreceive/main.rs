@@ -275,13 +275,13 @@ Examples:
   Start again after an error a resume would meet again (exit 1):
     ssh backup rreceive --delete-incomplete /srv/backup/tue
 
-  Complete a receive that stopped (exit 3: a full disk, a cut connection, a kill):
-    t=$(ssh backup rreceive --resume-token /srv/backup/tue) &&
-      rsend -d /dev/sdb --resume \"$t\" snaps/tue | ssh backup rreceive /srv/backup
-
   Backups kept as stream files: catalog each as it is stored, then restore one path:
     rreceive --catalog /srv/streams/catalog.db -f /srv/streams/tue.stream
     rreceive --catalog /srv/streams/catalog.db --restore tue/home/ann/thesis.tex /tmp
+
+  Complete a receive that stopped (exit 3: a full disk, a cut connection, a kill):
+    t=$(ssh backup rreceive --resume-token /srv/backup/tue) &&
+      rsend -d /dev/sdb --resume \"$t\" snaps/tue | ssh backup rreceive /srv/backup
 
 Exit status:
   0  the stream was received whole, or it held no subvolume (nothing was sent)
