@@ -5,12 +5,12 @@
 //! is named.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
 
 use btrfs_stream::{Command, Reader};
+use rdump::chains::Identity;
 
 use crate::error::{Error, Result};
-use crate::night::{is_zstd, Tap};
+use crate::night::Tap;
 use crate::state::{uuid_text, Catalog, Snapshot};
 
 /// What checking one stream file found.
@@ -97,8 +97,7 @@ fn check_file(cat: &Catalog, id: i64) -> Result<FileCheck> {
             return Ok(fc);
         }
     };
-    let mut tap = BufReader::with_capacity(1 << 20, Tap::new(f));
-    let compressed = tap.fill_buf().map(is_zstd).unwrap_or(false);
+    let mut tap = Tap::new(f);
     // Every position a run of the file starts or ends at must be a command
     // boundary.
     let mut marks: Vec<u64> = {
@@ -113,16 +112,12 @@ fn check_file(cat: &Catalog, id: i64) -> Result<FileCheck> {
     marks.dedup();
     let mut next_mark = 0usize;
     {
-        let input: Box<dyn Read + '_> = if compressed {
-            match zstd::stream::read::Decoder::with_buffer(&mut tap) {
-                Ok(d) => Box::new(d),
-                Err(e) => {
-                    fc.fault = Some((0, format!("{}: {e}", path.display())));
-                    return Ok(fc);
-                }
+        let input = match rdump::Decompress::new(&mut tap) {
+            Ok(d) => d,
+            Err(e) => {
+                fc.fault = Some((0, format!("{}: {e}", path.display())));
+                return Ok(fc);
             }
-        } else {
-            Box::new(&mut tap)
         };
         let mut reader = Reader::new(input);
         let mut at_start = true;
@@ -143,11 +138,8 @@ fn check_file(cat: &Catalog, id: i64) -> Result<FileCheck> {
                     while next_mark < marks.len() && marks[next_mark] <= pos.offset {
                         next_mark += 1;
                     }
-                    if at_start {
-                        if let Command::Subvol { uuid, .. } | Command::Snapshot { uuid, .. } = &cmd
-                        {
-                            fc.starts.insert(pos.offset, *uuid.as_bytes());
-                        }
+                    if let Some(id) = at_start.then(|| Identity::of(&cmd)).flatten() {
+                        fc.starts.insert(pos.offset, *id.id.uuid.as_bytes());
                     }
                     at_start = matches!(cmd, Command::End {});
                     if at_start {
@@ -191,7 +183,6 @@ fn check_file(cat: &Catalog, id: i64) -> Result<FileCheck> {
         }
     }
     let _ = std::io::copy(&mut tap, &mut std::io::sink());
-    let tap = tap.get_ref();
     let xxh3: i64 =
         cat.db(cat
             .conn

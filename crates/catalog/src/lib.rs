@@ -21,5 +21,5 @@ pub mod state;
 
 pub use error::{Error, Result};
 pub use layout::{Layout, Piece};
-pub use night::{add_file, cataloged, is_zstd, Added};
+pub use night::{add_file, cataloged, Added};
 pub use state::{uuid_text, Catalog, Inode, Snapshot, Time};

@@ -3,10 +3,11 @@
 //! stream changes gets rows.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 
 use btrfs_stream::{Command, Position, Reader, Uuid};
+use rdump::chains::Identity;
 use rusqlite::params;
 
 use crate::error::{Error, Result};
@@ -21,9 +22,6 @@ const RUN_CAP: u64 = 256 << 10;
 
 /// Dirty inodes kept before they are written out mid-night.
 const DIRTY_CAP: usize = 100_000;
-
-/// The zstd frame magic: a compressed stream file.
-const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// What adding a file did with one of its streams.
 #[derive(Debug, Clone)]
@@ -67,11 +65,6 @@ impl<R: Read> Read for Tap<R> {
     }
 }
 
-/// Whether a stream file's first bytes are a zstd frame's.
-pub fn is_zstd(head: &[u8]) -> bool {
-    head.starts_with(&ZSTD_MAGIC)
-}
-
 impl Catalog {
     /// Adds every stream of the stream file at `path`, read whole from
     /// `raw` (its bytes as stored: zstd-compressed or not). All its nights
@@ -81,23 +74,17 @@ impl Catalog {
             path: path.to_owned(),
             source,
         })?;
-        let mut tap = BufReader::with_capacity(1 << 20, Tap::new(raw));
-        let head = tap.fill_buf().map_err(|source| Error::Io {
-            path: path.to_owned(),
-            source,
-        })?;
-        let compressed = is_zstd(head);
+        let mut tap = Tap::new(raw);
         self.db(self.conn.execute_batch("BEGIN IMMEDIATE"))?;
-        let res = if compressed {
-            match zstd::stream::read::Decoder::with_buffer(&mut tap) {
-                Ok(d) => self.add_streams(path, &abs, d, true),
-                Err(source) => Err(Error::Io {
-                    path: path.to_owned(),
-                    source,
-                }),
+        let res = match rdump::Decompress::new(&mut tap) {
+            Ok(input) => {
+                let compressed = input.is_zstd();
+                self.add_streams(path, &abs, input, compressed)
             }
-        } else {
-            self.add_streams(path, &abs, &mut tap, false)
+            Err(source) => Err(Error::Io {
+                path: path.to_owned(),
+                source,
+            }),
         };
         let res = res.and_then(|(added, file_id)| {
             // Whatever follows the last stream is read too, so the hash and
@@ -106,7 +93,6 @@ impl Catalog {
                 path: path.to_owned(),
                 source,
             })?;
-            let tap = tap.get_ref();
             self.db(self.conn.execute(
                 "UPDATE stream_file SET size = ?1, xxh3 = ?2 WHERE id = ?3",
                 params![tap.bytes as i64, tap.hash.digest() as i64, file_id],
@@ -198,17 +184,13 @@ impl Catalog {
                     continue;
                 }
             }
-            if let (None, Some((name, uuid, ctransid, parent))) = (&night, identity(&cmd)) {
+            if let (None, Some(id)) = (&night, Identity::of(&cmd)) {
                 night = Some(Night::begin(
                     self,
                     Begin {
                         file_id,
-                        name,
-                        uuid,
-                        ctransid,
-                        parent,
+                        id: &id,
                         pos,
-                        version: pos.version,
                     },
                     &mut next_ino,
                     path,
@@ -259,44 +241,11 @@ impl Catalog {
     }
 }
 
-/// What a night is made of, from its stream's first command: the
-/// snapshot's path, uuid and ctransid, and for an incremental its parent's
-/// uuid and ctransid.
-type Identity<'a> = (&'a [u8], [u8; 16], u64, Option<([u8; 16], u64)>);
-
-/// The night a SUBVOL or SNAPSHOT command begins.
-fn identity<'a>(cmd: &Command<'a>) -> Option<Identity<'a>> {
-    match *cmd {
-        Command::Subvol {
-            path,
-            uuid,
-            ctransid,
-        } => Some((path, *uuid.as_bytes(), ctransid, None)),
-        Command::Snapshot {
-            path,
-            uuid,
-            ctransid,
-            clone_uuid,
-            clone_ctransid,
-        } => Some((
-            path,
-            *uuid.as_bytes(),
-            ctransid,
-            Some((*clone_uuid.as_bytes(), clone_ctransid)),
-        )),
-        _ => None,
-    }
-}
-
 /// What a night begins with.
 struct Begin<'a> {
     file_id: i64,
-    name: &'a [u8],
-    uuid: [u8; 16],
-    ctransid: u64,
-    parent: Option<([u8; 16], u64)>,
+    id: &'a Identity,
     pos: Position,
-    version: u32,
 }
 
 /// An open run of data commands to one inode.
@@ -333,11 +282,14 @@ type Step = std::result::Result<(), String>;
 
 impl Night {
     fn begin(cat: &mut Catalog, b: Begin<'_>, next_ino: &mut i64, path: &Path) -> Result<Night> {
-        let name = b
+        let id = b.id;
+        let uuid = *id.id.uuid.as_bytes();
+        let parent_id = id.parent.map(|p| (*p.uuid.as_bytes(), p.ctransid));
+        let name = id
             .name
             .rsplit(|&c| c == b'/')
             .find(|p| !p.is_empty())
-            .unwrap_or(b.name)
+            .unwrap_or(&id.name)
             .to_vec();
         let stream_offset = b
             .pos
@@ -346,7 +298,7 @@ impl Night {
         let mut night = Night {
             id: 0,
             name,
-            uuid: b.uuid,
+            uuid,
             file_id: b.file_id,
             root: 0,
             stream_offset,
@@ -359,11 +311,11 @@ impl Night {
             dirty: HashMap::new(),
             dirs: HashMap::new(),
         };
-        if cat.by_uuid(&b.uuid, Some(b.ctransid))?.is_some() {
+        if cat.by_uuid(&uuid, Some(id.id.ctransid))?.is_some() {
             night.already = true;
             return Ok(night);
         }
-        let parent: Option<Snapshot> = match b.parent {
+        let parent: Option<Snapshot> = match parent_id {
             None => None,
             Some((pu, pc)) => match cat.by_uuid(&pu, Some(pc))? {
                 Some(s) => Some(s),
@@ -391,14 +343,14 @@ impl Night {
              VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, 0, 0, ?10, strftime('%s','now'))",
             params![
                 night.name,
-                &b.uuid[..],
-                b.ctransid as i64,
+                &uuid[..],
+                id.id.ctransid as i64,
                 parent.as_ref().map(|p| p.id),
-                b.parent.map(|p| p.0.to_vec()),
-                b.parent.map(|p| p.1 as i64),
+                parent_id.map(|p| p.0.to_vec()),
+                parent_id.map(|p| p.1 as i64),
                 b.file_id,
                 stream_offset as i64,
-                b.version as i64,
+                b.pos.version as i64,
                 root,
             ],
         ))?;

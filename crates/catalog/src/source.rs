@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
@@ -31,7 +31,7 @@ impl Read for Counted {
 enum Open {
     Plain(File),
     Zstd {
-        decoder: Box<zstd::stream::read::Decoder<'static, BufReader<Counted>>>,
+        decoder: Box<rdump::Decompress<Counted>>,
         at: u64,
     },
 }
@@ -79,11 +79,7 @@ impl<'c> StreamFiles<'c> {
                 file: f,
                 read: self.read.clone(),
             };
-            let decoder = zstd::stream::read::Decoder::with_buffer(BufReader::with_capacity(
-                1 << 20,
-                counted,
-            ))
-            .map_err(io)?;
+            let decoder = rdump::Decompress::new(counted).map_err(io)?;
             Open::Zstd {
                 decoder: Box::new(decoder),
                 at: 0,
