@@ -228,58 +228,50 @@ fn find_paths(cat: &Catalog, glob: &str, json: bool, out: &mut impl Write) -> Re
     })
 }
 
+/// The file type of `mode`: its letter in `ls -l` and its name in JSON.
+fn kind(mode: u32) -> (char, &'static str) {
+    use nix::libc::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFSOCK};
+    match mode & S_IFMT {
+        S_IFDIR => ('d', "dir"),
+        S_IFLNK => ('l', "lnk"),
+        S_IFCHR => ('c', "chr"),
+        S_IFBLK => ('b', "blk"),
+        S_IFIFO => ('p', "fifo"),
+        S_IFSOCK => ('s', "sock"),
+        _ => ('-', "reg"),
+    }
+}
+
 /// `-rw-r--r--` and the like.
 fn mode_text(mode: u32) -> String {
-    let t = match mode & libc_ifmt() {
-        0o040000 => 'd',
-        0o120000 => 'l',
-        0o020000 => 'c',
-        0o060000 => 'b',
-        0o010000 => 'p',
-        0o140000 => 's',
-        _ => '-',
-    };
-    let mut s = String::with_capacity(10);
-    s.push(t);
     let bit = |b: u32, c: char| if mode & b != 0 { c } else { '-' };
-    let special = |x: bool, set: bool, on: char, off: char| match (set, x) {
+    // x, or the set-id/sticky letter over it (capital without x).
+    let exec = |x: u32, special: u32, on: char| match (mode & special != 0, mode & x != 0) {
         (true, true) => on,
-        (true, false) => off,
+        (true, false) => on.to_ascii_uppercase(),
         (false, true) => 'x',
         (false, false) => '-',
     };
-    s.push(bit(0o400, 'r'));
-    s.push(bit(0o200, 'w'));
-    s.push(special(mode & 0o100 != 0, mode & 0o4000 != 0, 's', 'S'));
-    s.push(bit(0o040, 'r'));
-    s.push(bit(0o020, 'w'));
-    s.push(special(mode & 0o010 != 0, mode & 0o2000 != 0, 's', 'S'));
-    s.push(bit(0o004, 'r'));
-    s.push(bit(0o002, 'w'));
-    s.push(special(mode & 0o001 != 0, mode & 0o1000 != 0, 't', 'T'));
-    s
-}
-
-fn libc_ifmt() -> u32 {
-    0o170000
-}
-
-fn type_name(mode: u32) -> &'static str {
-    match mode & libc_ifmt() {
-        0o040000 => "dir",
-        0o120000 => "lnk",
-        0o020000 => "chr",
-        0o060000 => "blk",
-        0o010000 => "fifo",
-        0o140000 => "sock",
-        _ => "reg",
-    }
+    [
+        kind(mode).0,
+        bit(0o400, 'r'),
+        bit(0o200, 'w'),
+        exec(0o100, 0o4000, 's'),
+        bit(0o040, 'r'),
+        bit(0o020, 'w'),
+        exec(0o010, 0o2000, 's'),
+        bit(0o004, 'r'),
+        bit(0o002, 'w'),
+        exec(0o001, 0o1000, 't'),
+    ]
+    .iter()
+    .collect()
 }
 
 /// One entry: `MODE NLINK UID GID SIZE MTIME NAME`, or a JSON object.
 fn line(out: &mut impl Write, name: &[u8], i: &Inode, json: bool) -> io::Result<()> {
-    let ifmt = i.mode & libc_ifmt();
-    let size = if ifmt == 0o100000 || ifmt == 0o120000 {
+    let (letter, type_name) = kind(i.mode);
+    let size = if matches!(letter, '-' | 'l') {
         i.size
     } else {
         0
@@ -288,7 +280,7 @@ fn line(out: &mut impl Write, name: &[u8], i: &Inode, json: bool) -> io::Result<
     if json {
         let mut v = json!({
             "name": btrfs_text::escape::escape(name),
-            "type": type_name(i.mode),
+            "type": type_name,
             "mode": i.mode,
             "uid": i.uid,
             "gid": i.gid,
@@ -299,7 +291,7 @@ fn line(out: &mut impl Write, name: &[u8], i: &Inode, json: bool) -> io::Result<
         if let Some(t) = &i.target {
             v["target"] = json!(btrfs_text::escape::escape(t));
         }
-        if ifmt == 0o020000 || ifmt == 0o060000 {
+        if matches!(letter, 'c' | 'b') {
             v["rdev"] = json!(i.rdev);
         }
         writeln!(out, "{v}")
