@@ -259,8 +259,9 @@ pub(crate) fn sweep(dest: (u64, u64), incomplete: impl Fn(&[u8]) -> bool) {
         if !f.metadata().is_ok_and(|m| m.is_file() && m.uid() == me) {
             continue;
         }
-        // Locked: a receive is running with it.
-        let Ok(f) = Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) else {
+        // Locked: a receive is running with it. Looked at under a shared
+        // lock, so that others reading it (`--list`) are not turned away.
+        let Ok(f) = Flock::lock(f, nix::fcntl::FlockArg::LockSharedNonblock) else {
             continue;
         };
         let mut head = vec![0u8; HEADER];
@@ -272,9 +273,13 @@ pub(crate) fn sweep(dest: (u64, u64), incomplete: impl Fn(&[u8]) -> bool) {
             .metadata()
             .and_then(|m| m.modified())
             .is_ok_and(|t| t.elapsed().map_or(true, |a| a < MAKING));
+        let Ok(f) = f.unlock() else {
+            continue;
+        };
         if !whole && young {
             continue;
         }
+        // Decided unlocked: DEST may be on a filesystem slow to answer.
         let stale = !whole
             || head.get(H_BOOT..H_BOOT + 16) != Some(boot.as_slice())
             || match recorded_dest(&head) {
@@ -284,8 +289,28 @@ pub(crate) fn sweep(dest: (u64, u64), incomplete: impl Fn(&[u8]) -> bool) {
             }
             || (id == dest && !incomplete(&name));
         if stale {
-            let _ = std::fs::remove_file(e.path());
+            remove_unchanged(f, &e.path(), &head);
         }
+    }
+}
+
+/// Removes the journal `f` (at `path`) if nobody holds it, it is still
+/// the file at `path` and its header is still `head`: a receive may have
+/// taken it up since it was found stale. Locked only for that instant.
+fn remove_unchanged(f: File, path: &std::path::Path, head: &[u8]) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(f) = Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) else {
+        return;
+    };
+    let mut now = vec![0u8; HEADER];
+    let same_header = std::os::unix::fs::FileExt::read_exact_at(&*f, &mut now, 0)
+        .map_or(head.len() < HEADER, |()| now == head);
+    let same_file = match (f.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    };
+    if same_header && same_file {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -404,7 +429,7 @@ impl Journal {
         if file.metadata().ok()?.uid() != nix::unistd::geteuid().as_raw() {
             return None;
         }
-        let file = Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()?;
+        let file = lock_settled(file, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()?;
         let size = HEADER + 2 * AREA;
         // Room taken now: a store into the mapping must never find none.
         let made = file.set_len(0).ok().and_then(|()| {
@@ -794,7 +819,7 @@ fn read_locked(path: &std::path::Path, lock: bool) -> Result<Option<(Locked, Vec
     {
         return Err(format!("its journal {} is not this user's", path.display()));
     }
-    let Ok(file) = Flock::lock(file, how) else {
+    let Ok(file) = lock_settled(file, how) else {
         return Err("a receive of it is running".into());
     };
     let mut bytes = Vec::new();
@@ -805,6 +830,26 @@ fn read_locked(path: &std::path::Path, lock: bool) -> Result<Option<(Locked, Vec
         .map_err(|e| format!("its journal {}: {e}", path.display()))?;
     Ok(Some((file, bytes)))
 }
+
+/// Locks a journal (`how`, not blocking), trying again for a moment: a
+/// receive sweeping the journals of other destinations holds each for
+/// an instant, a running receive holds its own throughout.
+fn lock_settled(mut file: File, how: nix::fcntl::FlockArg) -> Result<Flock<File>, File> {
+    let started = std::time::Instant::now();
+    loop {
+        match Flock::lock(file, how) {
+            Ok(held) => return Ok(held),
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) if started.elapsed() < SETTLE => {
+                file = f;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err((f, _)) => return Err(f),
+        }
+    }
+}
+
+/// How long [`lock_settled`] tries a journal's lock again.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// What a journal's header says, once checked.
 struct Header {
@@ -987,5 +1032,44 @@ impl Journal {
             }
             at += total;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::fcntl::FlockArg;
+
+    /// A journal file held exclusively by another open file for `hold`,
+    /// then read shared as `rreceive --list` reads it: what it says.
+    fn read_while_held(hold: std::time::Duration) -> Result<bool, String> {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("journal");
+        std::fs::write(&path, b"journal bytes").unwrap();
+        let other = Flock::lock(File::open(&path).unwrap(), FlockArg::LockExclusive).unwrap();
+        let holder = std::thread::spawn(move || {
+            std::thread::sleep(hold);
+            drop(other);
+        });
+        let read = read_locked(&path, false).map(|r| r.is_some());
+        holder.join().unwrap();
+        read
+    }
+
+    /// Another receive's sweep holds each journal for an instant: a
+    /// reader waits that out instead of taking the journal's receive to
+    /// be running (a killed receive was once listed as not resumable).
+    #[test]
+    fn an_instant_lock_does_not_count_as_a_running_receive() {
+        assert_eq!(read_while_held(SETTLE / 10), Ok(true));
+    }
+
+    /// A lock held longer is a receive running with the journal.
+    #[test]
+    fn a_lock_held_throughout_is_a_running_receive() {
+        assert_eq!(
+            read_while_held(SETTLE * 2),
+            Err("a receive of it is running".to_string())
+        );
     }
 }
