@@ -153,7 +153,13 @@ pub(crate) fn find_inodes(
     if wanted.is_empty() {
         return Ok(found);
     }
-    let mut stack = vec![open_at(root, b".", OFlag::O_RDONLY | OFlag::O_DIRECTORY)?];
+    // Read with O_NOATIME where allowed: the tree is the snapshot, whose
+    // directories' atimes a walk must not change (on a relatime mount).
+    let mut stack = vec![OwnedFd::from(copy::open_noatime(
+        root,
+        b".",
+        OFlag::O_DIRECTORY,
+    )?)];
     while let Some(dir) = stack.pop() {
         let mut entries = Vec::new();
         let mut d = nix::dir::Dir::from_fd(dir.try_clone()?.into_raw_fd())?;
@@ -168,10 +174,10 @@ pub(crate) fn find_inodes(
             }
         }
         for (n, is_dir, ino) in entries {
-            let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK;
-            let Ok(f) = open_at(dir.as_fd(), &n, flags) else {
+            let Ok(f) = copy::open_noatime(dir.as_fd(), &n, OFlag::O_NONBLOCK) else {
                 continue;
             };
+            let f = OwnedFd::from(f);
             let ino = if is_dir {
                 fstat(f.as_raw_fd())?.st_ino
             } else {
