@@ -154,12 +154,9 @@ pub enum Data<'a> {
         /// File offset.
         offset: u64,
         /// The decoded bytes for the file range.
-        data: Vec<u8>,
+        data: &'a [u8],
     },
 }
-
-/// The largest unencoded extent decoded (btrfs's is 128 KiB).
-const MAX_UNENCODED: u64 = 16 << 20;
 
 /// Calls `f` with each data command of `buf`, the commands of a protocol
 /// `version` stream starting at byte `base`; each command's CRC is checked.
@@ -171,6 +168,8 @@ pub fn data_commands(
     mut f: impl FnMut(Data<'_>) -> Result<()>,
 ) -> std::result::Result<Result<()>, String> {
     let mut at = 0usize;
+    // Decoded extents, one after another.
+    let mut scratch = Vec::new();
     while at < buf.len() {
         let off = base + at as u64;
         let Some(h) = buf.get(at..at + 10) else {
@@ -204,21 +203,15 @@ pub fn data_commands(
                 if encryption.unwrap_or(0) != 0 {
                     return Err(format!("the encoded write at byte {off} is encrypted"));
                 }
-                if unencoded_len > MAX_UNENCODED
-                    || unencoded_offset.saturating_add(unencoded_file_len) > unencoded_len
-                {
-                    return Err(format!("the encoded write at byte {off} has bad lengths"));
-                }
-                let alg = btrfs_compress::Algorithm::from_encoded(compression.unwrap_or(0))
-                    .map_err(|e| format!("the encoded write at byte {off}: {e}"))?;
-                let mut out = vec![0u8; unencoded_len as usize];
-                btrfs_compress::decompress(alg, data, &mut out)
-                    .map_err(|e| format!("the encoded write at byte {off}: {e}"))?;
-                let s = unencoded_offset as usize;
-                let e = s + unencoded_file_len as usize;
-                out.truncate(e);
-                out.drain(..s);
-                f(Data::Decoded { offset, data: out })
+                let data = btrfs_compress::Encoded::new(
+                    compression.unwrap_or(0),
+                    unencoded_len,
+                    unencoded_offset,
+                    unencoded_file_len,
+                )
+                .and_then(|x| x.decode(data, &mut scratch))
+                .map_err(|e| format!("the encoded write at byte {off}: {e}"))?;
+                f(Data::Decoded { offset, data })
             }
             other => {
                 return Err(format!(

@@ -112,6 +112,9 @@ pub enum Error {
         /// Bytes asked for.
         len: usize,
     },
+    /// An ENCODED_WRITE's lengths do not fit together.
+    #[error("invalid encoded write: {0}")]
+    BadEncoded(&'static str),
     /// The data is not valid in its format.
     #[error("corrupt {algorithm} data at byte {offset}: {why}")]
     Corrupt {
@@ -122,6 +125,70 @@ pub enum Error {
         /// What is wrong.
         why: String,
     },
+}
+
+/// Largest decoded extent an ENCODED_WRITE is taken to carry (btrfs
+/// itself never exceeds [`MAX_UNCOMPRESSED`]; uncompressed ones may be
+/// longer).
+pub const MAX_UNENCODED: u64 = 16 << 20;
+
+/// The extent an ENCODED_WRITE carries, its lengths checked: how its data
+/// is stored, how long it decodes to, and which of those bytes the file
+/// gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Encoded {
+    /// How its data is compressed.
+    pub algorithm: Algorithm,
+    /// Length of the whole decoded extent.
+    pub unencoded_len: u64,
+    /// Where in the decoded extent the file's bytes start...
+    pub unencoded_offset: u64,
+    /// ... and how many there are.
+    pub len: u64,
+}
+
+impl Encoded {
+    /// The extent of an ENCODED_WRITE with these fields (`len` is its
+    /// `unencoded_file_len`), or why they do not fit together.
+    pub fn new(
+        compression: u32,
+        unencoded_len: u64,
+        unencoded_offset: u64,
+        len: u64,
+    ) -> Result<Encoded, Error> {
+        if unencoded_len > MAX_UNENCODED {
+            return Err(Error::BadEncoded("unencoded length too large"));
+        }
+        unencoded_offset
+            .checked_add(len)
+            .filter(|&e| e <= unencoded_len)
+            .ok_or(Error::BadEncoded("file range beyond the unencoded data"))?;
+        Ok(Encoded {
+            algorithm: Algorithm::from_encoded(compression)?,
+            unencoded_len,
+            unencoded_offset,
+            len,
+        })
+    }
+
+    /// Decodes `data` into `buf` (reused); returns the bytes the file gets.
+    pub fn decode<'b>(&self, data: &[u8], buf: &'b mut Vec<u8>) -> Result<&'b [u8], Error> {
+        let bad = || Error::BadEncoded("file range beyond the unencoded data");
+        let whole = usize::try_from(self.unencoded_len).map_err(|_| bad())?;
+        buf.clear();
+        buf.resize(whole, 0);
+        let n = decompress(self.algorithm, data, buf)?;
+        if let Some(rest) = buf.get_mut(n..) {
+            rest.fill(0);
+        }
+        let start = usize::try_from(self.unencoded_offset).map_err(|_| bad())?;
+        let end = self
+            .unencoded_offset
+            .checked_add(self.len)
+            .and_then(|e| usize::try_from(e).ok())
+            .ok_or_else(bad)?;
+        buf.get(start..end).ok_or_else(bad)
+    }
 }
 
 pub(crate) fn corrupt(algorithm: &'static str, offset: usize, why: impl Into<String>) -> Error {
@@ -187,6 +254,37 @@ pub(crate) mod sample {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An ENCODED_WRITE's lengths are checked as they come, and only the
+    /// file's part of the decoded extent is given, past a short decode
+    /// as zeros.
+    #[test]
+    fn an_encoded_extent_gives_the_file_its_range() {
+        let plain = sample::bytes(10_000, 7);
+        let z = ::zstd::bulk::compress(&plain, 3).unwrap();
+        let x = Encoded::new(2, 12_288, 100, 10_000).unwrap();
+        let mut buf = Vec::new();
+        let got = x.decode(&z, &mut buf).unwrap();
+        assert_eq!(&got[..9_900], &plain[100..]);
+        assert!(got[9_900..].iter().all(|&b| b == 0));
+        let range = Error::BadEncoded("file range beyond the unencoded data");
+        assert_eq!(Encoded::new(2, 4096, 1, 4096), Err(range.clone()));
+        assert_eq!(Encoded::new(2, 4096, u64::MAX, 2), Err(range));
+        assert_eq!(
+            Encoded::new(0, MAX_UNENCODED + 1, 0, 1),
+            Err(Error::BadEncoded("unencoded length too large"))
+        );
+        assert_eq!(
+            Encoded::new(9, 4096, 0, 4096),
+            Err(Error::UnknownEncodedCompression(9))
+        );
+        assert_eq!(
+            Encoded::new(0, 4096, 0, 10)
+                .unwrap()
+                .decode(b"abc", &mut buf),
+            Ok(&b"abc\0\0\0\0\0\0\0"[..])
+        );
+    }
 
     #[test]
     fn numbers_map_as_the_kernel_defines_them() {

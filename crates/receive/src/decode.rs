@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use btrfs_compress::Algorithm;
+use btrfs_compress::Encoded;
 use btrfs_stream::{CommandKind, Position};
 
 use crate::error::{escape, CmdError, Error};
@@ -58,44 +58,6 @@ const MAX_BYTES: usize = 32 << 20;
 /// A worker's buffer larger than this is given back after its job.
 const KEEP_BUFFER: usize = 1 << 20;
 
-/// The extent an ENCODED_WRITE carries, its lengths checked.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Extent {
-    /// How its data is compressed.
-    pub algorithm: Algorithm,
-    /// Length of the whole decoded extent.
-    pub unencoded_len: u64,
-    /// Where in the decoded extent the file's bytes start...
-    pub unencoded_offset: u64,
-    /// ... and how many there are.
-    pub len: u64,
-}
-
-impl Extent {
-    /// Decodes `data` into `buf` (reused); returns the bytes the file gets.
-    pub(crate) fn decode<'b>(
-        &self,
-        data: &[u8],
-        buf: &'b mut Vec<u8>,
-    ) -> Result<&'b [u8], CmdError> {
-        let bad = || CmdError::BadEncoded("file range beyond the unencoded data");
-        let whole = usize::try_from(self.unencoded_len).map_err(|_| bad())?;
-        buf.clear();
-        buf.resize(whole, 0);
-        let n = btrfs_compress::decompress(self.algorithm, data, buf)?;
-        if let Some(rest) = buf.get_mut(n..) {
-            rest.fill(0);
-        }
-        let start = usize::try_from(self.unencoded_offset).map_err(|_| bad())?;
-        let end = self
-            .unencoded_offset
-            .checked_add(self.len)
-            .and_then(|e| usize::try_from(e).ok())
-            .ok_or_else(bad)?;
-        buf.get(start..end).ok_or_else(bad)
-    }
-}
-
 /// One ENCODED_WRITE to decode and write.
 pub(crate) struct Job {
     /// The file (shared by its run's jobs).
@@ -105,7 +67,7 @@ pub(crate) struct Job {
     /// Where in the file the bytes go.
     pub offset: u64,
     /// What the data is.
-    pub extent: Extent,
+    pub extent: Encoded,
     /// The compressed data.
     pub data: Vec<u8>,
     /// The command.

@@ -8,7 +8,7 @@ use nix::errno::Errno;
 use nix::fcntl::{FallocateFlags, OFlag};
 use uuid::Uuid;
 
-use crate::decode::{Extent, Job, Run, HAND_OVER_FROM};
+use crate::decode::{Job, Run, HAND_OVER_FROM};
 use crate::dest::{self, Kind};
 use crate::error::{escape, CmdError};
 use crate::ioctl;
@@ -16,10 +16,6 @@ use crate::path::Resolver;
 use crate::snapshot::copy;
 
 use super::current::{open_regular, to_i64, Flow, Receiver, R};
-
-/// Largest decoded extent accepted from ENCODED_WRITE (btrfs itself never
-/// exceeds 128 KiB).
-pub(crate) const MAX_UNENCODED: u64 = 16 << 20;
 
 impl Receiver<'_> {
     /// UPDATE_EXTENT, a `--no-data` stream's stand-in for data, changes
@@ -183,19 +179,12 @@ impl Receiver<'_> {
                 }
             }
         }
-        if w.unencoded_len > MAX_UNENCODED {
-            return Err(CmdError::BadEncoded("unencoded length too large"));
-        }
-        w.unencoded_offset
-            .checked_add(w.len)
-            .filter(|&e| e <= w.unencoded_len)
-            .ok_or(CmdError::BadEncoded("file range beyond the unencoded data"))?;
-        let extent = Extent {
-            algorithm: btrfs_compress::Algorithm::from_encoded(w.compression)?,
-            unencoded_len: w.unencoded_len,
-            unencoded_offset: w.unencoded_offset,
-            len: w.len,
-        };
+        let extent = btrfs_compress::Encoded::new(
+            w.compression,
+            w.unencoded_len,
+            w.unencoded_offset,
+            w.len,
+        )?;
         // A lone extent (a small file's) is decoded here: the next command
         // would wait for it at once. In place, what is kept of the
         // parent's is read around each write: all decoded here, in order.
@@ -222,7 +211,13 @@ impl Receiver<'_> {
     /// Hands an ENCODED_WRITE to the decoding threads ([`crate::decode`]);
     /// the file at `path` is open. Its bytes are counted as written once
     /// written there.
-    fn hand_over(&mut self, path: &[u8], offset: u64, extent: Extent, data: &[u8]) -> R<Flow> {
+    fn hand_over(
+        &mut self,
+        path: &[u8],
+        offset: u64,
+        extent: btrfs_compress::Encoded,
+        data: &[u8],
+    ) -> R<Flow> {
         let pos = self.now.1;
         let cur = self.cur.as_mut().ok_or(CmdError::NoSubvol)?;
         let f = cur.file.as_mut().ok_or(CmdError::NotRegular)?;
