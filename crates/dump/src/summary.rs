@@ -59,33 +59,17 @@ impl Totals {
         let slot = &mut self.per_command[slot_of(cmd.kind())];
         slot.0 += 1;
         slot.1 += pos.len;
+        if let Some(id) = crate::chains::Identity::of(cmd) {
+            self.streams.push(StreamInfo {
+                version: pos.version,
+                kind: if id.is_full() { "subvol" } else { "snapshot" },
+                path: id.name,
+                uuid: id.id.uuid.to_string(),
+                ctransid: id.id.ctransid,
+                parent: id.parent.map(|p| (p.uuid.to_string(), p.ctransid)),
+            });
+        }
         match *cmd {
-            Command::Subvol {
-                path,
-                uuid,
-                ctransid,
-            } => self.streams.push(StreamInfo {
-                version: pos.version,
-                kind: "subvol",
-                path: path.to_vec(),
-                uuid: uuid.to_string(),
-                ctransid,
-                parent: None,
-            }),
-            Command::Snapshot {
-                path,
-                uuid,
-                ctransid,
-                clone_uuid,
-                clone_ctransid,
-            } => self.streams.push(StreamInfo {
-                version: pos.version,
-                kind: "snapshot",
-                path: path.to_vec(),
-                uuid: uuid.to_string(),
-                ctransid,
-                parent: Some((clone_uuid.to_string(), clone_ctransid)),
-            }),
             Command::Mkfile { .. }
             | Command::Mknod { .. }
             | Command::Mkfifo { .. }
