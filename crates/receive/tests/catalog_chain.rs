@@ -375,6 +375,42 @@ fn spec(snap: &str, rel: &[u8]) -> OsString {
     OsString::from_vec(s)
 }
 
+/// `--restore` of `path` of night `name` into a new directory in `work`,
+/// which must fail (exit 1; the message naming the night when
+/// `names_night`) and leave nothing under the final name: the message.
+fn refused_restore(
+    db: &Path,
+    work: &Path,
+    name: &str,
+    path: &[u8],
+    how: &str,
+    names_night: bool,
+) -> String {
+    let dest = work.join("restore");
+    fs::create_dir(&dest).unwrap();
+    let what = spec(name, path);
+    let out = catalog(db, &[OsStr::new("--restore"), &what, dest.as_os_str()]);
+    let err = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "--restore {what:?} {how} ({name}): {err}"
+    );
+    if names_night {
+        assert!(
+            err.contains(name),
+            "--restore {what:?}: the message does not name {name}: {err}"
+        );
+    }
+    let base = dest.join(OsStr::from_bytes(parent_and_name(path).1));
+    assert!(
+        fs::symlink_metadata(&base).is_err(),
+        "--restore {what:?} failed but left {}",
+        base.display()
+    );
+    err
+}
+
 // ---------------------------------------------------------------------------
 // Comparing a restore with the snapshot
 
@@ -1404,26 +1440,7 @@ fn a_stream_cut_after_cataloging_fails_restore_and_check_naming_the_night() {
     fs::write(&chain[night].file, &data[..at]).unwrap();
     let name = &snaps[night].name;
 
-    let dest = work.path().join("restore");
-    fs::create_dir(&dest).unwrap();
-    let what = spec(name, &path);
-    let out = catalog(&db, &[OsStr::new("--restore"), &what, dest.as_os_str()]);
-    let err = text(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "--restore {what:?} from the cut {name}: {err}"
-    );
-    assert!(
-        err.contains(name.as_str()),
-        "--restore {what:?}: the message does not name {name}: {err}"
-    );
-    let base = dest.join(OsStr::from_bytes(parent_and_name(&path).1));
-    assert!(
-        fs::symlink_metadata(&base).is_err(),
-        "--restore {what:?} failed but left {}",
-        base.display()
-    );
+    refused_restore(&db, work.path(), name, &path, "from the cut night", true);
 
     let out = catalog(&db, &[OsStr::new("--check")]);
     let err = text(&out.stderr);
@@ -1485,22 +1502,8 @@ fn a_flipped_byte_fails_check_and_restore_leaving_no_file() {
         cmds[index].offset
     );
 
-    let dest = work.path().join("restore");
-    fs::create_dir(&dest).unwrap();
-    let what = spec(name, &path);
-    let out = catalog(&db, &[OsStr::new("--restore"), &what, dest.as_os_str()]);
-    let err = text(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "--restore {what:?} with a byte of its data flipped: {err}"
-    );
-    let base = dest.join(OsStr::from_bytes(parent_and_name(&path).1));
-    assert!(
-        fs::symlink_metadata(&base).is_err(),
-        "--restore {what:?} failed but left {}",
-        base.display()
-    );
+    let how = "with a byte of its data flipped";
+    let err = refused_restore(&db, work.path(), name, &path, how, false);
     println!(
         "flipped byte {at} of {name} (WRITE #{index} at byte {} of '{}'): --check: {check_err}--restore: {err}",
         cmds[index].offset,
