@@ -212,10 +212,14 @@ impl Handle {
     }
 }
 
+/// How long [`rmdir`] waits for hidden FUSE files to go.
+const HIDDEN_GO: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Removes the empty directory `name` in `dir`. On a FUSE filesystem
 /// served by libfuse (sshfs) a file unlinked before the server saw it
 /// closed is only hidden (`.fuse_hidden*`) until then: while the directory
-/// holds nothing else, this waits for them to go (a second at most).
+/// holds nothing else, this waits for them to go ([`HIDDEN_GO`] at most:
+/// a loaded server takes its time).
 pub(crate) fn rmdir(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<()> {
     let rm = || {
         nix::unistd::unlinkat(
@@ -224,7 +228,8 @@ pub(crate) fn rmdir(dir: BorrowedFd<'_>, name: &[u8]) -> nix::Result<()> {
             nix::unistd::UnlinkatFlags::RemoveDir,
         )
     };
-    for _ in 0..100 {
+    let started = std::time::Instant::now();
+    while started.elapsed() < HIDDEN_GO {
         match rm() {
             Err(Errno::ENOTEMPTY) => {}
             r => return r,

@@ -308,19 +308,27 @@ pub(crate) fn remove_tree(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
         if is_dir {
             remove_tree(sub.as_fd(), &n)?;
         } else {
-            if let Ok(f) = ioctl::openat(
-                Some(raw),
-                n.as_slice(),
-                OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-                Mode::empty(),
-            ) {
-                let regular = nix::sys::stat::fstat(f.as_raw_fd())
-                    .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
-                if regular {
-                    unlock(f.as_fd());
+            // Opened (to clear its flags) only when they are in the way: on
+            // FUSE a file closed just before its unlink stays hidden
+            // (`.fuse_hidden*`) until the server has seen it closed.
+            let unlink = || unlinkat(Some(raw), n.as_slice(), UnlinkatFlags::NoRemoveDir);
+            let mut r = unlink();
+            if r == Err(Errno::EPERM) {
+                if let Ok(f) = ioctl::openat(
+                    Some(raw),
+                    n.as_slice(),
+                    OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                ) {
+                    let regular = nix::sys::stat::fstat(f.as_raw_fd())
+                        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG);
+                    if regular {
+                        unlock(f.as_fd());
+                    }
                 }
+                r = unlink();
             }
-            match unlinkat(Some(raw), n.as_slice(), UnlinkatFlags::NoRemoveDir) {
+            match r {
                 Ok(()) | Err(Errno::ENOENT) => {}
                 Err(e) => return Err(e.into()),
             }
